@@ -1,1 +1,40 @@
-"""lakestate."""
+"""lakestate: Kafka Streams' stateful semantics on a lakehouse.
+
+Build a topology with the DSL (``StreamsBuilder``), test it with
+``lakestate.testing.TopologyTestDriver``, run it as Spark micro-batches with state in Delta.
+"""
+
+from lakestate.dsl.builder import StreamsBuilder
+from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
+from lakestate.dsl.kstream import KStream
+from lakestate.dsl.ktable import GlobalKTable, KTable
+from lakestate.dsl.materialized import Materialized
+from lakestate.errors import (
+    InvalidStateStoreException,
+    ProcessingException,
+    SerializationException,
+    StreamsException,
+    TopologyException,
+)
+from lakestate.records import Change, Record
+from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
+from lakestate.topology.graph import Topology
+
+__all__ = [
+    "PUT_RETURN_CODE_NOT_PUT",
+    "Change",
+    "GlobalKTable",
+    "InvalidStateStoreException",
+    "KGroupedStream",
+    "KGroupedTable",
+    "KStream",
+    "KTable",
+    "Materialized",
+    "ProcessingException",
+    "Record",
+    "SerializationException",
+    "StreamsBuilder",
+    "StreamsException",
+    "Topology",
+    "TopologyException",
+]

@@ -8,11 +8,13 @@ without its offsets or offsets without their data.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from lakestate.errors import InvalidStateStoreException
 from lakestate.state.base import Backend, IsolationLevel, StateStore, TopicPartition, Write
 from lakestate.state.constants import OFFSETS_NAMESPACE
 
@@ -40,6 +42,9 @@ class RocksDBBackend(Backend):
         self._write_options = WriteOptions()
         self._write_options.disable_wal = False
         self._cfs: dict[str, Rdict] = {}
+        # Open scans hold a reference to the database: close() must end them, or the
+        # database (and its lock) would outlive the store.
+        self._scans: weakref.WeakSet[_Scan] = weakref.WeakSet()
         for name in existing:
             if name != "default":
                 self._cfs[name] = self._db.get_column_family(name)
@@ -60,7 +65,9 @@ class RocksDBBackend(Backend):
         cf = self._cf(namespace, create=False)
         if cf is None:
             return iter(())
-        return _scan(cf, start, end, reverse)
+        scan = _Scan(cf, start, end, reverse)
+        self._scans.add(scan)
+        return scan
 
     def write(self, writes: Iterable[Write], offsets: Mapping[TopicPartition, int]) -> None:
         batch = WriteBatch(raw_mode=True)
@@ -80,6 +87,8 @@ class RocksDBBackend(Backend):
         return self._db.get_column_family_handle(namespace)
 
     def close(self) -> None:
+        for scan in list(self._scans):
+            scan.close()
         for cf in self._cfs.values():
             cf.close()
         self._cfs.clear()
@@ -90,31 +99,60 @@ def _exists(path: str) -> bool:
     return (Path(path) / "CURRENT").exists()
 
 
-def _scan(
-    cf: Rdict, start: bytes | None, end: bytes | None, reverse: bool
-) -> Iterator[tuple[bytes, bytes]]:
-    it = cf.iter(ReadOptions())
-    if not reverse:
-        it.seek(start) if start is not None else it.seek_to_first()
-        while it.valid():
-            key = it.key()
-            if end is not None and key >= end:
-                return
-            yield key, it.value()
-            it.next()
-    else:
-        if end is not None:
-            it.seek_for_prev(end)
-            if it.valid() and it.key() >= end:
-                it.prev()
+class _Scan(Iterator[tuple[bytes, bytes]]):
+    """Items of one column family with start <= key < end, forward or reversed.
+
+    Positioned lazily on the first ``next``. ``close`` (called by the backend's close)
+    releases the RocksDB iterator; using the scan afterwards raises.
+    """
+
+    def __init__(self, cf: Rdict, start: bytes | None, end: bytes | None, reverse: bool) -> None:
+        self._cf: Rdict | None = cf
+        self._it = None
+        self._start = start
+        self._end = end
+        self._reverse = reverse
+        self._done = False
+        self._closed = False
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        if self._closed:
+            raise InvalidStateStoreException("iterator used after its state store was closed")
+        if self._done:
+            raise StopIteration
+        it = self._it
+        if it is None:
+            it = self._it = self._cf.iter(ReadOptions())
+            self._cf = None
+            if not self._reverse:
+                it.seek(self._start) if self._start is not None else it.seek_to_first()
+            elif self._end is not None:
+                it.seek_for_prev(self._end)
+                if it.valid() and it.key() >= self._end:
+                    it.prev()
+            else:
+                it.seek_to_last()
         else:
-            it.seek_to_last()
-        while it.valid():
+            it.prev() if self._reverse else it.next()
+        if it.valid():
             key = it.key()
-            if start is not None and key < start:
-                return
-            yield key, it.value()
-            it.prev()
+            if self._reverse:
+                in_range = self._start is None or key >= self._start
+            else:
+                in_range = self._end is None or key < self._end
+            if in_range:
+                return key, it.value()
+        self._finish()
+        raise StopIteration
+
+    def _finish(self) -> None:
+        self._done = True
+        self._it = self._cf = None
+
+    def close(self) -> None:
+        if not self._done:
+            self._finish()
+            self._closed = True
 
 
 def rocksdb_store(

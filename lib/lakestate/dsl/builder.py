@@ -1,0 +1,198 @@
+"""StreamsBuilder: the entry point of the DSL."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakestate.dsl.materialized import Materialized
+from lakestate.errors import TopologyException
+from lakestate.processors.api import Processor
+from lakestate.processors.stateless import ChangeDecodingSource, PassThrough, Sink
+from lakestate.processors.table import TableSource
+from lakestate.topology.build import build_topology
+from lakestate.topology.graph import (
+    PROCESSOR,
+    SINK,
+    SOURCE,
+    GlobalTableSpec,
+    Node,
+    StoreSpec,
+    Topology,
+)
+
+if TYPE_CHECKING:
+    from lakestate.dsl.kstream import KStream
+    from lakestate.dsl.ktable import GlobalKTable, KTable
+
+TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
+
+
+def check_callable(fn: Any, what: str, node: str) -> None:
+    """DSL functions are checked when the node is added, so the error names the node."""
+    if not callable(fn):
+        raise TopologyException(f"node {node}: {what} must be callable, got {fn!r}")
+
+
+def check_topic(topic: Any, node: str) -> None:
+    if not isinstance(topic, str) or not topic.strip():
+        raise TopologyException(f"node {node}: topic must be a non-empty string, got {topic!r}")
+
+
+class GraphBuilder:
+    """Collects nodes and stores as the DSL is called; named like Kafka's (PREFIX-0000000001)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.stores: dict[str, StoreSpec] = {}
+        self.store_owners: dict[str, list[str]] = {}
+        self.global_tables: list[GlobalTableSpec] = []
+        self._index = 0
+
+    def new_name(self, prefix: str) -> str:
+        name = f"{prefix}{self._index:010d}"
+        self._index += 1
+        return name
+
+    def add_source(
+        self,
+        name: str,
+        topics: list[str],
+        internal: bool = False,
+        carries_changes: bool = False,
+    ) -> Node:
+        factory = ChangeDecodingSource if carries_changes else PassThrough
+        node = Node(
+            name,
+            SOURCE,
+            factory=factory,
+            topics=list(topics),
+            internal_topic=internal,
+            carries_changes=carries_changes,
+        )
+        self.nodes[name] = node
+        return node
+
+    def add_processor(
+        self,
+        name: str,
+        parent: str,
+        factory: Callable[[], Processor],
+        stores: list[str] | None = None,
+    ) -> Node:
+        node = Node(name, PROCESSOR, parents=[parent], factory=factory, stores=list(stores or []))
+        self.nodes[name] = node
+        self.nodes[parent].children.append(name)
+        return node
+
+    def add_sink(
+        self,
+        name: str,
+        parent: str,
+        topic: str,
+        internal: bool = False,
+        carries_changes: bool = False,
+    ) -> Node:
+        def factory() -> Processor:
+            return Sink(topic, drop_null_keys=internal, encode_changes=carries_changes)
+
+        node = Node(
+            name,
+            SINK,
+            parents=[parent],
+            factory=factory,
+            topics=[topic],
+            internal_topic=internal,
+            carries_changes=carries_changes,
+        )
+        self.nodes[name] = node
+        self.nodes[parent].children.append(name)
+        return node
+
+    def add_store(self, spec: StoreSpec, owner: str) -> None:
+        existing = self.stores.get(spec.name)
+        if existing is not None and existing != spec:
+            raise TopologyException(
+                f"node {owner}: store {spec.name!r} already exists with another layout "
+                f"({existing.kind}); choose another name with Materialized.as_()"
+            )
+        self.stores[spec.name] = spec
+        self.store_owners.setdefault(spec.name, []).append(owner)
+
+    def store_name(self, materialized: Materialized | None, prefix: str) -> str:
+        if materialized is not None and not isinstance(materialized, Materialized):
+            raise TopologyException(f"materialized must be a Materialized, got {materialized!r}")
+        if materialized is not None and materialized.store_name:
+            return materialized.store_name
+        return self.new_name(prefix)
+
+    def repartition(self, parent: str, topic_suffix: str, carries_changes: bool = False) -> str:
+        """Insert a repartition topic after ``parent``; returns the new source node's name."""
+        self.add_sink(
+            self.new_name("KSTREAM-SINK-"),
+            parent,
+            topic_suffix,
+            internal=True,
+            carries_changes=carries_changes,
+        )
+        source = self.new_name("KSTREAM-SOURCE-")
+        self.add_source(source, [topic_suffix], internal=True, carries_changes=carries_changes)
+        return source
+
+
+class StreamsBuilder:
+    """Builds a topology with the Kafka Streams DSL; ``build()`` returns the Topology."""
+
+    def __init__(self) -> None:
+        self._graph = GraphBuilder()
+
+    def stream(self, topics: str | list[str]) -> KStream:
+        """A record stream read from one or more topics."""
+        from lakestate.dsl.kstream import KStream
+
+        name = self._graph.new_name("KSTREAM-SOURCE-")
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if not topic_list:
+            raise TopologyException(f"node {name}: stream() needs at least one topic")
+        for topic in topic_list:
+            check_topic(topic, name)
+        self._graph.add_source(name, topic_list)
+        return KStream(self._graph, name, repartition_required=False)
+
+    def table(self, topic: str, materialized: Materialized | None = None) -> KTable:
+        """A changelog stream read as a table: the latest value per key."""
+        from lakestate.dsl.ktable import KTable
+
+        source = self._graph.new_name("KSTREAM-SOURCE-")
+        check_topic(topic, source)
+        store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
+        self._graph.add_source(source, [topic])
+        name = self._graph.new_name("KTABLE-SOURCE-")
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        self._graph.add_processor(name, source, lambda: TableSource(store), [store])
+        return KTable(self._graph, name, store)
+
+    def global_table(self, topic: str, materialized: Materialized | None = None) -> GlobalKTable:
+        """A table every task sees whole (not partitioned); read-only to processors."""
+        from lakestate.dsl.ktable import GlobalKTable
+
+        source = self._graph.new_name("KSTREAM-SOURCE-")
+        check_topic(topic, source)
+        store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
+        self._graph.add_source(source, [topic])
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True), source)
+        self._graph.nodes[source].stores.append(store)
+        self._graph.global_tables.append(GlobalTableSpec(topic, store, source))
+        return GlobalKTable(topic, store)
+
+    def build(self) -> Topology:
+        """The validated topology; raises TopologyException naming the offending node."""
+        g = self._graph
+        # A copy, so that adding to the builder afterwards cannot change a built topology.
+        return build_topology(
+            copy.deepcopy(g.nodes),
+            dict(g.stores),
+            copy.deepcopy(g.store_owners),
+            list(g.global_tables),
+        )

@@ -1,0 +1,129 @@
+"""Grouped streams and tables: the aggregations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder, check_callable
+from lakestate.dsl.ktable import KTable
+from lakestate.dsl.materialized import Materialized
+from lakestate.processors.aggregate import (
+    StreamAggregate,
+    count_aggregator,
+    count_initializer,
+    reducer_as_aggregator,
+)
+from lakestate.processors.table import TableAggregate
+from lakestate.topology.graph import StoreSpec
+
+
+class KGroupedStream:
+    """A stream grouped by key. Records with a null key or value are not aggregated."""
+
+    def __init__(self, graph: GraphBuilder, node: str, repartition_required: bool) -> None:
+        self._graph = graph
+        self._node = node
+        self._repartition_required = repartition_required
+
+    def _aggregate(
+        self,
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None,
+        checks: tuple[tuple[Any, str], ...] = (),
+    ) -> KTable:
+        name = self._graph.new_name("KSTREAM-AGGREGATE-")
+        for fn, what in checks:
+            check_callable(fn, what, name)
+        store = self._graph.store_name(materialized, "KSTREAM-AGGREGATE-STATE-STORE-")
+        parent = self._node
+        if self._repartition_required:
+            parent = self._graph.repartition(parent, f"{store}-repartition")
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        self._graph.add_processor(
+            name, parent, lambda: StreamAggregate(store, initializer, aggregator), [store]
+        )
+        return KTable(self._graph, name, store)
+
+    def count(self, materialized: Materialized | None = None) -> KTable:
+        """The number of records per key."""
+        return self._aggregate(count_initializer, count_aggregator, materialized)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Folds each record in: ``agg = aggregator(key, value, agg)``, from ``initializer()``."""
+        checks = ((initializer, "initializer"), (aggregator, "aggregator"))
+        return self._aggregate(initializer, aggregator, materialized, checks)
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | None = None
+    ) -> KTable:
+        """Combines values: the first value per key, then ``reducer(agg, value)``."""
+        return self._aggregate(
+            None, reducer_as_aggregator(reducer), materialized, ((reducer, "reducer"),)
+        )
+
+
+class KGroupedTable:
+    """A re-grouped table. Aggregations always read through a repartition topic."""
+
+    def __init__(self, graph: GraphBuilder, node: str) -> None:
+        self._graph = graph
+        self._node = node
+
+    def _aggregate(
+        self,
+        initializer: Callable[[], Any] | None,
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None,
+        checks: tuple[tuple[Any, str], ...] = (),
+    ) -> KTable:
+        name = self._graph.new_name("KTABLE-AGGREGATE-")
+        for fn, what in checks:
+            check_callable(fn, what, name)
+        store = self._graph.store_name(materialized, "KTABLE-AGGREGATE-STATE-STORE-")
+        source = self._graph.repartition(self._node, f"{store}-repartition", carries_changes=True)
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        self._graph.add_processor(
+            name, source, lambda: TableAggregate(store, initializer, adder, subtractor), [store]
+        )
+        return KTable(self._graph, name, store)
+
+    def count(self, materialized: Materialized | None = None) -> KTable:
+        """The number of rows per new key."""
+        return self._aggregate(
+            count_initializer, lambda k, v, agg: agg + 1, lambda k, v, agg: agg - 1, materialized
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``adder(key, new_value, agg)`` for new rows, ``subtractor(key, old_value, agg)``
+        for replaced or deleted ones."""
+        checks = ((initializer, "initializer"), (adder, "adder"), (subtractor, "subtractor"))
+        return self._aggregate(initializer, adder, subtractor, materialized, checks)
+
+    def reduce(
+        self,
+        adder: Callable[[Any, Any], Any],
+        subtractor: Callable[[Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``adder(agg, new_value)`` and ``subtractor(agg, old_value)``."""
+        return self._aggregate(
+            None,
+            reducer_as_aggregator(adder),
+            reducer_as_aggregator(subtractor),
+            materialized,
+            ((adder, "adder"), (subtractor, "subtractor")),
+        )

@@ -1,0 +1,133 @@
+"""KStream: a record stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakestate.dsl.builder import GraphBuilder, check_callable, check_topic
+from lakestate.dsl.materialized import Materialized
+from lakestate.processors.stateless import Filter, Map, MapValues, Peek, SelectKey
+
+if TYPE_CHECKING:
+    from lakestate.dsl.grouped import KGroupedStream
+    from lakestate.dsl.ktable import KTable
+
+
+class KStream:
+    """An unbounded stream of records. Operators return new streams; nothing runs until
+    the built topology is run by the test driver or the engine.
+
+    ``repartition_required`` is set after a key change (select_key, map, group_by): the
+    next stateful operation then reads the records through a repartition topic, so that
+    records with the same new key meet in the same task.
+    """
+
+    def __init__(self, graph: GraphBuilder, node: str, repartition_required: bool) -> None:
+        self._graph = graph
+        self._node = node
+        self._repartition_required = repartition_required
+
+    @property
+    def node_name(self) -> str:
+        return self._node
+
+    def _then(
+        self,
+        prefix: str,
+        factory_of: Callable[[str], Any],
+        key_changing: bool = False,
+        fn: Any = None,
+        what: str = "",
+    ) -> KStream:
+        name = self._graph.new_name(prefix)
+        if what:
+            check_callable(fn, what, name)
+        self._graph.add_processor(name, self._node, factory_of(name))
+        return KStream(self._graph, name, self._repartition_required or key_changing)
+
+    def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+        """Keeps the records for which ``predicate(key, value)`` is true."""
+        return self._then(
+            "KSTREAM-FILTER-", lambda _: lambda: Filter(predicate), fn=predicate, what="predicate"
+        )
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KStream:
+        """Drops the records for which ``predicate(key, value)`` is true."""
+        return self._then(
+            "KSTREAM-FILTER-",
+            lambda _: lambda: Filter(predicate, negate=True),
+            fn=predicate,
+            what="predicate",
+        )
+
+    def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
+        """Replaces each value with ``mapper(value)``; keys (and partitioning) stay."""
+        return self._then(
+            "KSTREAM-MAPVALUES-", lambda _: lambda: MapValues(mapper), fn=mapper, what="mapper"
+        )
+
+    def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
+        """Sets each key to ``selector(key, value)``; a later stateful operation repartitions."""
+        return self._then(
+            "KSTREAM-KEY-SELECT-",
+            lambda _: lambda: SelectKey(selector),
+            key_changing=True,
+            fn=selector,
+            what="key selector",
+        )
+
+    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
+        """Replaces each record with ``mapper(key, value) -> (new_key, new_value)``."""
+        return self._then(
+            "KSTREAM-MAP-",
+            lambda _: lambda: Map(mapper),
+            key_changing=True,
+            fn=mapper,
+            what="mapper",
+        )
+
+    def peek(self, action: Callable[[Any, Any], None]) -> KStream:
+        """Calls ``action(key, value)`` for each record and forwards it unchanged."""
+        return self._then("KSTREAM-PEEK-", lambda _: lambda: Peek(action), fn=action, what="action")
+
+    def to(self, topic: str) -> None:
+        """Writes the stream to ``topic``."""
+        name = self._graph.new_name("KSTREAM-SINK-")
+        check_topic(topic, name)
+        self._graph.add_sink(name, self._node, topic)
+
+    def to_table(self, materialized: Materialized | None = None) -> KTable:
+        """The stream read as a table (latest value per key, null value deletes)."""
+        from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE
+        from lakestate.dsl.ktable import KTable
+        from lakestate.processors.table import TableSource
+        from lakestate.topology.graph import StoreSpec
+
+        name = self._graph.new_name("KSTREAM-TOTABLE-")
+        store = self._graph.store_name(materialized, "KSTREAM-TOTABLE-STATE-STORE-")
+        parent = self._node
+        if self._repartition_required:
+            parent = self._graph.repartition(parent, f"{store}-repartition")
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        self._graph.add_processor(name, parent, lambda: TableSource(store), [store])
+        return KTable(self._graph, name, store)
+
+    def group_by_key(self) -> KGroupedStream:
+        """Groups by the current key, for an aggregation."""
+        from lakestate.dsl.grouped import KGroupedStream
+
+        return KGroupedStream(self._graph, self._node, self._repartition_required)
+
+    def group_by(self, key_selector: Callable[[Any, Any], Any]) -> KGroupedStream:
+        """Groups by ``key_selector(key, value)``; the aggregation reads through a repartition."""
+        from lakestate.dsl.grouped import KGroupedStream
+
+        keyed = self._then(
+            "KSTREAM-KEY-SELECT-",
+            lambda _: lambda: SelectKey(key_selector),
+            key_changing=True,
+            fn=key_selector,
+            what="key selector",
+        )
+        return KGroupedStream(self._graph, keyed._node, True)

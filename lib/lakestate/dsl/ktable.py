@@ -1,0 +1,117 @@
+"""KTable (a changelog read as a table) and GlobalKTable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder, check_callable
+from lakestate.dsl.materialized import Materialized
+from lakestate.processors.table import (
+    TableFilter,
+    TableMapValues,
+    TableRepartitionMap,
+    TableToStream,
+)
+from lakestate.topology.graph import StoreSpec
+
+if TYPE_CHECKING:
+    from lakestate.dsl.grouped import KGroupedTable
+    from lakestate.dsl.kstream import KStream
+
+
+class KTable:
+    """A table: the latest value per key. Updates flow downstream as changes (new, old)."""
+
+    def __init__(self, graph: GraphBuilder, node: str, store_name: str | None) -> None:
+        self._graph = graph
+        self._node = node
+        self._store_name = store_name
+
+    @property
+    def node_name(self) -> str:
+        return self._node
+
+    @property
+    def query_store_name(self) -> str | None:
+        """The store holding this table's rows, if it is materialized."""
+        return self._store_name
+
+    def _materialized_child(
+        self,
+        prefix: str,
+        materialized: Materialized | None,
+        factory_of: Callable[[str | None], Any],
+        fn: Any,
+        what: str,
+    ) -> KTable:
+        name = self._graph.new_name(prefix)
+        check_callable(fn, what, name)
+        store = None
+        if materialized is not None:
+            store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
+            self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        self._graph.add_processor(name, self._node, factory_of(store), [store] if store else [])
+        return KTable(self._graph, name, store)
+
+    def filter(
+        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | None = None
+    ) -> KTable:
+        """Rows for which ``predicate(key, value)`` is false become deletes downstream."""
+        return self._materialized_child(
+            "KTABLE-FILTER-",
+            materialized,
+            lambda s: lambda: TableFilter(predicate, False, s),
+            predicate,
+            "predicate",
+        )
+
+    def filter_not(
+        self, predicate: Callable[[Any, Any], bool], materialized: Materialized | None = None
+    ) -> KTable:
+        return self._materialized_child(
+            "KTABLE-FILTER-",
+            materialized,
+            lambda s: lambda: TableFilter(predicate, True, s),
+            predicate,
+            "predicate",
+        )
+
+    def map_values(
+        self, mapper: Callable[[Any], Any], materialized: Materialized | None = None
+    ) -> KTable:
+        """Each row's value becomes ``mapper(value)``; deletes stay deletes."""
+        return self._materialized_child(
+            "KTABLE-MAPVALUES-",
+            materialized,
+            lambda s: lambda: TableMapValues(mapper, s),
+            mapper,
+            "mapper",
+        )
+
+    def to_stream(self) -> KStream:
+        """The table's updates as a stream (a delete is a record with a null value)."""
+        from lakestate.dsl.kstream import KStream
+
+        name = self._graph.new_name("KTABLE-TOSTREAM-")
+        self._graph.add_processor(name, self._node, TableToStream)
+        return KStream(self._graph, name, repartition_required=False)
+
+    def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> KGroupedTable:
+        """Re-groups rows by ``selector(key, value) -> (new_key, new_value)``, for an
+        aggregation that subtracts a row's old value and adds its new one."""
+        from lakestate.dsl.grouped import KGroupedTable
+
+        name = self._graph.new_name("KTABLE-SELECT-")
+        check_callable(selector, "selector", name)
+        self._graph.add_processor(name, self._node, lambda: TableRepartitionMap(selector))
+        return KGroupedTable(self._graph, name)
+
+
+@dataclass(frozen=True)
+class GlobalKTable:
+    """A table replicated whole to every task, kept in a global store."""
+
+    topic: str
+    query_store_name: str

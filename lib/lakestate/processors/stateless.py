@@ -1,0 +1,95 @@
+"""Stateless stream operators: filter, map_values, select_key, map, peek, sinks, sources.
+
+Null keys pass through them unchanged, as in Kafka Streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lakestate.processors.api import Processor
+from lakestate.records import Change, Record
+
+
+class PassThrough(Processor):
+    """A source node: forwards what it reads."""
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record)
+
+
+class ChangeDecodingSource(Processor):
+    """Source of a repartition topic that carries KTable changes as {"new", "old"}."""
+
+    def process(self, record: Record) -> None:
+        value = record.value
+        self.context.forward(record.with_value(Change(value.get("new"), value.get("old"))))
+
+
+class Filter(Processor):
+    def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:
+        self.predicate = predicate
+        self.negate = negate
+
+    def process(self, record: Record) -> None:
+        if bool(self.predicate(record.key, record.value)) != self.negate:
+            self.context.forward(record)
+
+
+class MapValues(Processor):
+    def __init__(self, mapper: Callable[[Any], Any]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record.with_value(self.mapper(record.value)))
+
+
+class SelectKey(Processor):
+    def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
+        self.selector = selector
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record.with_key(self.selector(record.key, record.value)))
+
+
+class Map(Processor):
+    def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        result = self.mapper(record.key, record.value)
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise TypeError(f"mapper must return a (key, value) tuple, got {result!r}")
+        key, value = result
+        self.context.forward(Record(key, value, record.timestamp, record.headers))
+
+
+class Peek(Processor):
+    def __init__(self, action: Callable[[Any, Any], None]) -> None:
+        self.action = action
+
+    def process(self, record: Record) -> None:
+        self.action(record.key, record.value)
+        self.context.forward(record)
+
+
+class Sink(Processor):
+    """Writes to a topic through the task's record collector.
+
+    ``drop_null_keys`` is set on repartition sinks: a record without a key cannot be
+    routed to the right partition, and Kafka Streams drops it there too.
+    """
+
+    def __init__(self, topic: str, drop_null_keys: bool = False, encode_changes: bool = False):
+        self.topic = topic
+        self.drop_null_keys = drop_null_keys
+        self.encode_changes = encode_changes
+
+    def process(self, record: Record) -> None:
+        if self.drop_null_keys and record.key is None:
+            return
+        if self.encode_changes:
+            change = record.value
+            record = record.with_value({"new": change.new_value, "old": change.old_value})
+        self.context.send(self.topic, record)

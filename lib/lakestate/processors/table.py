@@ -1,0 +1,173 @@
+"""KTable operators. Tables forward Change(new_value, old_value) records.
+
+A table aggregation subtracts the old value and adds the new one, so an update to an
+upstream row moves its contribution from one group to another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lakestate.processors.api import Processor
+from lakestate.records import Change, Record
+
+
+class TableSource(Processor):
+    """Materializes a topic as a table: the latest value per key; a null value deletes."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            self.context.metric("dropped-records")
+            return
+        old = self.store.get_with_timestamp(record.key)
+        self.store.put(record.key, record.value, record.timestamp)
+        old_value = None if old is None else old.value
+        if record.value is None and old_value is None:
+            return
+        self.context.forward(record.with_value(Change(record.value, old_value)))
+
+
+class _MaterializingTableProcessor(Processor):
+    """Base of table operators that may keep their result in a store."""
+
+    def __init__(self, store_name: str | None) -> None:
+        self.store_name = store_name
+
+    def init(self, context) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name) if self.store_name else None
+
+    def emit(self, record: Record, new_value: Any, old_value: Any) -> None:
+        if new_value is None and old_value is None:
+            return
+        if self.store is not None:
+            self.store.put(record.key, new_value, record.timestamp)
+        self.context.forward(record.with_value(Change(new_value, old_value)))
+
+
+class TableFilter(_MaterializingTableProcessor):
+    def __init__(
+        self, predicate: Callable[[Any, Any], bool], negate: bool, store_name: str | None
+    ) -> None:
+        super().__init__(store_name)
+        self.predicate = predicate
+        self.negate = negate
+
+    def _keep(self, key: Any, value: Any) -> Any:
+        if value is None:
+            return None
+        return value if bool(self.predicate(key, value)) != self.negate else None
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        self.emit(
+            record,
+            self._keep(record.key, change.new_value),
+            self._keep(record.key, change.old_value),
+        )
+
+
+class TableMapValues(_MaterializingTableProcessor):
+    def __init__(self, mapper: Callable[[Any], Any], store_name: str | None) -> None:
+        super().__init__(store_name)
+        self.mapper = mapper
+
+    def _map(self, value: Any) -> Any:
+        return None if value is None else self.mapper(value)
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        self.emit(record, self._map(change.new_value), self._map(change.old_value))
+
+
+class TableToStream(Processor):
+    """Forwards each table update as a plain record carrying the new value."""
+
+    def process(self, record: Record) -> None:
+        self.context.forward(record.with_value(record.value.new_value))
+
+
+class TableRepartitionMap(Processor):
+    """``group_by`` on a table: re-keys the old and the new value with ``selector``.
+
+    When both map to the same key they travel as one change; otherwise the old value is
+    sent (to be subtracted) before the new one (to be added).
+    """
+
+    def __init__(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+        self.selector = selector
+
+    def _select(self, key: Any, value: Any) -> tuple[Any, Any] | None:
+        if value is None:
+            return None
+        pair = self.selector(key, value)
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"selector must return a (key, value) tuple, got {pair!r}")
+        return pair
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        new = self._select(record.key, change.new_value)
+        old = self._select(record.key, change.old_value)
+        ts = record.timestamp
+        if new is not None and old is not None and new[0] == old[0]:
+            self.context.forward(Record(new[0], Change(new[1], old[1]), ts))
+            return
+        if old is not None:
+            self.context.forward(Record(old[0], Change(None, old[1]), ts))
+        if new is not None:
+            self.context.forward(Record(new[0], Change(new[1], None), ts))
+
+
+class TableAggregate(Processor):
+    """Grouped-table aggregate: ``subtractor`` removes the old value, ``adder`` adds the new.
+
+    For reduce, ``initializer`` is None and the first added value becomes the aggregate.
+    """
+
+    def __init__(
+        self,
+        store_name: str,
+        initializer: Callable[[], Any] | None,
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        self.store_name = store_name
+        self.initializer = initializer
+        self.adder = adder
+        self.subtractor = subtractor
+
+    def init(self, context) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            self.context.metric("dropped-records")
+            return
+        change: Change = record.value
+        old = self.store.get_with_timestamp(record.key)
+        old_agg = None if old is None else old.value
+        timestamp = record.timestamp if old is None else max(record.timestamp, old.timestamp)
+        agg = old_agg
+        if change.old_value is not None and old_agg is not None:
+            agg = self.subtractor(record.key, change.old_value, old_agg)
+        if change.new_value is not None:
+            if agg is None:
+                agg = (
+                    change.new_value
+                    if self.initializer is None
+                    else self.adder(record.key, change.new_value, self.initializer())
+                )
+            else:
+                agg = self.adder(record.key, change.new_value, agg)
+        self.store.put(record.key, agg, timestamp)
+        self.context.forward(Record(record.key, Change(agg, old_agg), timestamp))

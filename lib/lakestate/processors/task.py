@@ -1,0 +1,227 @@
+"""A task: one sub-topology run for one partition against its transactional store.
+
+The task owns the open transaction. Records are processed one at a time in offset order;
+stream time is the largest timestamp seen (the current record included) and is committed
+with the state. Outputs are held until commit, so an aborted record or batch leaves
+neither state changes nor output behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lakestate.errors import ProcessingException, SerializationException, StreamsException
+from lakestate.processors.api import Processor
+from lakestate.records import Record, RecordMetadata
+from lakestate.state.base import StateStore, TopicPartition, Transaction
+from lakestate.state.constants import (
+    DEFAULT_UNCOMMITTED_MAX_BYTES,
+    DEFAULT_UNCOMMITTED_MAX_RECORDS,
+    UNCOMMITTED_MAX_BYTES,
+    UNCOMMITTED_MAX_RECORDS,
+)
+from lakestate.state.registry import open_view
+from lakestate.state.serde import encode_value
+from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
+
+NO_STREAM_TIME = -1
+
+
+class _NodeContext:
+    """The ProcessorContext one node sees."""
+
+    def __init__(self, task: Task, node: str, children: list[str]) -> None:
+        self._task = task
+        self._node = node
+        self._children = children
+
+    @property
+    def task_id(self) -> int:
+        return self._task.partition
+
+    @property
+    def stream_time(self) -> int:
+        return self._task.stream_time
+
+    @property
+    def record_metadata(self) -> RecordMetadata | None:
+        return self._task.current_metadata
+
+    @property
+    def application_id(self) -> str:
+        return self._task.application_id
+
+    def forward(self, record: Record, child: str | None = None) -> None:
+        targets = self._children if child is None else [child]
+        for name in targets:
+            self._task.process_at(name, record)
+
+    def send(self, topic: str, record: Record) -> None:
+        self._task.send(topic, record)
+
+    def get_state_store(self, name: str) -> Any:
+        return self._task.store_view(name)
+
+    def metric(self, name: str, delta: float = 1) -> None:
+        self._task.metrics[name] = self._task.metrics.get(name, 0) + delta
+
+    def set_metric(self, name: str, value: float) -> None:
+        self._task.metrics[name] = value
+
+
+class Task:
+    """Runs sub-topology ``subtopology_id`` for partition ``partition``."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        subtopology_id: int,
+        partition: int,
+        store: StateStore,
+        config: Mapping[str, Any],
+        application_id: str,
+        global_views: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.subtopology = topology.subtopologies[subtopology_id]
+        self.partition = partition
+        self.application_id = application_id
+        self.store = store
+        self.max_uncommitted_records = int(
+            config.get(UNCOMMITTED_MAX_RECORDS, DEFAULT_UNCOMMITTED_MAX_RECORDS)
+        )
+        self.max_uncommitted_bytes = int(
+            config.get(UNCOMMITTED_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES)
+        )
+        self._global_views = dict(global_views or {})
+        self.transaction: Transaction = store.new_transaction()
+        committed_time = store.stream_time()
+        self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
+        self.current_metadata: RecordMetadata | None = None
+        self.metrics: dict[str, float] = {}
+        self._committed_metrics: dict[str, float] = {}
+        self._output: list[tuple[str, Record]] = []
+        self._views: dict[str, Any] = {}
+        self._sources: dict[str, str] = {}
+        self._processors: dict[str, Processor] = {}
+        self._contexts: dict[str, _NodeContext] = {}
+        for name in self.subtopology.nodes:
+            node = topology.nodes[name]
+            processor = node.factory()
+            if node.kind == SINK and node.internal_topic:
+                processor.topic = internal_topic_name(application_id, node.topics[0])
+            if node.kind == SOURCE:
+                for topic in node.topics:
+                    real = (
+                        internal_topic_name(application_id, topic) if node.internal_topic else topic
+                    )
+                    self._sources[real] = name
+            self._processors[name] = processor
+            self._contexts[name] = _NodeContext(self, name, node.children)
+        for name in self.subtopology.nodes:
+            self._processors[name].init(self._contexts[name])
+
+    # -- processing -----------------------------------------------------------------------
+
+    def source_topics(self) -> list[str]:
+        return list(self._sources)
+
+    def process(self, topic: str, offset: int | None, record: Record) -> None:
+        """Process one record read from ``topic`` at ``offset``."""
+        source = self._sources.get(topic)
+        if source is None:
+            raise StreamsException(
+                f"task {self.subtopology.id}_{self.partition} does not read topic {topic!r}"
+            )
+        self.current_metadata = (
+            None if offset is None else RecordMetadata(topic, self.partition, offset)
+        )
+        if not isinstance(record.timestamp, int) or record.timestamp < 0:
+            raise ProcessingException(
+                f"invalid timestamp {record.timestamp!r} (must be epoch ms >= 0) in "
+                f"{self._describe(record)}; nothing was applied"
+            )
+        self.stream_time = max(self.stream_time, record.timestamp)
+        self.process_at(source, record)
+
+    def process_at(self, node: str, record: Record) -> None:
+        try:
+            self._processors[node].process(record)
+        except ProcessingException:
+            raise
+        except Exception as exc:
+            message = f"node {node} failed on {self._describe(record)}: {type(exc).__name__}: {exc}"
+            if isinstance(exc, SerializationException):
+                raise SerializationException(message) from exc
+            raise ProcessingException(message) from exc
+
+    def _describe(self, record: Record) -> str:
+        meta = self.current_metadata
+        where = (
+            f"topic {meta.topic!r} partition {meta.partition} offset {meta.offset}"
+            if meta
+            else f"task {self.subtopology.id}_{self.partition}"
+        )
+        value = repr(record.value)
+        if len(value) > 200:
+            value = value[:200] + "..."
+        return (
+            f"record ({where}, key={record.key!r}, value={value}, timestamp={record.timestamp!r})"
+        )
+
+    def send(self, topic: str, record: Record) -> None:
+        # Encode now so that a value that cannot be written fails at the sink, by name.
+        encode_value(record.key)
+        encode_value(record.value)
+        self._output.append((topic, record))
+
+    def store_view(self, name: str) -> Any:
+        view = self._views.get(name)
+        if view is None:
+            if name in self._global_views:
+                return self._global_views[name]
+            if name not in self.subtopology.stores:
+                raise StreamsException(
+                    f"store {name!r} is not connected to task {self.subtopology.id}_{self.partition}"
+                )
+            spec = self.topology.stores[name]
+            view = open_view(name, spec.kind, spec.options, lambda: self.transaction)
+            self._views[name] = view
+        return view
+
+    # -- committing -----------------------------------------------------------------------
+
+    def commit_needed(self) -> bool:
+        """True when the uncommitted changes exceed statestore.uncommitted.max.* (KIP-892)."""
+        txn = self.transaction
+        return (
+            txn.approximate_num_uncommitted_entries() > self.max_uncommitted_records
+            or txn.approximate_num_uncommitted_bytes() > self.max_uncommitted_bytes
+        )
+
+    def pending_output(self) -> list[tuple[str, Record]]:
+        return list(self._output)
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
+        """Commit state, stream time and ``offsets`` atomically; returns the output to emit."""
+        self.transaction.set_stream_time(self.stream_time)
+        self.transaction.commit(offsets)
+        output, self._output = self._output, []
+        self._committed_metrics = dict(self.metrics)
+        self.transaction = self.store.new_transaction()
+        return output
+
+    def abort(self) -> None:
+        """Drop everything since the last commit: state changes, output, stream time."""
+        self.transaction.close()
+        self._output = []
+        self.metrics = dict(self._committed_metrics)
+        committed_time = self.store.stream_time()
+        self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
+        self.transaction = self.store.new_transaction()
+
+    def close(self) -> None:
+        for processor in self._processors.values():
+            processor.close()
+        self.transaction.close()

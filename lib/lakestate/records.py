@@ -1,0 +1,65 @@
+"""Records as they flow between processors, and the value pair that KTables forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A key-value pair with its event timestamp (epoch ms) and headers."""
+
+    key: Any
+    value: Any
+    timestamp: int
+    headers: dict[str, Any] | None = None
+
+    def with_key(self, key: Any) -> Record:
+        return replace(self, key=key)
+
+    def with_value(self, value: Any) -> Record:
+        return replace(self, value=value)
+
+    def with_timestamp(self, timestamp: int) -> Record:
+        return replace(self, timestamp=timestamp)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a KTable forwards: the new value and the value it replaces (None when absent)."""
+
+    new_value: Any
+    old_value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where the record being processed came from; None for records not read from a topic."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def to_millis(value: int | datetime, what: str = "timestamp") -> int:
+    """Epoch milliseconds from an int or a datetime; rejects negatives with a clear error."""
+    if isinstance(value, datetime):
+        value = int(value.timestamp() * 1000)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be epoch milliseconds (int) or a datetime, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value}")
+    return value
+
+
+def duration_millis(value: timedelta | int, what: str) -> int:
+    """Milliseconds of a duration (timedelta, or int ms); rejects negatives."""
+    if isinstance(value, timedelta):
+        value = int(value / timedelta(milliseconds=1))
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be a timedelta, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value} ms")
+    return value

@@ -1,0 +1,71 @@
+"""The timestamped key-value store: what tables and aggregations keep (KIP-258 style).
+
+Each key holds its latest value and that value's timestamp. Readers outside processors
+(the test driver, SQL) usually want just the value: ``get`` gives the value,
+``get_with_timestamp`` gives both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from lakestate.errors import InvalidStateStoreException
+from lakestate.state.keys import decode_key, encode_key
+from lakestate.state.serde import decode_value, encode_value
+
+
+class ValueAndTimestamp(NamedTuple):
+    value: Any
+    timestamp: int
+
+
+class TimestampedKeyValueStore:
+    """Key -> (value, timestamp) in one namespace of a task's transactional store."""
+
+    kind = "timestamped_key_value"
+
+    def __init__(self, name: str, source: Callable[[], Any]) -> None:
+        self.name = name
+        self._source = source
+
+    def _writer(self) -> Any:
+        txn = self._source()
+        if not hasattr(txn, "put"):
+            raise InvalidStateStoreException(f"store {self.name!r} is read-only here")
+        return txn
+
+    def get_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
+        raw = self._source().get(self.name, encode_key(key))
+        if raw is None:
+            return None
+        value, timestamp = decode_value(raw)
+        return ValueAndTimestamp(value, timestamp)
+
+    def get(self, key: Any) -> Any:
+        found = self.get_with_timestamp(key)
+        return None if found is None else found.value
+
+    def put(self, key: Any, value: Any, timestamp: int) -> None:
+        """Store ``value`` at ``timestamp``; a None value deletes the key."""
+        raw = None if value is None else encode_value([value, timestamp])
+        self._writer().put(self.name, encode_key(key), raw)
+
+    def delete(self, key: Any) -> None:
+        self._writer().put(self.name, encode_key(key), None)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """(key, value) pairs in key order."""
+        for raw_key, raw in self._source().iterate(self.name, None, None, False):
+            yield decode_key(raw_key), decode_value(raw)[0]
+
+    def approximate_num_entries(self) -> int:
+        return sum(1 for _ in self._source().iterate(self.name, None, None, False))
+
+    @staticmethod
+    def changelog_row(raw_key: bytes, raw_value: bytes | None) -> dict[str, Any]:
+        """The Delta state-table row of one stored entry (value None = deleted)."""
+        if raw_value is None:
+            return {"key": decode_key(raw_key), "value": None, "ts": None}
+        value, timestamp = decode_value(raw_value)
+        return {"key": decode_key(raw_key), "value": value, "ts": timestamp}

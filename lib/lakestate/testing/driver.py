@@ -1,0 +1,326 @@
+"""TopologyTestDriver: run a topology in-process, one record at a time (like Kafka's).
+
+Every sub-topology runs as one task for partition 0. Each piped record is processed and
+committed at once; records written to a repartition topic (or to any topic another
+sub-topology reads) are processed right away, in order, before ``pipe_input`` returns.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lakestate.errors import StreamsException
+from lakestate.processors.task import Task
+from lakestate.records import Record, to_millis
+from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
+from lakestate.state.constants import AT_LEAST_ONCE, EXACTLY_ONCE_V2, PROCESSING_GUARANTEE
+from lakestate.state.memory import in_memory_store
+from lakestate.state.registry import open_view
+from lakestate.state.rocksdb import rocksdb_store
+from lakestate.topology.graph import Topology
+
+DEFAULT_APPLICATION_ID = "test-app"
+STATE_BACKEND = "lakestate.state.backend"  # "memory" (default) or "rocksdb"
+STATE_DIR = "state.dir"
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """A record read from an output topic."""
+
+    __test__ = False  # not a pytest test class
+
+    key: Any
+    value: Any
+    timestamp: int
+    headers: dict[str, Any] | None = None
+
+
+def isolation_for(config: dict[str, Any]) -> IsolationLevel:
+    guarantee = config.get(PROCESSING_GUARANTEE, EXACTLY_ONCE_V2)
+    if guarantee == EXACTLY_ONCE_V2:
+        return IsolationLevel.READ_COMMITTED
+    if guarantee == AT_LEAST_ONCE:
+        return IsolationLevel.READ_UNCOMMITTED
+    raise StreamsException(
+        f"{PROCESSING_GUARANTEE} must be {EXACTLY_ONCE_V2!r} or {AT_LEAST_ONCE!r}, got {guarantee!r}"
+    )
+
+
+class TestInputTopic:
+    __test__ = False
+
+    def __init__(self, driver: TopologyTestDriver, topic: str) -> None:
+        self._driver = driver
+        self.topic = topic
+
+    def pipe_input(
+        self,
+        key: Any = None,
+        value: Any = None,
+        timestamp: int | datetime | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> None:
+        """Process one record now. Without a timestamp, the topic's clock is used."""
+        self._driver._pipe(self.topic, key, value, timestamp, headers)
+
+    def pipe_key_value_list(
+        self, pairs: Iterable[tuple[Any, Any]], timestamp: int | None = None, advance_ms: int = 0
+    ) -> None:
+        ts = timestamp
+        for key, value in pairs:
+            self.pipe_input(key, value, ts)
+            if ts is not None:
+                ts += advance_ms
+
+    def pipe_value_list(self, values: Iterable[Any]) -> None:
+        for value in values:
+            self.pipe_input(None, value)
+
+
+class TestOutputTopic:
+    __test__ = False
+
+    def __init__(self, driver: TopologyTestDriver, topic: str) -> None:
+        self._driver = driver
+        self.topic = topic
+
+    def _queue(self) -> deque[TestRecord]:
+        return self._driver._outputs.setdefault(self.topic, deque())
+
+    def read_record(self) -> TestRecord:
+        queue = self._queue()
+        if not queue:
+            raise StreamsException(f"output topic {self.topic!r} is empty")
+        return queue.popleft()
+
+    def read_value(self) -> Any:
+        return self.read_record().value
+
+    def read_key_value(self) -> tuple[Any, Any]:
+        record = self.read_record()
+        return record.key, record.value
+
+    def read_records_to_list(self) -> list[TestRecord]:
+        queue = self._queue()
+        records = list(queue)
+        queue.clear()
+        return records
+
+    def read_values_to_list(self) -> list[Any]:
+        return [r.value for r in self.read_records_to_list()]
+
+    def read_key_values_to_list(self) -> list[tuple[Any, Any]]:
+        return [(r.key, r.value) for r in self.read_records_to_list()]
+
+    def read_key_values_to_map(self) -> dict[Any, Any]:
+        return dict(self.read_key_values_to_list())
+
+    def get_queue_size(self) -> int:
+        return len(self._queue())
+
+    def is_empty(self) -> bool:
+        return not self._queue()
+
+
+class TopologyTestDriver:
+    """Runs ``topology`` in-process. Config: Kafka's keys (``processing.guarantee``,
+    ``statestore.uncommitted.max.*``, ``application.id``), plus ``lakestate.state.backend``
+    ("memory" or "rocksdb") and ``state.dir`` for the RocksDB backend."""
+
+    def __init__(self, topology: Topology, config: dict[str, Any] | None = None) -> None:
+        self.topology = topology
+        self.config = dict(config or {})
+        self.application_id = self.config.get("application.id", DEFAULT_APPLICATION_ID)
+        isolation = isolation_for(self.config)
+        backend = self.config.get(STATE_BACKEND, "memory")
+        self._tmpdir = None
+        if backend == "rocksdb" and STATE_DIR not in self.config:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="lakestate-driver-")
+        state_dir = self.config.get(STATE_DIR) or (self._tmpdir.name if self._tmpdir else None)
+
+        def make_store(name: str) -> StateStore:
+            if backend == "memory":
+                return in_memory_store(name, isolation)
+            if backend == "rocksdb":
+                return rocksdb_store(name, f"{state_dir}/{self.application_id}/{name}", isolation)
+            raise StreamsException(
+                f"{STATE_BACKEND} must be 'memory' or 'rocksdb', got {backend!r}"
+            )
+
+        self._global_store = make_store("global")
+        self._global_views = {
+            g.store: open_view(
+                g.store,
+                topology.stores[g.store].kind,
+                topology.stores[g.store].options,
+                lambda: self._global_store,
+            )
+            for g in topology.global_tables
+        }
+        self._global_topics = {g.topic: g.store for g in topology.global_tables}
+        self._tasks: list[Task] = []
+        for sub in topology.subtopologies:
+            store = make_store(f"{sub.id}_0")
+            self._tasks.append(
+                Task(
+                    topology, sub.id, 0, store, self.config, self.application_id, self._global_views
+                )
+            )
+        self._task_by_topic = {t: task for task in self._tasks for t in task.source_topics()}
+        self._offsets: dict[str, int] = {}
+        self._clock: dict[str, int] = {}
+        self._outputs: dict[str, deque[TestRecord]] = {}
+        self._closed = False
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_input_topic(self, topic: str) -> TestInputTopic:
+        if topic not in self._task_by_topic and topic not in self._global_topics:
+            raise StreamsException(
+                f"topic {topic!r} is not an input of this topology; inputs: "
+                f"{sorted(set(self._task_by_topic) | set(self._global_topics))}"
+            )
+        return TestInputTopic(self, topic)
+
+    def create_output_topic(self, topic: str) -> TestOutputTopic:
+        return TestOutputTopic(self, topic)
+
+    def producer_offset(self, topic: str) -> int:
+        return self._offsets.get(topic, 0)
+
+    # -- stores ----------------------------------------------------------------------------
+
+    def _store_task(self, name: str) -> Task:
+        for task in self._tasks:
+            if name in task.subtopology.stores:
+                return task
+        raise StreamsException(f"no store named {name!r}; stores: {sorted(self.topology.stores)}")
+
+    def get_state_store(self, name: str) -> Any:
+        """The typed store ``name``: reads see committed data; writes commit at once."""
+        if name in self._global_views:
+            return self._global_views[name]
+        task = self._store_task(name)
+        spec = self.topology.stores[name]
+        return open_view(name, spec.kind, spec.options, lambda: _AutoCommit(task))
+
+    def get_key_value_store(self, name: str) -> Any:
+        return self.get_state_store(name)
+
+    def get_all_state_stores(self) -> dict[str, Any]:
+        return {name: self.get_state_store(name) for name in self.topology.stores}
+
+    def metrics(self) -> dict[str, float]:
+        """Task metrics summed over tasks, by name."""
+        total: dict[str, float] = {}
+        for task in self._tasks:
+            for name, value in task.metrics.items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+    # -- processing ------------------------------------------------------------------------
+
+    def _pipe(
+        self,
+        topic: str,
+        key: Any,
+        value: Any,
+        timestamp: int | datetime | None,
+        headers: dict[str, Any] | None,
+    ) -> None:
+        if self._closed:
+            raise StreamsException("the driver is closed")
+        if timestamp is None:
+            ts = self._clock.get(topic, 0)
+        else:
+            try:
+                ts = to_millis(timestamp)
+            except (TypeError, ValueError) as exc:
+                raise StreamsException(
+                    f"record for topic {topic!r} (key={key!r}) rejected: {exc}"
+                ) from None
+        self._clock[topic] = max(self._clock.get(topic, 0), ts)
+        record = Record(key, value, ts, headers)
+        if topic in self._global_topics:
+            self._update_global(topic, record)
+            return
+        pending: deque[tuple[str, Record]] = deque([(topic, record)])
+        while pending:
+            current_topic, current = pending.popleft()
+            task = self._task_by_topic.get(current_topic)
+            if task is None:
+                self._outputs.setdefault(current_topic, deque()).append(
+                    TestRecord(current.key, current.value, current.timestamp, current.headers)
+                )
+                continue
+            offset = self._offsets.get(current_topic, 0)
+            try:
+                task.process(current_topic, offset, current)
+            except Exception:
+                task.abort()
+                raise
+            self._offsets[current_topic] = offset + 1
+            for out_topic, out in task.commit({TopicPartition(current_topic, 0): offset + 1}):
+                if out_topic in self._task_by_topic:
+                    pending.append((out_topic, out))
+                else:
+                    self._outputs.setdefault(out_topic, deque()).append(
+                        TestRecord(out.key, out.value, out.timestamp, out.headers)
+                    )
+
+    def _update_global(self, topic: str, record: Record) -> None:
+        store = self._global_topics[topic]
+        offset = self._offsets.get(topic, 0)
+        with self._global_store.new_transaction() as txn:
+            view = open_view(
+                store,
+                self.topology.stores[store].kind,
+                self.topology.stores[store].options,
+                lambda: txn,
+            )
+            if record.key is not None:
+                view.put(record.key, record.value, record.timestamp)
+            txn.commit({TopicPartition(topic, 0): offset + 1})
+        self._offsets[topic] = offset + 1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.close()
+            task.store.close()
+        self._global_store.close()
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _AutoCommit:
+    """A reader/writer for stores the test reaches directly: reads committed data, and each
+    write commits at once (outside the task's processing transaction)."""
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+
+    def get(self, namespace: str, key: bytes) -> bytes | None:
+        return self._task.store.get(namespace, key)
+
+    def iterate(self, namespace: str, start=None, end=None, reverse=False):
+        return self._task.store.iterate(namespace, start, end, reverse)
+
+    def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
+        with self._task.store.new_transaction() as txn:
+            txn.put(namespace, key, value)
+            txn.commit()

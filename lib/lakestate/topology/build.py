@@ -1,0 +1,122 @@
+"""Validation and splitting of the graph into sub-topologies."""
+
+from __future__ import annotations
+
+from lakestate.errors import TopologyException
+from lakestate.topology.graph import (
+    SINK,
+    SOURCE,
+    GlobalTableSpec,
+    Node,
+    StoreSpec,
+    SubTopology,
+    Topology,
+)
+
+
+def build_topology(
+    nodes: dict[str, Node],
+    stores: dict[str, StoreSpec],
+    store_owners: dict[str, list[str]],
+    global_tables: list[GlobalTableSpec],
+) -> Topology:
+    """Check the graph and cut it at repartition topics into sub-topologies."""
+    _validate(nodes, stores, store_owners, global_tables)
+    order = {name: i for i, name in enumerate(nodes)}
+    global_nodes = {g.source_node for g in global_tables}
+    parent = {name: name for name in nodes if name not in global_nodes}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            # Keep the earliest node as the root so ids follow creation order.
+            if order[ra] > order[rb]:
+                ra, rb = rb, ra
+            parent[rb] = ra
+
+    for name in parent:
+        for child in nodes[name].children:
+            union(name, child)
+    # Nodes that share a store must run in the same task.
+    users: dict[str, list[str]] = {}
+    for name in parent:
+        for store in nodes[name].stores:
+            if not stores[store].is_global:
+                users.setdefault(store, []).append(name)
+    for names in users.values():
+        for name in names[1:]:
+            union(names[0], name)
+
+    groups: dict[str, list[str]] = {}
+    for name in parent:
+        groups.setdefault(find(name), []).append(name)
+    subtopologies = []
+    for index, root in enumerate(sorted(groups, key=order.__getitem__)):
+        members = sorted(groups[root], key=order.__getitem__)
+        sources = [nodes[n] for n in members if nodes[n].kind == SOURCE]
+        sinks = [nodes[n] for n in members if nodes[n].kind == SINK]
+        subtopologies.append(
+            SubTopology(
+                id=index,
+                nodes=tuple(members),
+                source_topics=tuple(t for s in sources if not s.internal_topic for t in s.topics),
+                repartition_sources=tuple(t for s in sources if s.internal_topic for t in s.topics),
+                sink_topics=tuple(s.topics[0] for s in sinks if not s.internal_topic),
+                repartition_sinks=tuple(s.topics[0] for s in sinks if s.internal_topic),
+                stores=tuple(
+                    sorted(
+                        {st for n in members for st in nodes[n].stores if not stores[st].is_global}
+                    )
+                ),
+            )
+        )
+    return Topology(nodes, stores, subtopologies, list(global_tables))
+
+
+def _validate(
+    nodes: dict[str, Node],
+    stores: dict[str, StoreSpec],
+    store_owners: dict[str, list[str]],
+    global_tables: list[GlobalTableSpec],
+) -> None:
+    if not any(n.kind == SOURCE for n in nodes.values()):
+        raise TopologyException(
+            "invalid topology: it has no source node; add one with stream(), table() or "
+            "global_table() before build()"
+        )
+    readers: dict[str, str] = {}
+    for node in nodes.values():
+        if node.kind != SOURCE:
+            continue
+        for topic in node.topics:
+            if topic in readers:
+                raise TopologyException(
+                    f"invalid topology: node {node.name} reads topic {topic!r}, which is "
+                    f"already read by node {readers[topic]}; a topic can have one source"
+                )
+            readers[topic] = node.name
+    for node in nodes.values():
+        for child in node.children:
+            if child not in nodes:
+                raise TopologyException(
+                    f"invalid topology: node {node.name} has unknown child {child}"
+                )
+        if node.kind == SINK and node.children:
+            raise TopologyException(f"invalid topology: sink node {node.name} cannot have children")
+        for store in node.stores:
+            if store not in stores:
+                raise TopologyException(
+                    f"invalid topology: node {node.name} uses store {store!r}, which was never added"
+                )
+    for store, owners in store_owners.items():
+        if len(owners) > 1:
+            raise TopologyException(
+                f"invalid topology: store {store!r} is materialized by both node {owners[0]} "
+                f"and node {owners[1]}; give each its own name with Materialized.as_()"
+            )

@@ -1,0 +1,136 @@
+"""The built graph: nodes, stores, sub-topologies.
+
+A Topology is immutable once built. Sub-topologies are the connected parts of the graph
+once repartition topics are cut: each runs as its own tasks (one per partition), and a
+repartition topic carries records from one sub-topology to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lakestate.processors.api import Processor
+
+SOURCE = "source"
+PROCESSOR = "processor"
+SINK = "sink"
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """A state store the topology needs: its name, its kind and the kind's options.
+
+    ``kind`` picks the typed view over the task's transactional store and the layout of its
+    Delta state table (e.g. "timestamped_key_value", "versioned", "window", "dedup").
+    """
+
+    name: str
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+    is_global: bool = False
+
+
+@dataclass
+class Node:
+    """One node of the graph. Sources read topics, sinks write one topic."""
+
+    name: str
+    kind: str
+    parents: list[str] = field(default_factory=list)
+    children: list[str] = field(default_factory=list)
+    factory: Callable[[], Processor] | None = None
+    stores: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    # Repartition topics are internal: their real name is prefixed by the application id.
+    internal_topic: bool = False
+    # A repartition topic that carries KTable changes (new and old value) instead of values.
+    carries_changes: bool = False
+
+    def describe(self) -> str:
+        if self.kind == SOURCE:
+            return f"Source: {self.name} (topics: {self.topics})"
+        if self.kind == SINK:
+            return f"Sink: {self.name} (topic: {self.topics[0]})"
+        stores = f" (stores: {self.stores})" if self.stores else ""
+        return f"Processor: {self.name}{stores}"
+
+
+@dataclass(frozen=True)
+class SubTopology:
+    """A connected part of the graph, run as one task per partition."""
+
+    id: int
+    nodes: tuple[str, ...]  # in topological order: parents before children
+    source_topics: tuple[str, ...]  # external topics it reads
+    repartition_sources: tuple[str, ...]  # internal topic suffixes it reads
+    sink_topics: tuple[str, ...]
+    repartition_sinks: tuple[str, ...]
+    stores: tuple[str, ...]
+
+
+def internal_topic_name(application_id: str, suffix: str) -> str:
+    """The real name of a repartition topic: ``<application id>-<suffix>``."""
+    return f"{application_id}-{suffix}"
+
+
+@dataclass(frozen=True)
+class GlobalTableSpec:
+    """A global table: every task sees the whole topic through a global store."""
+
+    topic: str
+    store: str
+    source_node: str
+
+
+class Topology:
+    """The built, validated processing graph (see ``StreamsBuilder.build``)."""
+
+    def __init__(
+        self,
+        nodes: dict[str, Node],
+        stores: dict[str, StoreSpec],
+        subtopologies: list[SubTopology],
+        global_tables: list[GlobalTableSpec],
+    ) -> None:
+        self.nodes = nodes
+        self.stores = stores
+        self.subtopologies = subtopologies
+        self.global_tables = global_tables
+
+    def subtopology_for_topic(self, topic: str, application_id: str) -> SubTopology | None:
+        """The sub-topology reading ``topic`` (its real name), if any."""
+        for sub in self.subtopologies:
+            if topic in sub.source_topics:
+                return sub
+            if any(
+                internal_topic_name(application_id, s) == topic for s in sub.repartition_sources
+            ):
+                return sub
+        return None
+
+    def source_topics(self) -> list[str]:
+        """The external input topics, global tables' topics included."""
+        topics = [t for sub in self.subtopologies for t in sub.source_topics]
+        return topics + [g.topic for g in self.global_tables]
+
+    def sink_topics(self) -> list[str]:
+        return [t for sub in self.subtopologies for t in sub.sink_topics]
+
+    def describe(self) -> str:
+        """A readable outline, like Kafka's ``TopologyDescription``."""
+        lines = ["Topologies:"]
+        for sub in self.subtopologies:
+            lines.append(f"  Sub-topology: {sub.id}")
+            for name in sub.nodes:
+                node = self.nodes[name]
+                lines.append(f"    {node.describe()}")
+                if node.children:
+                    lines.append(f"      --> {', '.join(node.children)}")
+        for g in self.global_tables:
+            lines.append(f"  Global table: {g.topic} (store: {g.store})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.describe()

@@ -4,6 +4,7 @@ Build a topology with the DSL (``StreamsBuilder``), test it with
 ``lakestate.testing.TopologyTestDriver``, run it as Spark micro-batches with state in Delta.
 """
 
+from lakestate.app import App
 from lakestate.dsl.builder import StreamsBuilder
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
@@ -21,6 +22,7 @@ from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
 from lakestate.topology.graph import Topology
 
 __all__ = [
+    "App",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
     "GlobalKTable",

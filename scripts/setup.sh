@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Sets up everything lakestate needs on a fresh machine, idempotently:
+# Java 17 (Debian's package, if no java is on PATH), a Python 3.11 virtualenv in .venv with
+# the project and its pinned dependencies, and (once the engine needs them) the Delta jars in
+# a project-local cache so that later runs need no network.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "setup: installing Java 17 (openjdk-17-jre-headless)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $("$PYTHON" --version)"
+  "$PYTHON" -m venv .venv
+fi
+
+# Reinstall only when pyproject.toml changed since the last successful install.
+stamp=.venv/.lakestate-installed
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing lakestate and its pinned dependencies into .venv (a few minutes the first time)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+fi
+
+if [ -x scripts/fetch_jars.sh ]; then
+  scripts/fetch_jars.sh
+fi
+echo "setup: ready ($(.venv/bin/python -c 'import lakestate, pyspark, delta; print("lakestate ok, pyspark", pyspark.__version__)'))"

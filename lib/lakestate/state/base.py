@@ -284,7 +284,9 @@ class StateStore:
 
     def stream_time(self) -> int | None:
         """The committed stream time of the task, or None before its first commit."""
-        raw = self.get(META_NAMESPACE, STREAM_TIME_KEY)
+        self._check_usable()
+        # Committed only, like committed_offset, whatever the isolation level.
+        raw = self._backend.get(META_NAMESPACE, STREAM_TIME_KEY)
         return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
     def approximate_num_uncommitted_entries(self) -> int:

@@ -36,7 +36,7 @@ class MemoryBackend(Backend):
     def write(self, writes: Iterable[Write], offsets: Mapping[TopicPartition, int]) -> None:
         # Validate everything first so that a bad write cannot leave half a commit behind.
         writes = list(writes)
-        for namespace, key, value in writes:
+        for _namespace, key, value in writes:
             if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
                 raise TypeError(f"store writes must be bytes, got {key!r} -> {value!r}")
         for namespace, key, value in writes:

@@ -1,0 +1,79 @@
+"""Value serialization for state stores: compact UTF-8 JSON.
+
+Values are JSON values: str, int, float, bool, None, dict with str keys, list, and tuple
+(which comes back as a list). NaN and infinities are rejected, as is anything else, with a
+SerializationException naming the type found and where: ``value['a'][2] is a set``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from lakestate.errors import SerializationException
+
+__all__ = ["check_json", "decode_value", "encode_value"]
+
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
+)
+_SCALARS = (str, int, type(None))
+
+
+def encode_value(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON."""
+    check_json(value, "value")
+    try:
+        return _ENCODER.encode(value).encode("utf-8", "surrogatepass")
+    except ValueError as e:  # e.g. an int too long to print
+        raise SerializationException(f"cannot encode value: {e}") from e
+
+
+def decode_value(raw: bytes) -> Any:
+    """The value encoded in ``raw`` by ``encode_value``."""
+    try:
+        return json.loads(raw.decode("utf-8", "surrogatepass"))
+    except (ValueError, AttributeError) as e:
+        raise SerializationException(f"cannot decode value {bytes(raw)[:100]!r}: {e}") from e
+
+
+def check_json(value: Any, path: str = "value") -> None:
+    """Raise SerializationException unless ``value`` is a JSON value (see the module doc)."""
+    _check(value, path, set())
+
+
+def _check(value: Any, path: str, active: set[int]) -> None:
+    if isinstance(value, _SCALARS):  # bool is an int
+        return
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise SerializationException(f"{path} is {value!r}, which JSON cannot hold")
+        return
+    if isinstance(value, dict | list | tuple):
+        if id(value) in active:
+            raise SerializationException(f"{path} contains itself (circular reference)")
+        active.add(id(value))
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise SerializationException(
+                        f"{path} has a key of type {type(k).__name__} ({k!r}); "
+                        "dict keys must be str"
+                    )
+                _check(v, f"{path}[{k!r}]", active)
+        else:
+            for i, v in enumerate(value):
+                _check(v, f"{path}[{i}]", active)
+        active.discard(id(value))
+        return
+    raise SerializationException(
+        f"{path} is {a_type(value)}, which cannot be serialized "
+        "(values are str, int, float, bool, None, dict with str keys, list or tuple)"
+    )
+
+
+def a_type(value: Any) -> str:
+    """``"a set"``, ``"an object"``: the type of ``value`` for error messages."""
+    name = type(value).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"

@@ -152,7 +152,14 @@ class StreamsBuilder:
         from lakestate.dsl.kstream import KStream
 
         name = self._graph.new_name("KSTREAM-SOURCE-")
-        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if isinstance(topics, str):
+            topic_list = [topics]
+        elif isinstance(topics, list | tuple):
+            topic_list = list(topics)
+        else:
+            raise TopologyException(
+                f"node {name}: topics must be a topic name or a list of names, got {topics!r}"
+            )
         if not topic_list:
             raise TopologyException(f"node {name}: stream() needs at least one topic")
         for topic in topic_list:

@@ -32,11 +32,13 @@ class KGroupedStream:
         aggregator: Callable[[Any, Any, Any], Any],
         materialized: Materialized | None,
         checks: tuple[tuple[Any, str], ...] = (),
+        prefix: str = "KSTREAM-AGGREGATE-",
     ) -> KTable:
-        name = self._graph.new_name("KSTREAM-AGGREGATE-")
+        # Kafka names reduce nodes and their stores KSTREAM-REDUCE-*.
+        name = self._graph.new_name(prefix)
         for fn, what in checks:
             check_callable(fn, what, name)
-        store = self._graph.store_name(materialized, "KSTREAM-AGGREGATE-STATE-STORE-")
+        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
         parent = self._node
         if self._repartition_required:
             parent = self._graph.repartition(parent, f"{store}-repartition")
@@ -65,7 +67,11 @@ class KGroupedStream:
     ) -> KTable:
         """Combines values: the first value per key, then ``reducer(agg, value)``."""
         return self._aggregate(
-            None, reducer_as_aggregator(reducer), materialized, ((reducer, "reducer"),)
+            None,
+            reducer_as_aggregator(reducer),
+            materialized,
+            ((reducer, "reducer"),),
+            prefix="KSTREAM-REDUCE-",
         )
 
 
@@ -83,8 +89,10 @@ class KGroupedTable:
         subtractor: Callable[[Any, Any, Any], Any],
         materialized: Materialized | None,
         checks: tuple[tuple[Any, str], ...] = (),
+        prefix: str = "KTABLE-AGGREGATE-",
     ) -> KTable:
-        name = self._graph.new_name("KTABLE-AGGREGATE-")
+        # Kafka names a table reduce KTABLE-REDUCE-*; its store stays KTABLE-AGGREGATE-STATE-STORE-*.
+        name = self._graph.new_name(prefix)
         for fn, what in checks:
             check_callable(fn, what, name)
         store = self._graph.store_name(materialized, "KTABLE-AGGREGATE-STATE-STORE-")
@@ -126,4 +134,5 @@ class KGroupedTable:
             reducer_as_aggregator(subtractor),
             materialized,
             ((adder, "adder"), (subtractor, "subtractor")),
+            prefix="KTABLE-REDUCE-",
         )

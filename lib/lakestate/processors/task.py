@@ -26,6 +26,8 @@ from lakestate.state.serde import encode_value
 from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
 
 NO_STREAM_TIME = -1
+# Set on a SerializationException once it names the failing node.
+_FAILED_NODE = "failed_node"
 
 
 class _NodeContext:
@@ -151,9 +153,13 @@ class Task:
         except ProcessingException:
             raise
         except Exception as exc:
+            if isinstance(exc, SerializationException) and getattr(exc, _FAILED_NODE, None):
+                raise  # already names the node that failed; ancestors must not re-wrap it
             message = f"node {node} failed on {self._describe(record)}: {type(exc).__name__}: {exc}"
             if isinstance(exc, SerializationException):
-                raise SerializationException(message) from exc
+                wrapped = SerializationException(message)
+                setattr(wrapped, _FAILED_NODE, node)
+                raise wrapped from exc
             raise ProcessingException(message) from exc
 
     def _describe(self, record: Record) -> str:

@@ -260,12 +260,13 @@ class TopologyTestDriver:
                 )
                 continue
             offset = self._offsets.get(current_topic, 0)
+            # The record is in the topic whatever its processing does, as in Kafka.
+            self._offsets[current_topic] = offset + 1
             try:
                 task.process(current_topic, offset, current)
             except Exception:
                 task.abort()
                 raise
-            self._offsets[current_topic] = offset + 1
             for out_topic, out in task.commit({TopicPartition(current_topic, 0): offset + 1}):
                 if out_topic in self._task_by_topic:
                     pending.append((out_topic, out))

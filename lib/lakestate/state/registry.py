@@ -21,3 +21,12 @@ def open_view(name: str, kind: str, options: dict[str, Any], source: Callable[[]
     if options:
         return view(name, source, **options)
     return view(name, source)
+
+
+def view_class(kind: str) -> type:
+    """The view class of a store kind: it also names the typed columns of its state table
+    (``STATE_COLUMNS``) and turns a stored entry into them (``changelog_row``)."""
+    view = STORE_VIEWS.get(kind)
+    if view is None:
+        raise TopologyException(f"unknown store kind {kind!r}")
+    return view

@@ -77,3 +77,11 @@ def a_type(value: Any) -> str:
     """``"a set"``, ``"an object"``: the type of ``value`` for error messages."""
     name = type(value).__name__
     return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def json_text(value: Any) -> str | None:
+    """Canonical JSON text of a value (sorted keys, no spaces), None for None: how keys and
+    values appear in log tables and state tables."""
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.state.keys import decode_key, encode_key
-from lakestate.state.serde import decode_value, encode_value
+from lakestate.state.serde import decode_value, encode_value, json_text
 
 
 class ValueAndTimestamp(NamedTuple):
@@ -62,10 +62,12 @@ class TimestampedKeyValueStore:
     def approximate_num_entries(self) -> int:
         return sum(1 for _ in self._source().iterate(self.name, None, None, False))
 
+    # The typed columns of this store's Delta state table (besides task, raw_key, raw_value):
+    # key and value as JSON text, as in log tables; ts in epoch ms.
+    STATE_COLUMNS = (("key", "STRING"), ("value", "STRING"), ("ts", "BIGINT"))
+
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes | None) -> dict[str, Any]:
-        """The Delta state-table row of one stored entry (value None = deleted)."""
-        if raw_value is None:
-            return {"key": decode_key(raw_key), "value": None, "ts": None}
+    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any]:
+        """The typed columns of one stored entry, for its Delta state-table row."""
         value, timestamp = decode_value(raw_value)
-        return {"key": decode_key(raw_key), "value": value, "ts": timestamp}
+        return {"key": json_text(decode_key(raw_key)), "value": json_text(value), "ts": timestamp}

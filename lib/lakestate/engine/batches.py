@@ -1,0 +1,189 @@
+"""The app's batch log: a Delta table with one ``plan`` row and one ``commit`` row per batch.
+
+A plan row is written before a batch is processed; its commit row after every Delta table of
+the batch is written. The last commit row holds everything a restart needs: the committed
+offsets of every input partition, each task's stream time and the state tables' versions.
+A plan without a commit row is a batch to replay. Each row is written with Delta's txn
+action (app id per row kind, version = batch id), so a replayed write is skipped and two runs
+cannot both plan the same batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from lakestate.engine.plan import BatchPlan, Offsets
+from lakestate.errors import TaskMigratedException
+
+SCHEMA = StructType(
+    [
+        StructField("batch_id", LongType(), False),
+        StructField("kind", StringType(), False),  # "plan" or "commit"
+        StructField("run_id", StringType(), False),
+        StructField("at_ms", LongType(), False),
+        StructField("payload", StringType(), False),
+    ]
+)
+PLAN_TXN_APP = "lakestate-plan"
+COMMIT_TXN_APP = "lakestate-commit"
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """What a committed batch left: cumulative offsets, stream times, state table versions."""
+
+    batch_id: int
+    run_id: str
+    at_ms: int
+    offsets: Offsets = field(default_factory=dict)
+    stream_times: dict[str, int] = field(default_factory=dict)
+    state_versions: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> str:
+        return json.dumps(
+            {
+                "offsets": self.offsets,
+                "stream_times": self.stream_times,
+                "state_versions": self.state_versions,
+                "stats": self.stats,
+            },
+            sort_keys=True,
+        )
+
+    @staticmethod
+    def parse(batch_id: int, run_id: str, at_ms: int, payload: str) -> CommitRecord:
+        raw = json.loads(payload)
+        offsets = {t: {int(p): o for p, o in parts.items()} for t, parts in raw["offsets"].items()}
+        return CommitRecord(
+            batch_id,
+            run_id,
+            at_ms,
+            offsets,
+            raw["stream_times"],
+            raw["state_versions"],
+            raw.get("stats", {}),
+        )
+
+
+@dataclass(frozen=True)
+class BatchLog:
+    last_commit: CommitRecord | None
+    pending_plan: BatchPlan | None
+    pending_run_id: str | None
+
+    @property
+    def committed_batch(self) -> int:
+        return 0 if self.last_commit is None else self.last_commit.batch_id
+
+    @property
+    def committed_offsets(self) -> Offsets:
+        return {} if self.last_commit is None else self.last_commit.offsets
+
+
+def ensure_table(spark: SparkSession, path: str) -> None:
+    (
+        DeltaTable.createIfNotExists(spark)
+        .location(path)
+        .addColumns(SCHEMA)
+        .comment("lakestate batch log: one plan and one commit row per micro-batch")
+        .execute()
+    )
+
+
+def read_log(spark: SparkSession, path: str) -> BatchLog:
+    table = spark.read.format("delta").load(path)
+    newest = table.agg(F.max("batch_id")).first()[0]
+    if newest is None:
+        return BatchLog(None, None, None)
+    # The newest batch and the one before are all a restart needs.
+    rows = table.where(F.col("batch_id") >= newest - 1).collect()
+    commits = [r for r in rows if r["kind"] == "commit"]
+    last = max(commits, key=lambda r: r["batch_id"], default=None)
+    last_commit = (
+        None
+        if last is None
+        else CommitRecord.parse(last["batch_id"], last["run_id"], last["at_ms"], last["payload"])
+    )
+    committed = 0 if last_commit is None else last_commit.batch_id
+    plans = [r for r in rows if r["kind"] == "plan" and r["batch_id"] > committed]
+    plan = max(plans, key=lambda r: r["batch_id"], default=None)
+    if plan is None:
+        return BatchLog(last_commit, None, None)
+    return BatchLog(last_commit, BatchPlan.from_json(plan["payload"]), plan["run_id"])
+
+
+def history(spark: SparkSession, path: str, limit: int = 20) -> list[CommitRecord]:
+    rows = (
+        spark.read.format("delta")
+        .load(path)
+        .where("kind = 'commit'")
+        .orderBy("batch_id", ascending=False)
+        .limit(limit)
+        .collect()
+    )
+    return [CommitRecord.parse(r["batch_id"], r["run_id"], r["at_ms"], r["payload"]) for r in rows]
+
+
+def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: int) -> None:
+    df = spark.createDataFrame([row], SCHEMA).coalesce(1)
+    try:
+        (
+            df.write.format("delta")
+            .mode("append")
+            .option("txnAppId", txn_app)
+            .option("txnVersion", batch_id)
+            .save(path)
+        )
+    except Exception as exc:  # Delta's concurrent-transaction conflicts come as Py4J errors
+        if "Concurrent" in str(exc):
+            raise TaskMigratedException(
+                f"another run wrote the {txn_app.split('-')[1]} of batch {batch_id} at the "
+                f"same time; this run stops without committing"
+            ) from exc
+        raise
+
+
+def write_plan(spark: SparkSession, path: str, plan: BatchPlan, run_id: str) -> None:
+    """Record ``plan``; raises TaskMigratedException if another run owns this batch."""
+    _append(
+        spark,
+        path,
+        (plan.batch_id, "plan", run_id, _now_ms(), plan.to_json()),
+        PLAN_TXN_APP,
+        plan.batch_id,
+    )
+    owner = (
+        spark.read.format("delta")
+        .load(path)
+        .where(f"kind = 'plan' AND batch_id = {plan.batch_id}")
+        .select("run_id")
+        .collect()
+    )
+    if [r["run_id"] for r in owner] != [run_id]:
+        raise TaskMigratedException(
+            f"batch {plan.batch_id} was planned by another run ({owner[0]['run_id']}); "
+            "this run stops without committing"
+        )
+
+
+def write_commit(spark: SparkSession, path: str, record: CommitRecord) -> None:
+    _append(
+        spark,
+        path,
+        (record.batch_id, "commit", record.run_id, record.at_ms, record.payload()),
+        COMMIT_TXN_APP,
+        record.batch_id,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

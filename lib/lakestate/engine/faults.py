@@ -1,0 +1,24 @@
+"""Fault injection for the exactly-once tests: kill this process at a named commit step.
+
+``LAKESTATE_FAULT=<point>`` (optionally ``<point>@<batch>``) makes ``maybe_fail(point,
+batch)`` SIGKILL the current process, the hardest crash there is: no cleanup, no flush.
+Points, in commit order: after_plan, after_sink:<topic>,
+after_state:<store>, after_batch_commit, before_local_commit, mid_local_commit.
+Unset in production; reading one environment variable is its only cost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "LAKESTATE_FAULT"
+
+
+def maybe_fail(point: str, batch_id: int) -> None:
+    wanted = os.environ.get(ENV)
+    if not wanted:
+        return
+    name, _, batch = wanted.partition("@")
+    if name == point and (not batch or int(batch) == batch_id):
+        os.kill(os.getpid(), signal.SIGKILL)

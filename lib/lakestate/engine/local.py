@@ -1,0 +1,112 @@
+"""A task's local state on this instance: its RocksDB store and its staged transactions.
+
+Processing runs in Spark workers but Delta commits run in the driver, so a worker cannot
+commit its transaction itself: it stages it durably beside the store, keyed by batch. The
+driver applies it once every Delta commit of the batch is confirmed (data, offsets, stream
+time and batch id in one WriteBatch), or recovery discards it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from lakestate.state.base import IsolationLevel, StateStore, TopicPartition, Write
+from lakestate.state.constants import META_NAMESPACE
+from lakestate.state.rocksdb import rocksdb_store
+
+BATCH_KEY = b"batch"
+
+
+def task_dir(state_dir: str | Path, app: str, task_id: str) -> Path:
+    return Path(state_dir) / app / task_id
+
+
+def open_task_store(
+    state_dir: str | Path, app: str, task_id: str, isolation: IsolationLevel
+) -> StateStore:
+    return rocksdb_store(f"{app}/{task_id}", task_dir(state_dir, app, task_id) / "db", isolation)
+
+
+def store_exists(state_dir: str | Path, app: str, task_id: str) -> bool:
+    return (task_dir(state_dir, app, task_id) / "db" / "CURRENT").exists()
+
+
+def local_batch(store: StateStore) -> int | None:
+    """The last batch committed into this local store, or None for a new store."""
+    raw = store.get(META_NAMESPACE, BATCH_KEY)
+    return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+
+def batch_marker(batch_id: int) -> Write:
+    """The write that records ``batch_id`` in the store's metadata, committed with the data."""
+    return META_NAMESPACE, BATCH_KEY, batch_id.to_bytes(8, "big", signed=True)
+
+
+def _staged_path(state_dir: str | Path, app: str, task_id: str, batch_id: int) -> Path:
+    return task_dir(state_dir, app, task_id) / "staged" / f"batch-{batch_id}.pkl"
+
+
+def stage(
+    state_dir: str | Path,
+    app: str,
+    task_id: str,
+    batch_id: int,
+    writes: list[Write],
+    offsets: Mapping[TopicPartition, int],
+) -> None:
+    """Durably stage a task's transaction for ``batch_id`` (write, fsync, rename)."""
+    path = _staged_path(state_dir, app, task_id, batch_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(
+            {"batch_id": batch_id, "writes": writes, "offsets": dict(offsets)},
+            f,
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def has_staged(state_dir: str | Path, app: str, task_id: str, batch_id: int) -> bool:
+    return _staged_path(state_dir, app, task_id, batch_id).exists()
+
+
+def apply_staged(
+    store: StateStore, state_dir: str | Path, app: str, task_id: str, batch_id: int
+) -> None:
+    """Commit the staged transaction of ``batch_id`` into ``store`` (one WriteBatch), then
+    drop the staged file. Applying twice is harmless: the second finds the store at the batch."""
+    path = _staged_path(state_dir, app, task_id, batch_id)
+    if local_batch(store) == batch_id:
+        path.unlink(missing_ok=True)
+        return
+    with open(path, "rb") as f:
+        staged = pickle.load(f)
+    with store.new_transaction() as txn:
+        for namespace, key, value in staged["writes"]:
+            txn.put(namespace, key, value)
+        namespace, key, value = batch_marker(batch_id)
+        txn.put(namespace, key, value)
+        txn.commit(staged["offsets"])
+    path.unlink(missing_ok=True)
+
+
+def discard_staged(state_dir: str | Path, app: str, task_id: str) -> None:
+    staged = task_dir(state_dir, app, task_id) / "staged"
+    if staged.exists():
+        shutil.rmtree(staged)
+
+
+def wipe(state_dir: str | Path, app: str, task_id: str) -> None:
+    shutil.rmtree(task_dir(state_dir, app, task_id), ignore_errors=True)

@@ -1,0 +1,308 @@
+"""The micro-batch runtime: plan, read, process, commit, recover (DESIGN.md, "Execution").
+
+One batch: (1) plan the offset ranges per task and record the plan; (2) read them from the
+log tables; (3) process every task's records in Spark, in parallel across tasks, each task
+staging its transaction beside its local store; (4) commit: every output topic and state
+table gets one idempotent Delta commit tagged with the batch, then the batch's commit row
+(offsets, stream times, state versions) goes to the batch log, and only then do the local
+stores commit. A crash at any point is repaired by the next run: a planned batch without a
+commit row is replayed with the same plan, Delta skips the writes it already holds, and
+recovery brings each local store to the committed batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakestate.app import App, load_app
+from lakestate.engine import batches, faults, local, sinks, state_tables
+from lakestate.engine.batches import CommitRecord
+from lakestate.engine.layout import AppLayout, prepare
+from lakestate.engine.plan import BatchPlan, plan_batch
+from lakestate.engine.process import OUT_SCHEMA, BatchContext, process_task
+from lakestate.engine.recovery import recover
+from lakestate.errors import StreamsException
+from lakestate.io import logtable
+from lakestate.state.constants import (
+    DEFAULT_UNCOMMITTED_MAX_RECORDS,
+    UNCOMMITTED_MAX_RECORDS,
+)
+from lakestate.testing.driver import isolation_for
+from lakestate.warehouse import Warehouse
+
+STATE_DIR_ENV = "LAKESTATE_STATE_DIR"
+DEFAULT_STATE_DIR = "state"
+
+
+@dataclass
+class RunResult:
+    batches: list[int] = field(default_factory=list)
+    records: int = 0
+    caught_up: bool = False
+
+
+def state_dir_of(state_dir: str | None) -> str:
+    return str(Path(state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).resolve())
+
+
+@contextlib.contextmanager
+def instance_lock(state_dir: str, app: str) -> Iterator[None]:
+    """One run of an app per instance: its local stores are not shared."""
+    path = Path(state_dir) / app / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StreamsException(
+                f"app {app} is already running on this instance (lock {path} is held); "
+                "this run stops without processing or committing anything"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def run_app(
+    app_path: str,
+    *,
+    warehouse: str | None = None,
+    state_dir: str | None = None,
+    max_batches: int | None = None,
+    max_records: int | None = None,
+    until_caught_up: bool = False,
+    master: str | None = None,
+    say: Callable[[str], None] = print,
+) -> RunResult:
+    """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
+    or until no input is left (``until_caught_up``)."""
+    app = load_app(app_path)
+    if app.topology.global_tables:
+        raise StreamsException(
+            f"app {app.name}: global tables are not supported by the Spark engine yet"
+        )
+    wh = Warehouse(warehouse)
+    sdir = state_dir_of(state_dir)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from lakestate.engine.spark import get_spark
+
+    with instance_lock(sdir, app.name):
+        spark = get_spark(master, app_name=f"lakestate-{app.name}")
+        runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
+        limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
+        return runner.run(limit)
+
+
+class _Runner:
+    def __init__(
+        self,
+        spark: SparkSession,
+        app: App,
+        app_path: str,
+        wh: Warehouse,
+        state_dir: str,
+        max_records: int | None,
+        say: Callable[[str], None],
+    ) -> None:
+        self.spark = spark
+        self.app = app
+        self.app_path = app_path
+        self.state_dir = state_dir
+        self.say = say
+        self.isolation = isolation_for(app.config)
+        bound = int(app.config.get(UNCOMMITTED_MAX_RECORDS, DEFAULT_UNCOMMITTED_MAX_RECORDS))
+        self.max_records = min(bound, max_records) if max_records else bound
+        self.run_id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.layout: AppLayout = prepare(spark, app, wh)
+        self.wh = wh
+
+    def run(self, limit: int | None) -> RunResult:
+        result = RunResult()
+        log = batches.read_log(self.spark, self.layout.batches_path)
+        recover(self.spark, self.layout, log, self.state_dir, self.isolation, self.say)
+        while limit is None or len(result.batches) < limit:
+            log = batches.read_log(self.spark, self.layout.batches_path)
+            if log.pending_plan is not None:
+                plan = log.pending_plan
+                self.say(f"batch {plan.batch_id}: replaying the plan of run {log.pending_run_id}")
+            else:
+                plan = self._plan(log)
+                if plan.records == 0:
+                    result.caught_up = True
+                    self.say(f"caught up at batch {log.committed_batch}: no new input")
+                    break
+                batches.write_plan(self.spark, self.layout.batches_path, plan, self.run_id)
+                faults.maybe_fail("after_plan", plan.batch_id)
+            processed = self._run_batch(plan, log)
+            result.batches.append(plan.batch_id)
+            result.records += processed
+        return result
+
+    def _plan(self, log) -> BatchPlan:
+        ends = {
+            topic: logtable.end_offsets(self.spark, self.wh, topic)
+            for topics in self.layout.inputs.values()
+            for topic in topics
+        }
+        return plan_batch(
+            log.committed_batch + 1,
+            self.layout.inputs,
+            self.layout.task_counts,
+            log.committed_offsets,
+            ends,
+            self.max_records,
+        )
+
+    def _read(self, plan: BatchPlan) -> DataFrame:
+        frames = []
+        for sub, topics in self.layout.inputs.items():
+            tasks = [t for t in plan.tasks if t.subtopology == sub]
+            for index, topic in enumerate(topics):
+                ranges = {t.partition: t.ranges[topic] for t in tasks if topic in t.ranges}
+                if not ranges:
+                    continue
+                df = logtable.read_range(self.spark, self.wh, topic, ranges)
+                frames.append(
+                    df.select(
+                        F.lit(sub).cast("int").alias("sub"),
+                        F.col("partition").alias("task"),
+                        F.lit(index).cast("int").alias("input_index"),
+                        F.lit(topic).alias("topic"),
+                        "partition",
+                        "offset",
+                        "timestamp",
+                        "key",
+                        "value",
+                        "headers",
+                    )
+                )
+        df = frames[0]
+        for other in frames[1:]:
+            df = df.unionByName(other)
+        return df
+
+    def _run_batch(self, plan: BatchPlan, log) -> int:
+        started = time.time()
+        ctx = BatchContext(
+            self.app_path,
+            self.app.name,
+            plan.batch_id,
+            self.state_dir,
+            self.isolation,
+            dict(self.layout.outputs),
+        )
+        result = (
+            self._read(plan)
+            .groupBy("sub", "task")
+            .applyInPandas(partial(process_task, ctx=ctx), OUT_SCHEMA)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        try:
+            try:
+                task_rows = (
+                    result.where(F.col("kind") == "task").select("sub", "task", "info").collect()
+                )
+            except Exception as exc:
+                raise StreamsException(
+                    f"app {self.app.name} batch {plan.batch_id} failed and committed nothing: "
+                    f"{_python_error(exc)}"
+                ) from None
+            commit = self._commit(plan, log, result, task_rows, started)
+        finally:
+            result.unpersist()
+        self.say(
+            f"batch {plan.batch_id}: {commit.stats['records']} records, "
+            f"{commit.stats['outputs']} output records, {commit.stats['seconds']:.1f}s"
+        )
+        return commit.stats["records"]
+
+    def _commit(self, plan: BatchPlan, log, result: DataFrame, task_rows, started) -> CommitRecord:
+        import json
+
+        batch_id = plan.batch_id
+        infos = {(r["sub"], r["task"]): json.loads(r["info"]) for r in task_rows}
+        outputs = result.where(F.col("kind") == "out")
+        n_out = 0
+        for topic in sorted(self.layout.outputs):
+            rows = outputs.where(F.col("topic") == topic)
+            n_out += sinks.append_output(self.spark, self.wh, topic, rows, self.app.name, batch_id)
+            faults.maybe_fail(f"after_sink:{topic}", batch_id)
+        state_rows = result.where(F.col("kind") == "state")
+        versions = {}
+        for sub in sorted(self.layout.inputs):
+            tasks = [p for (s, p) in infos if s == sub]
+            for store in self.layout.stores_of(sub):
+                path = self.layout.state_path(store)
+                if not tasks:
+                    versions[store] = state_tables.table_version(self.spark, path)
+                    continue
+                kind = self.app.topology.stores[store].kind
+                changes = state_rows.where((F.col("store") == store) & (F.col("sub") == sub))
+                state_tables.merge_changes(
+                    self.spark, path, kind, changes, batch_id, tasks, self.app.name
+                )
+                faults.maybe_fail(f"after_state:{store}", batch_id)
+                versions[store] = state_tables.table_version(self.spark, path)
+        offsets = {t: dict(p) for t, p in log.committed_offsets.items()}
+        stream_times = dict(log.last_commit.stream_times) if log.last_commit else {}
+        records = 0
+        for (sub, partition), info in infos.items():
+            for topic, reached in info["reached"].items():
+                offsets.setdefault(topic, {})[partition] = reached
+            stream_times[f"{sub}_{partition}"] = info["stream_time"]
+            records += info["processed"]
+        commit = CommitRecord(
+            batch_id,
+            self.run_id,
+            int(time.time() * 1000),
+            offsets,
+            stream_times,
+            versions,
+            {
+                "records": records,
+                "outputs": n_out,
+                "seconds": round(time.time() - started, 3),
+                "tasks": {f"{s}_{p}": i["metrics"] for (s, p), i in infos.items()},
+            },
+        )
+        batches.write_commit(self.spark, self.layout.batches_path, commit)
+        faults.maybe_fail("after_batch_commit", batch_id)
+        faults.maybe_fail("before_local_commit", batch_id)
+        for index, (sub, partition) in enumerate(sorted(infos)):
+            task_id = f"{sub}_{partition}"
+            store = local.open_task_store(self.state_dir, self.app.name, task_id, self.isolation)
+            try:
+                local.apply_staged(store, self.state_dir, self.app.name, task_id, batch_id)
+            finally:
+                store.close()
+            if index == 0:
+                faults.maybe_fail("mid_local_commit", batch_id)
+        return commit
+
+
+def _python_error(exc: Exception) -> str:
+    """The last line of a Python worker's traceback, which names what went wrong."""
+    text = str(exc)
+    for marker in ("ProcessingException: ", "SerializationException: ", "StreamsException: "):
+        if marker in text:
+            return text.split(marker, 1)[1].split("\n", 1)[0]
+    return text.strip().splitlines()[-1] if text.strip() else repr(exc)
+
+
+__all__ = ["RunResult", "load_app", "run_app"]

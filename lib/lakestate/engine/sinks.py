@@ -1,0 +1,59 @@
+"""Writing a batch's output records to their topics, once.
+
+Records get dense offsets after each partition's current end, in the order the tasks
+emitted them (by sub-topology, task, emission sequence), and go in one Delta append
+carrying the batch's txn action, so a replayed batch is skipped by a topic that already
+holds it.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from lakestate.io import logtable
+from lakestate.warehouse import Warehouse
+
+TXN_APP_PREFIX = "lakestate-sink-"
+
+
+def append_output(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    topic: str,
+    rows: DataFrame,
+    app: str,
+    batch_id: int,
+) -> int:
+    """Append ``rows`` (kind=out rows of one topic) to ``topic``; returns how many records
+    the batch has for it (whether written now or by an earlier attempt)."""
+    count = rows.count()
+    if count == 0:
+        return 0
+    path = warehouse.topic_path(topic)
+    with logtable._append_lock(warehouse, topic):
+        ends = logtable.end_offsets(spark, warehouse, topic)
+        ends_df = spark.createDataFrame(
+            [(p, e) for p, e in ends.items()], "partition int, end_offset long"
+        )
+        order = Window.partitionBy("partition").orderBy("sub", "task", "seq")
+        numbered = (
+            rows.join(F.broadcast(ends_df), "partition")
+            .withColumn("offset", F.row_number().over(order) - 1 + F.col("end_offset"))
+            .select(
+                F.col("partition").cast("int"),
+                F.col("offset").cast("long"),
+                F.col("timestamp").cast("long"),
+                "key",
+                "value",
+                "headers",
+            )
+        )
+        (
+            numbered.write.format("delta")
+            .mode("append")
+            .option("txnAppId", TXN_APP_PREFIX + app)
+            .option("txnVersion", batch_id)
+            .save(path)
+        )
+    return count

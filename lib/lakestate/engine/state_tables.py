@@ -1,0 +1,139 @@
+"""Delta state tables: one per store, the durable, SQL-queryable copy of the state.
+
+Columns: ``task`` (the partition of the task that owns the row), the store kind's typed
+columns (e.g. ``key``, ``value``, ``ts`` for key-value stores; keys and values as JSON
+text, as in log tables), ``batch_id`` (the batch that last wrote the row) and the entry's
+exact bytes ``raw_key``/``raw_value``, from which the local store is restored. Partitioned
+by task. Change Data Feed is on: a local store that fell behind catches up from it.
+
+Each batch changes a table with one MERGE carrying Delta's txn action (the session confs
+``spark.databricks.delta.write.txnAppId/txnVersion``), so a replayed batch is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakestate.state.registry import view_class
+
+TXN_APP = "lakestate-state"
+TXN_APP_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+TABLE_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "true",
+}
+
+
+def typed_schema(kind: str) -> StructType:
+    ddl = ", ".join(f"`{name}` {type_}" for name, type_ in view_class(kind).STATE_COLUMNS)
+    return StructType.fromDDL(ddl)
+
+
+def ensure_table(spark: SparkSession, path: str, store: str, kind: str) -> None:
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumn("task", "INT")
+    for name, type_ in view_class(kind).STATE_COLUMNS:
+        builder = builder.addColumn(name, type_)
+    builder = (
+        builder.addColumn("batch_id", "BIGINT")
+        .addColumn("raw_key", "BINARY")
+        .addColumn("raw_value", "BINARY")
+        .partitionedBy("task")
+        .comment(f"lakestate state store {store} ({kind})")
+        .property("lakestate.store.kind", kind)
+    )
+    for key, value in TABLE_PROPERTIES.items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def table_version(spark: SparkSession, path: str) -> int:
+    return DeltaTable.forPath(spark, path).history(1).select("version").first()[0]
+
+
+def merge_changes(
+    spark: SparkSession,
+    path: str,
+    kind: str,
+    changes: DataFrame,
+    batch_id: int,
+    tasks: list[int],
+    app: str,
+) -> None:
+    """Apply one batch's changes (rows: task, raw_key, raw_value, row_json; raw_value null =
+    delete) in one idempotent MERGE."""
+    typed = typed_schema(kind)
+    source = changes.select(
+        "task", "raw_key", "raw_value", F.from_json("row_json", typed).alias("t")
+    ).select(
+        "task",
+        *[F.col(f"t.`{f.name}`").alias(f.name) for f in typed.fields],
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        "raw_key",
+        "raw_value",
+    )
+    columns = ["task", *[f.name for f in typed.fields], "batch_id", "raw_key", "raw_value"]
+    assignments = {c: F.col(f"s.`{c}`") for c in columns}
+    # The task list lets Delta prune to the partitions this batch touched.
+    task_list = ", ".join(str(t) for t in sorted(tasks)) or "NULL"
+    condition = f"t.task IN ({task_list}) AND t.task = s.task AND t.raw_key = s.raw_key"
+    conf = spark.conf
+    conf.set(TXN_APP_CONF, TXN_APP)
+    conf.set(TXN_VERSION_CONF, str(batch_id))
+    conf.set(USER_METADATA_CONF, json.dumps({"app": app, "batch_id": batch_id}))
+    try:
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), condition)
+            .whenMatchedDelete("s.raw_value IS NULL")
+            .whenMatchedUpdate(set=assignments)
+            .whenNotMatchedInsert("s.raw_value IS NOT NULL", values=assignments)
+            .execute()
+        )
+    finally:
+        conf.unset(TXN_APP_CONF)
+        conf.unset(TXN_VERSION_CONF)
+        conf.unset(USER_METADATA_CONF)
+
+
+def read_task_rows(spark: SparkSession, path: str, task: int, version: int) -> list[tuple]:
+    """(raw_key, raw_value) of every row of ``task`` at table ``version``."""
+    df = spark.read.format("delta").option("versionAsOf", version).load(path)
+    return [
+        (r[0], r[1])
+        for r in df.where(F.col("task") == task).select("raw_key", "raw_value").toLocalIterator()
+    ]
+
+
+def read_task_changes(
+    spark: SparkSession, path: str, task: int, after_version: int, to_version: int
+) -> list[tuple]:
+    """The net change per key of ``task`` between two versions, from the Change Data Feed:
+    (raw_key, raw_value) with raw_value None for keys deleted."""
+    if to_version <= after_version:
+        return []
+    cdf = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", after_version + 1)
+        .option("endingVersion", to_version)
+        .load(path)
+        .where((F.col("task") == task) & (F.col("_change_type") != "update_preimage"))
+    )
+    latest: dict[bytes, tuple[int, int, bytes | None]] = {}
+    for r in cdf.select(
+        "raw_key", "raw_value", "_change_type", "_commit_version"
+    ).toLocalIterator():
+        rank = (r["_commit_version"], 0 if r["_change_type"] == "delete" else 1)
+        value = None if r["_change_type"] == "delete" else bytes(r["raw_value"])
+        key = bytes(r["raw_key"])
+        if key not in latest or rank >= latest[key][:2]:
+            latest[key] = (*rank, value)
+    return [(k, v[2]) for k, v in latest.items()]

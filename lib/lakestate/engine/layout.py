@@ -61,6 +61,7 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
                     f"app {app.name}: input topic {topic!r} of sub-topology {sub.id} does not "
                     f"exist in {warehouse.root}; create it with `lakestate produce {topic} FILE`"
                 )
+            _check_columns(spark, warehouse, topic)
             counts.append(logtable.partitions(spark, warehouse, topic))
         inputs[sub.id] = names
         task_counts[sub.id] = max(counts)
@@ -78,3 +79,13 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
             )
     batches.ensure_table(spark, warehouse.batches_path(app.name))
     return AppLayout(app, warehouse, inputs, task_counts, outputs)
+
+
+def _check_columns(spark: SparkSession, warehouse: Warehouse, topic: str) -> None:
+    columns = set(spark.read.format("delta").load(warehouse.topic_path(topic)).columns)
+    missing = [f.name for f in logtable.LOG_SCHEMA.fields if f.name not in columns]
+    if missing:
+        raise StreamsException(
+            f"topic {topic!r} at {warehouse.topic_path(topic)} is not a log table: it has no "
+            f"column {', '.join(missing)} (expected {logtable.LOG_SCHEMA.simpleString()})"
+        )

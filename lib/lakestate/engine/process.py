@@ -63,6 +63,7 @@ class BatchContext:
     state_dir: str
     isolation: IsolationLevel
     topic_partitions: dict[str, int]  # output topic -> partition count
+    starts: dict[str, dict[str, int]]  # task id -> input topic -> first offset of the batch
 
 
 def _app(path: str) -> App:
@@ -110,12 +111,14 @@ def process_task(records: pd.DataFrame, ctx: BatchContext) -> pd.DataFrame:
     app = _app(ctx.app_path)
     store = local.open_task_store(ctx.state_dir, ctx.app_name, task_id, ctx.isolation)
     try:
-        committed = local.local_batch(store) or 0
-        if committed != ctx.batch_id - 1:
-            raise StreamsException(
-                f"local store of task {task_id} is at batch {committed}, expected "
-                f"{ctx.batch_id - 1}: recovery must run before processing"
-            )
+        held = store.committed_offsets()
+        for topic, start in ctx.starts[task_id].items():
+            if held.get(TopicPartition(topic, partition), 0) != start:
+                raise StreamsException(
+                    f"local store of task {task_id} holds offset "
+                    f"{held.get(TopicPartition(topic, partition), 0)} of {topic!r}, but batch "
+                    f"{ctx.batch_id} starts at {start}: recovery must run before processing"
+                )
         task = Task(app.topology, sub, partition, store, app.config, app.name)
         reached: dict[str, int] = {}
         processed = 0

@@ -1,10 +1,11 @@
 """Recovery on start: bring every local task store to the last committed batch.
 
-Per task, compare the batch the local store holds (L) with the last committed batch (C):
-L == C → go; L == C-1 with the batch's staged transaction on disk → apply it (the crash
-came between the Delta commits and the local commit); L < C otherwise → catch up from the
-state tables' Change Data Feed; no store, a half-restored one, or L > C → restore from the
-state tables. Nothing is wiped on a crash that left a consistent store.
+Per task, compare the offsets the local store holds with the last commit's:
+its offsets equal to the committed ones → go; the committed batch's transaction staged on
+disk → apply it (the crash came between the Delta commits and the local commit); behind
+otherwise → catch up from the state tables' Change Data Feed, from the last batch the store
+committed (its batch marker); no store, or ahead of Delta → restore from the state tables.
+Nothing is wiped on a crash that left a consistent store.
 """
 
 from __future__ import annotations
@@ -34,30 +35,44 @@ def recover(
     committed = log.committed_batch
     for sub, partition in layout.tasks():
         task_id = f"{sub}_{partition}"
+        expected = {} if commit is None else _task_offsets(layout, commit, sub, partition)
         if not local.store_exists(state_dir, app, task_id):
-            _restore(spark, layout, commit, state_dir, sub, partition, isolation, say, "missing")
+            if expected:
+                _restore(spark, layout, commit, state_dir, sub, partition, isolation, say,
+                         "missing")
+            local.discard_staged(state_dir, app, task_id)
             continue
         store = local.open_task_store(state_dir, app, task_id, isolation)
         try:
-            held = local.local_batch(store)
-            if held == committed or (held is None and committed == 0):
-                pass
-            elif (
-                held is not None
-                and held == committed - 1
-                and local.has_staged(state_dir, app, task_id, committed)
+            if not _same(_held(store, layout, sub), expected) and local.has_staged(
+                state_dir, app, task_id, committed
             ):
                 local.apply_staged(store, state_dir, app, task_id, committed)
                 say(f"task {task_id}: applied the staged transaction of batch {committed}")
-            elif held is not None and 0 < held < committed:
-                _catch_up(spark, layout, store, commit, held, sub, partition, say)
+            held = _held(store, layout, sub)
+            if _same(held, expected):
+                continue
+            held_batch = local.local_batch(store)
+            behind = all(held.get(tp, 0) <= offset for tp, offset in expected.items())
+            if held_batch is not None and 0 < held_batch < committed and behind:
+                _catch_up(spark, layout, store, commit, held_batch, sub, partition, say)
             else:
                 store.close()
-                reason = "half restored" if held is None else f"ahead (batch {held} > {committed})"
+                reason = "behind without a usable batch marker" if behind else "ahead of Delta"
                 _restore(spark, layout, commit, state_dir, sub, partition, isolation, say, reason)
         finally:
             store.close()
-        local.discard_staged(state_dir, app, task_id)
+            local.discard_staged(state_dir, app, task_id)
+
+
+def _held(store: StateStore, layout: AppLayout, sub: int) -> dict[TopicPartition, int]:
+    inputs = set(layout.inputs[sub])
+    return {tp: o for tp, o in store.committed_offsets().items() if tp.topic in inputs}
+
+
+def _same(held: dict[TopicPartition, int], expected: dict[TopicPartition, int]) -> bool:
+    keys = set(held) | set(expected)
+    return all(held.get(k, 0) == expected.get(k, 0) for k in keys)
 
 
 def _task_offsets(layout: AppLayout, commit: CommitRecord, sub: int, partition: int):

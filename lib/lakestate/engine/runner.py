@@ -137,7 +137,6 @@ class _Runner:
         log = batches.read_log(self.spark, self.layout.batches_path)
         recover(self.spark, self.layout, log, self.state_dir, self.isolation, self.say)
         while limit is None or len(result.batches) < limit:
-            log = batches.read_log(self.spark, self.layout.batches_path)
             if log.pending_plan is not None:
                 plan = log.pending_plan
                 self.say(f"batch {plan.batch_id}: replaying the plan of run {log.pending_run_id}")
@@ -149,7 +148,11 @@ class _Runner:
                     break
                 batches.write_plan(self.spark, self.layout.batches_path, plan, self.run_id)
                 faults.maybe_fail("after_plan", plan.batch_id)
-            processed = self._run_batch(plan, log)
+            commit = self._run_batch(plan, log)
+            # This run holds the instance lock and owns the batch (write_plan checked), so
+            # the log's next state is known without reading it back.
+            log = batches.BatchLog(commit, None, None)
+            processed = commit.stats["records"]
             result.batches.append(plan.batch_id)
             result.records += processed
         return result
@@ -197,8 +200,9 @@ class _Runner:
             df = df.unionByName(other)
         return df
 
-    def _run_batch(self, plan: BatchPlan, log) -> int:
+    def _run_batch(self, plan: BatchPlan, log) -> CommitRecord:
         started = time.time()
+        starts = {t.task_id: {topic: r[0] for topic, r in t.ranges.items()} for t in plan.tasks}
         ctx = BatchContext(
             self.app_path,
             self.app.name,
@@ -206,6 +210,7 @@ class _Runner:
             self.state_dir,
             self.isolation,
             dict(self.layout.outputs),
+            starts,
         )
         result = (
             self._read(plan)
@@ -230,7 +235,7 @@ class _Runner:
             f"batch {plan.batch_id}: {commit.stats['records']} records, "
             f"{commit.stats['outputs']} output records, {commit.stats['seconds']:.1f}s"
         )
-        return commit.stats["records"]
+        return commit
 
     def _commit(self, plan: BatchPlan, log, result: DataFrame, task_rows, started) -> CommitRecord:
         import json
@@ -277,6 +282,7 @@ class _Runner:
             {
                 "records": records,
                 "outputs": n_out,
+                "inputs": {t: sub for sub, ts in self.layout.inputs.items() for t in ts},
                 "seconds": round(time.time() - started, 3),
                 "tasks": {f"{s}_{p}": i["metrics"] for (s, p), i in infos.items()},
             },

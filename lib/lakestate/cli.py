@@ -1,0 +1,259 @@
+"""The ``lakestate`` command line.
+
+Each subcommand is a small function ``run(args, ctx) -> int`` plus a function adding its
+arguments, registered in one table, ``COMMANDS``. To add one (``run``, ``sql``, ``status``,
+``demo`` ...) write the two functions and add a ``Command`` to ``COMMANDS``.
+
+Global options: ``--warehouse DIR`` (else env ``LAKESTATE_WAREHOUSE``, else ``./warehouse``)
+and ``--master URL`` (else env ``LAKESTATE_SPARK_MASTER``, else ``local[*]``). Spark starts
+only when a command asks ``ctx.spark``; it is stopped on exit if the CLI started it.
+
+Exit codes: 0 success, 1 a lakestate error (bad input, missing topic), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from lakestate.errors import StreamsException
+from lakestate.warehouse import Warehouse
+
+__all__ = ["COMMANDS", "Command", "Context", "build_parser", "main"]
+
+
+class Context:
+    """What a command runs with: the warehouse, output streams and a lazy SparkSession."""
+
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        master: str | None = None,
+        stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
+        self.warehouse = warehouse
+        self.master = master
+        self.stdout = stdout if stdout is not None else sys.stdout
+        self.stderr = stderr if stderr is not None else sys.stderr
+        self._spark: Any = None
+        self._owns_spark = False
+
+    @property
+    def spark(self) -> Any:
+        """The SparkSession (started on first use; an already running one is reused)."""
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            from lakestate.engine.spark import get_spark
+
+            self._owns_spark = SparkSession.getActiveSession() is None
+            self._spark = get_spark(self.master)
+        return self._spark
+
+    def print(self, *values: Any) -> None:
+        print(*values, file=self.stdout)
+
+    def close(self) -> None:
+        if self._spark is not None and self._owns_spark:
+            from lakestate.engine.spark import stop_spark
+
+            stop_spark()
+        self._spark = None
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its help line, a function adding its arguments, and what it runs."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Context], int]
+    description: str | None = None
+
+
+# -- produce ------------------------------------------------------------------------------
+
+
+def _produce_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic", help="topic to append to (created if missing)")
+    p.add_argument(
+        "file",
+        help='JSON lines, one record a line: {"key": ..., "value": ..., "timestamp": ms '
+        '(optional), "partition": n (optional), "headers": {...} (optional)}; "-" for stdin',
+    )
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="partition count when the topic is created (default 1); if the topic exists "
+        "it must have N partitions",
+    )
+
+
+def _read_jsonl(stream: IO[str]) -> tuple[list[Any], list[str]]:
+    records: list[Any] = []
+    labels: list[str] = []
+    errors: list[str] = []
+    for lineno, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            errors.append(f"line {lineno}: not valid JSON: {e.msg} (column {e.colno})")
+            continue
+        labels.append(f"line {lineno}")
+    if errors:
+        raise ValueError(
+            f"{len(errors)} invalid line{'s' if len(errors) != 1 else ''}, nothing written:\n  "
+            + "\n  ".join(errors[:10])
+            + (f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else "")
+        )
+    return records, labels
+
+
+def _produce(args: argparse.Namespace, ctx: Context) -> int:
+    from lakestate.io import logtable
+
+    if args.partitions is not None and args.partitions < 1:
+        raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
+    if args.file == "-":
+        records, labels = _read_jsonl(sys.stdin)
+    else:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                records, labels = _read_jsonl(f)
+        except OSError as e:
+            raise ValueError(f"cannot read {args.file}: {e.strerror}") from None
+    spark = ctx.spark
+    if logtable.topic_exists(spark, ctx.warehouse, args.topic):
+        n = logtable.partitions(spark, ctx.warehouse, args.topic)
+        if args.partitions is not None and args.partitions != n:
+            raise ValueError(
+                f"topic {args.topic!r} exists with {n} partitions; --partitions {args.partitions} "
+                "does not match (a topic's partition count never changes)"
+            )
+    else:
+        n = args.partitions or 1
+        # Validate before creating, so a bad file leaves no empty topic behind.
+        logtable.validate_records(records, n, labels)
+        logtable.create_topic(spark, ctx.warehouse, args.topic, n)
+        ctx.print(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
+    result = logtable.append_records(spark, ctx.warehouse, args.topic, records, labels=labels)
+    ctx.print(f"appended {result.total} record{'s' if result.total != 1 else ''} to {args.topic}")
+    for p, (start, end) in sorted(result.ranges.items()):
+        ctx.print(f"  partition {p}: {end - start} (offsets {start}..{end - 1})")
+    return 0
+
+
+# -- consume ------------------------------------------------------------------------------
+
+
+def _consume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic", help="topic to read")
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        default=True,
+        help="read from offset 0 (the default: log tables keep every record)",
+    )
+    p.add_argument(
+        "--partition", type=int, action="append", metavar="P", help="only partition P (repeatable)"
+    )
+    p.add_argument(
+        "--max-messages", type=int, metavar="N", help="stop after N records (in output order)"
+    )
+
+
+def _consume(args: argparse.Namespace, ctx: Context) -> int:
+    from lakestate.io import logtable
+
+    spark = ctx.spark
+    if not logtable.topic_exists(spark, ctx.warehouse, args.topic):
+        raise ValueError(f"topic {args.topic!r} does not exist in {ctx.warehouse.root}")
+    df = logtable.read_topic(spark, ctx.warehouse, args.topic, partitions=args.partition)
+    if args.max_messages is not None:
+        df = df.limit(max(args.max_messages, 0))
+    for r in logtable.iter_records(df):
+        out: dict[str, Any] = {
+            "partition": r.partition,
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": r.key,
+            "value": r.value,
+        }
+        if r.headers is not None:
+            out["headers"] = r.headers
+        ctx.print(json.dumps(out, ensure_ascii=False))
+    return 0
+
+
+# -- the table ----------------------------------------------------------------------------
+
+#: Every subcommand, by name, in the order ``--help`` lists them.
+COMMANDS: dict[str, Command] = {
+    "produce": Command(
+        help="append JSON-lines records to a topic's log table",
+        configure=_produce_args,
+        run=_produce,
+    ),
+    "consume": Command(
+        help="print a topic's records as JSON lines, in partition/offset order",
+        configure=_consume_args,
+        run=_consume,
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lakestate",
+        description="Kafka Streams' stateful semantics on PySpark micro-batches with Delta "
+        "Lake state.",
+    )
+    parser.add_argument(
+        "--warehouse",
+        metavar="DIR",
+        help="warehouse root (default: env LAKESTATE_WAREHOUSE, else ./warehouse)",
+    )
+    parser.add_argument(
+        "--master",
+        metavar="URL",
+        help="Spark master (default: env LAKESTATE_SPARK_MASTER, else local[*])",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.help, description=command.description or command.help)
+        command.configure(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error argparse already printed
+        return e.code if isinstance(e.code, int) else 2
+    ctx = Context(Warehouse(args.warehouse), master=args.master)
+    try:
+        return COMMANDS[args.command].run(args, ctx)
+    except (ValueError, StreamsException) as e:
+        print(f"lakestate {args.command}: error: {e}", file=ctx.stderr)
+        return 1
+    except BrokenPipeError:  # e.g. `lakestate consume t | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        ctx.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

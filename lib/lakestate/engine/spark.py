@@ -1,0 +1,208 @@
+"""The SparkSession factory: one place that knows how lakestate configures Spark and Delta.
+
+``get_spark()`` builds (or returns the already running) SparkSession with Delta Lake enabled.
+The Delta jars come from Maven Central through Spark's own Ivy resolution
+(``spark.jars.packages``) and are cached in a project-local Ivy directory, so only the first
+run on a machine needs the network.
+
+Environment:
+
+``LAKESTATE_SPARK_MASTER``
+    Spark master when ``get_spark`` is given none (default ``local[*]``).
+``LAKESTATE_DELTA_JAR_VERSION``
+    Delta jar release to resolve (default: matches the installed delta-spark).
+``LAKESTATE_IVY_DIR``
+    Ivy directory for the resolved jars (default ``<repo>/.cache/ivy``).
+``LAKESTATE_SHUFFLE_PARTITIONS``
+    ``spark.sql.shuffle.partitions`` (default 4: the data per batch is small).
+``LAKESTATE_DRIVER_MEMORY``
+    ``spark.driver.memory`` (default: Spark's own, 1g).
+``LAKESTATE_LOG_LEVEL``
+    Spark's log level once the session is up (default ``WARN``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import metadata
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+__all__ = [
+    "DELTA_CONF",
+    "delta_jar_version",
+    "delta_maven_coordinates",
+    "get_spark",
+    "ivy_dir",
+    "jars_cached",
+    "spark_conf",
+    "stop_spark",
+]
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_SHUFFLE_PARTITIONS = 4
+DEFAULT_LOG_LEVEL = "WARN"
+SCALA_BINARY_VERSION = "2.13"
+
+#: Session confs that turn Delta on, plus the defaults every new lakestate table gets.
+#: ``spark.databricks.delta.properties.defaults.<name>`` sets the table property
+#: ``delta.<name>`` on tables created in the session.
+DELTA_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Change Data Feed: a store's Delta table is its changelog (catch-up after a crash).
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+    # Deletion vectors: deletes and merges on state tables mark rows instead of
+    # rewriting whole files.
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
+}
+
+_lock = threading.Lock()
+
+
+#: delta-spark releases on PyPI whose jars are not on Maven Central, mapped to the jar release
+#: to use instead. delta-spark 4.4.1 was published to PyPI only: Maven Central has no
+#: ``io.delta:*:4.4.1`` artifacts (its metadata lists 4.4.0 as the latest), and the 4.4.1 wheel
+#: differs from 4.4.0 in ``delta/version.py`` alone, so the 4.4.0 jar is the exact match.
+JAR_VERSION_FOR_PIP_VERSION: dict[str, str] = {"4.4.1": "4.4.0"}
+
+
+def delta_jar_version() -> str:
+    """The Delta jar release: env ``LAKESTATE_DELTA_JAR_VERSION``, else the one matching the
+    installed delta-spark Python package."""
+    env = os.environ.get("LAKESTATE_DELTA_JAR_VERSION")
+    if env:
+        return env
+    pip_version = metadata.version("delta-spark")
+    return JAR_VERSION_FOR_PIP_VERSION.get(pip_version, pip_version)
+
+
+def delta_maven_coordinates() -> str:
+    """The Maven coordinates of the Delta jar matching the installed delta-spark and pyspark.
+
+    Same artifact rule as ``delta.pip_utils.configure_spark_with_delta_pip`` in delta-spark
+    4.x: the artifact name carries Spark's major.minor and Scala's binary version. With
+    pyspark 4.2.0 and delta-spark 4.4.1: ``io.delta:delta-spark_4.2_2.13:4.4.0`` (see
+    ``JAR_VERSION_FOR_PIP_VERSION``).
+    """
+    import pyspark
+
+    spark_major_minor = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark_major_minor}_{SCALA_BINARY_VERSION}:{delta_jar_version()}"
+
+
+def _project_root() -> Path | None:
+    """The lakestate checkout this module runs from (editable install), or None."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "lib" / "lakestate").is_dir():
+            return parent
+    return None
+
+
+def ivy_dir() -> Path:
+    """Where Spark's Ivy keeps the resolved jars: env LAKESTATE_IVY_DIR, else
+    ``<repo>/.cache/ivy``, else (not running from a checkout) ``~/.cache/lakestate/ivy``."""
+    env = os.environ.get("LAKESTATE_IVY_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    root = _project_root()
+    if root is not None:
+        return root / ".cache" / "ivy"
+    return Path.home() / ".cache" / "lakestate" / "ivy"
+
+
+def jars_cached() -> bool:
+    """Whether the Delta jar is already in the Ivy cache (then starting Spark needs no
+    network): Spark's Ivy copies resolved jars to ``<ivy>/jars/<org>_<artifact>-<rev>.jar``."""
+    org, artifact, version = delta_maven_coordinates().split(":")
+    return (ivy_dir() / "jars" / f"{org}_{artifact}-{version}.jar").is_file()
+
+
+def _under_spark_submit() -> bool:
+    """Whether this Python process was started by spark-submit (whose JVM, with its own
+    ``--master``, is already up)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _resolve_master(master: str | None) -> str:
+    return master or os.environ.get("LAKESTATE_SPARK_MASTER") or DEFAULT_MASTER
+
+
+def spark_conf(
+    master: str | None = None,
+    app_name: str = "lakestate",
+    extra_conf: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Every conf ``get_spark`` sets, as a dict (also usable for spark-submit ``--conf``)."""
+    shuffle_partitions = os.environ.get(
+        "LAKESTATE_SHUFFLE_PARTITIONS", str(DEFAULT_SHUFFLE_PARTITIONS)
+    )
+    conf: dict[str, str] = {
+        "spark.app.name": app_name,
+        "spark.jars.packages": delta_maven_coordinates(),
+        "spark.jars.ivy": str(ivy_dir()),
+        **DELTA_CONF,
+        "spark.sql.shuffle.partitions": shuffle_partitions,
+        # Delta rebuilds a table's snapshot from its log with this many tasks (default 50):
+        # far too many for small tables on a small machine.
+        "spark.databricks.delta.snapshotPartitions": shuffle_partitions,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Times are epoch milliseconds everywhere; keep Spark's rendering stable too.
+        "spark.sql.session.timeZone": "UTC",
+        # Classic (py4j) Spark: the engine's driver-side commit needs the JVM session.
+        "spark.api.mode": "classic",
+    }
+    if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():
+        conf["spark.master"] = _resolve_master(master)
+    driver_memory = os.environ.get("LAKESTATE_DRIVER_MEMORY")
+    if driver_memory:
+        conf["spark.driver.memory"] = driver_memory
+    if extra_conf:
+        conf.update({k: str(v) for k, v in extra_conf.items()})
+    return conf
+
+
+def get_spark(
+    master: str | None = None,
+    app_name: str = "lakestate",
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """The SparkSession lakestate runs on, with Delta Lake configured.
+
+    ``master``: the argument, else env ``LAKESTATE_SPARK_MASTER``, else spark-submit's
+    ``--master`` when running under spark-submit, else ``local[*]``.
+    ``extra_conf`` is applied last and overrides the defaults.
+
+    If a SparkSession is already running in this process it is returned as is (Spark allows
+    one SparkContext per JVM; static confs such as the master or the jars cannot change);
+    ``extra_conf`` is then applied as runtime confs where Spark allows it.
+    """
+    with _lock:
+        existing = SparkSession.getActiveSession()
+        if existing is not None:
+            for key, value in (extra_conf or {}).items():
+                try:
+                    existing.conf.set(key, str(value))
+                except Exception:  # a static conf: fixed once the JVM is up
+                    pass
+            return existing
+
+        conf = spark_conf(master, app_name, extra_conf)
+        Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
+        builder = SparkSession.builder
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel(os.environ.get("LAKESTATE_LOG_LEVEL", DEFAULT_LOG_LEVEL))
+        return spark
+
+
+def stop_spark() -> None:
+    """Stop the running SparkSession, if any (the next ``get_spark`` starts a new one)."""
+    with _lock:
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            spark.stop()

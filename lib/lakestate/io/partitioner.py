@@ -1,0 +1,77 @@
+"""Which partition a key goes to: the one place that decides it (``produce``, sinks,
+repartition topics).
+
+A key is encoded as canonical JSON (``canonical_json``: sorted object keys, no spaces,
+UTF-8) and hashed with murmur2 exactly as Kafka's default partitioner does
+(``Utils.toPositive(Utils.murmur2(keyBytes)) % numPartitions``). The result is the same in
+every process, on every machine and every Python version (Python's ``hash()`` is salted per
+process and is never used), and it is the partition a Kafka producer with a JSON serializer
+that writes the same bytes would pick.
+
+A ``None`` key always goes to partition 0: deterministic, so a replayed batch puts its
+records where the first attempt did (Kafka's producer spreads null keys instead, which a
+replay could not reproduce).
+
+Keys that Python considers equal but JSON spells differently are different keys here, as
+they would be in Kafka: ``1``, ``1.0`` and ``True`` encode as ``1``, ``1.0`` and ``true``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["canonical_json", "murmur2", "partition_for"]
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK32 = 0xFFFFFFFF
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of a Python value: object keys sorted, no whitespace,
+    non-ASCII kept as is. NaN and infinities are rejected (they are not JSON).
+
+    Raises ``TypeError``/``ValueError`` for values JSON cannot represent.
+    """
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``: 32-bit murmur2 with Kafka's seed, as a signed 32-bit int."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK32
+    end = length - length % 4
+    for i in range(0, end, 4):
+        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
+        k = (k * _M) & _MASK32
+        k ^= k >> 24
+        k = (k * _M) & _MASK32
+        h = (h * _M) & _MASK32
+        h ^= k
+    rest = length % 4
+    if rest == 3:
+        h ^= data[end + 2] << 16
+    if rest >= 2:
+        h ^= data[end + 1] << 8
+    if rest >= 1:
+        h ^= data[end]
+        h = (h * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: Any, num_partitions: int) -> int:
+    """The partition of ``key`` among ``num_partitions``: murmur2 of the key's canonical
+    JSON (UTF-8), made positive, modulo the count. ``None`` → partition 0."""
+    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
+        raise TypeError(f"num_partitions must be an int, got {num_partitions!r}")
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
+    if key is None:
+        return 0
+    return (murmur2(canonical_json(key).encode("utf-8")) & 0x7FFFFFFF) % num_partitions

@@ -1,0 +1,148 @@
+"""Where lakestate keeps its tables: one warehouse directory.
+
+Layout::
+
+    <root>/topics/<topic>                 log tables (the embedded stand-in for Kafka topics)
+    <root>/apps/<app>/state/<store>       state tables, one per store
+    <root>/apps/<app>/_offsets            the app's committed source offsets (engine)
+    <root>/apps/<app>/_batches            the app's batch history (engine)
+
+The root comes from ``--warehouse DIR``, else env ``LAKESTATE_WAREHOUSE``, else
+``./warehouse``. A local root is made absolute; a URI root (``s3a://bucket/wh``) is kept as
+given, and its paths are joined with ``/`` (listing works on local roots only).
+
+Paths are returned as ``str``: what Spark's readers and writers take.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = ["DEFAULT_WAREHOUSE", "StateTable", "Warehouse", "validate_name"]
+
+DEFAULT_WAREHOUSE = "warehouse"
+WAREHOUSE_ENV = "LAKESTATE_WAREHOUSE"
+
+# Kafka's rule for topic names, applied to apps and stores too: they become directory names.
+_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def validate_name(kind: str, name: str) -> str:
+    """``name`` if it is a legal topic/app/store name (Kafka's rule: ASCII letters, digits,
+    ``.``, ``_``, ``-``; at most 249 characters; not ``.`` or ``..``), else ``ValueError``."""
+    if not isinstance(name, str) or not _LEGAL_NAME.fullmatch(name) or name in (".", ".."):
+        raise ValueError(
+            f"illegal {kind} name {name!r}: use 1-249 characters of ASCII letters, digits, "
+            "'.', '_' and '-' (and not '.' or '..')"
+        )
+    return name
+
+
+class StateTable(NamedTuple):
+    """A state table found in the warehouse."""
+
+    app: str
+    store: str
+    path: str
+
+
+def _is_uri(root: str) -> bool:
+    return "://" in root
+
+
+class Warehouse:
+    """Path resolution for one warehouse root."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        if root is None or str(root) == "":
+            root = os.environ.get(WAREHOUSE_ENV) or DEFAULT_WAREHOUSE
+        root = os.fspath(root)
+        self.root: str = root.rstrip("/") if _is_uri(root) else str(Path(root).resolve())
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.root!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Warehouse) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    @property
+    def is_local(self) -> bool:
+        return not _is_uri(self.root) or self.root.startswith("file://")
+
+    def _join(self, *parts: str) -> str:
+        if _is_uri(self.root):
+            return "/".join((self.root, *parts))
+        return str(Path(self.root, *parts))
+
+    def _local_root(self) -> Path:
+        if not self.is_local:
+            raise NotImplementedError(f"listing a remote warehouse is not supported: {self.root}")
+        return Path(self.root.removeprefix("file://"))
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def topics_dir(self) -> str:
+        return self._join("topics")
+
+    def topic_path(self, name: str) -> str:
+        """The log table of topic ``name``."""
+        return self._join("topics", validate_name("topic", name))
+
+    def list_topics(self) -> list[str]:
+        """Names of the topics that exist (a ``_delta_log`` directory), sorted."""
+        base = self._local_root() / "topics"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if (p / "_delta_log").is_dir())
+
+    # -- apps -----------------------------------------------------------------------------
+
+    def apps_dir(self) -> str:
+        return self._join("apps")
+
+    def app_path(self, app: str) -> str:
+        """The folder of app ``app`` (its state tables, offsets, batch history)."""
+        return self._join("apps", validate_name("app", app))
+
+    def state_dir(self, app: str) -> str:
+        return self._join("apps", validate_name("app", app), "state")
+
+    def state_table_path(self, app: str, store: str) -> str:
+        """The Delta table of store ``store`` of app ``app``."""
+        return self._join("apps", validate_name("app", app), "state", validate_name("store", store))
+
+    def offsets_path(self, app: str) -> str:
+        """The app's committed-offsets table (written by the engine)."""
+        return self._join("apps", validate_name("app", app), "_offsets")
+
+    def batches_path(self, app: str) -> str:
+        """The app's batch-history table (written by the engine)."""
+        return self._join("apps", validate_name("app", app), "_batches")
+
+    def list_apps(self) -> list[str]:
+        """Names of the app folders, sorted."""
+        base = self._local_root() / "apps"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir())
+
+    def list_state_tables(self, app: str | None = None) -> list[StateTable]:
+        """The state tables (``<app>/state/<store>`` holding a ``_delta_log``), sorted by
+        app then store; only ``app``'s when given."""
+        apps = [validate_name("app", app)] if app is not None else self.list_apps()
+        base = self._local_root() / "apps"
+        found: list[StateTable] = []
+        for name in apps:
+            state = base / name / "state"
+            if not state.is_dir():
+                continue
+            for store in sorted(state.iterdir()):
+                if (store / "_delta_log").is_dir():
+                    found.append(StateTable(name, store.name, str(store)))
+        return found

@@ -1,0 +1,135 @@
+"""The DAGs folder parses in a real Airflow, and the demo DAG has the shape the design asks for:
+scheduled micro-batches without overlapping runs, trigger Params, one SparkSubmitOperator task
+on local[*] unless a Spark connection says otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lakestate.engine.spark import DELTA_CONF, delta_maven_coordinates
+from lakestate.engine.submit import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+DEMO_DAG = "lakestate_demo"
+
+
+@pytest.fixture(scope="module")
+def described(airflow_env) -> dict:
+    return airflow_env.run("describe")
+
+
+def test_every_dag_file_imports_cleanly(described: dict) -> None:
+    assert described["import_errors"] == {}
+    dag_files = {p.resolve() for p in (REPO / "dags").glob("*.py") if not p.name.startswith("_")}
+    parsed = {Path(d["fileloc"]).resolve() for d in described["dags"].values()}
+    assert dag_files <= parsed, f"files without a DAG: {sorted(map(str, dag_files - parsed))}"
+    assert DEMO_DAG in described["dags"]
+
+
+def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
+    dag = described["dags"][DEMO_DAG]
+    assert dag["max_active_runs"] == 1
+    assert dag["catchup"] is False
+    assert "seconds=300" in dag["schedule"]  # timedelta(minutes=5)
+    assert "lakestate" in dag["tags"]
+
+
+def test_demo_dag_params(described: dict) -> None:
+    params = described["dags"][DEMO_DAG]["params"]
+    assert set(params) == {"max_batches", "max_records", "until_caught_up"}
+    assert params["max_batches"]["default"] == 1
+    assert params["max_batches"]["schema"]["type"] == "integer"
+    assert params["max_batches"]["schema"]["minimum"] == 1
+    assert params["max_records"]["default"] is None
+    assert set(params["max_records"]["schema"]["type"]) == {"null", "integer"}
+    assert params["until_caught_up"]["default"] is False
+    assert params["until_caught_up"]["schema"]["type"] == "boolean"
+    for name, param in params.items():
+        assert param["description"], f"Param {name} has no description"
+
+
+def test_demo_dag_runs_one_spark_submit(described: dict) -> None:
+    (task,) = described["dags"][DEMO_DAG]["tasks"]
+    assert task["is_spark_submit"], task["class"]
+    assert Path(task["application"]) == REPO / "lib" / "lakestate" / "engine" / "submit.py"
+    assert Path(task["application"]).is_file()
+    assert task["application_args"][0] == str(REPO / "jobs" / "demo.py")
+    assert task["name"] == "demo"
+    assert task["conn_id"] == "spark_default"
+    assert task["packages"] == delta_maven_coordinates()
+    conf = task["conf"]
+    for key, value in DELTA_CONF.items():
+        assert conf[key] == value
+    assert conf["spark.jars.ivy"]
+    assert Path(conf["spark.pyspark.python"]).is_file()
+    assert "spark.master" not in conf  # spark-submit's --master, from the connection
+    env = task["env_vars"]
+    assert Path(env["LAKESTATE_WAREHOUSE"]).is_absolute()
+    assert Path(env["LAKESTATE_STATE_DIR"]).is_absolute()
+    assert env["PYSPARK_PYTHON"] == conf["spark.pyspark.python"]
+    assert str(REPO / "lib") in env["PYTHONPATH"].split(":")
+    assert task["retries"] == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({}, ["--max-batches=1", "--max-records=none", "--until-caught-up=false"]),
+        (
+            {"max_batches": 3, "max_records": 500, "until_caught_up": False},
+            ["--max-batches=3", "--max-records=500", "--until-caught-up=false"],
+        ),
+        (
+            {"max_batches": 3, "until_caught_up": True},
+            ["--max-batches=none", "--max-records=none", "--until-caught-up=true"],
+        ),
+    ],
+)
+def test_params_render_to_submit_arguments(airflow_env, params, expected) -> None:
+    rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params))["application_args"]
+    assert rendered[1:4] == expected
+    args = build_parser().parse_args(rendered)
+    assert args.app == str(REPO / "jobs" / "demo.py")
+    until_caught_up = params.get("until_caught_up", False)
+    assert args.max_batches == (None if until_caught_up else params.get("max_batches", 1))
+    assert args.max_records == params.get("max_records")
+    assert args.until_caught_up is until_caught_up
+    assert args.warehouse and args.state_dir
+
+
+@pytest.mark.parametrize("params", [{"max_batches": 0}, {"max_records": "many"}])
+def test_invalid_params_are_rejected(airflow_env, params) -> None:
+    with pytest.raises(AssertionError, match="ParamValidationError"):
+        airflow_env.run("render", DEMO_DAG, json.dumps(params))
+
+
+def test_submit_accepts_lakestate_run_arguments() -> None:
+    args = build_parser().parse_args(
+        ["jobs/demo.py", "--max-batches", "2", "--max-records", "10", "--until-caught-up"]
+    )
+    assert (args.max_batches, args.max_records, args.until_caught_up) == (2, 10, True)
+    assert build_parser().parse_args(["jobs/demo.py"]).until_caught_up is False
+
+
+def test_default_master_is_local_without_a_connection(airflow_env) -> None:
+    result = airflow_env.run("spark-command", DEMO_DAG, env={"AIRFLOW_CONN_SPARK_DEFAULT": None})
+    assert result["conn_env_before"] is None
+    assert result["master"] == "local[*]"
+    command = result["command"]
+    assert command[command.index("--master") + 1] == "local[*]"
+    assert command[command.index("--packages") + 1] == delta_maven_coordinates()
+
+
+def test_a_defined_connection_chooses_the_master(airflow_env) -> None:
+    result = airflow_env.run(
+        "spark-command",
+        DEMO_DAG,
+        env={"AIRFLOW_CONN_SPARK_DEFAULT": "spark://spark-master:7077?deploy-mode=client"},
+    )
+    assert result["master"] == "spark://spark-master:7077"
+    assert result["conn_env_after"] == result["conn_env_before"]  # left alone

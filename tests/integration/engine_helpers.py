@@ -1,0 +1,80 @@
+"""Shared helpers of the engine tests: input generation, reading results, the driver model."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from lakestate.app import load_app
+from lakestate.engine import local
+from lakestate.io import logtable
+from lakestate.state.registry import open_view
+from lakestate.testing import TopologyTestDriver
+
+APPS = Path(__file__).parent / "apps"
+
+
+def events(n: int, keys: int = 7, seed: int = 1) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        user = f"u{rng.randrange(keys)}"
+        out.append(
+            {
+                "key": f"k{rng.randrange(keys)}",
+                "value": {"user": user, "amount": rng.choice([0, 1, 2, 5])},
+                "timestamp": 1_000 + i * 10 + rng.randrange(50),  # some out-of-order
+            }
+        )
+    return out
+
+
+def produce(spark, warehouse, topic: str, records: list[dict], partitions: int) -> None:
+    logtable.create_topic(spark, warehouse, topic, partitions)
+    logtable.append_records(spark, warehouse, topic, records)
+
+
+def topic_rows(spark, warehouse, topic: str) -> list[tuple]:
+    """(partition, offset, key, value, timestamp) in partition/offset order."""
+    return [
+        (r.partition, r.offset, r.key, r.value, r.timestamp)
+        for r in logtable.collect_records(logtable.read_topic(spark, warehouse, topic))
+    ]
+
+
+def state_rows(spark, warehouse, app: str, store: str) -> dict:
+    """{key: value} of a state table (JSON text decoded)."""
+    import json
+
+    df = spark.read.format("delta").load(warehouse.state_table_path(app, store))
+    return {json.loads(r["key"]): json.loads(r["value"]) for r in df.collect()}
+
+
+def local_state(state_dir, app_name: str, task_id: str, store: str, kind: str) -> dict:
+    from lakestate.state.base import IsolationLevel
+
+    s = local.open_task_store(state_dir, app_name, task_id, IsolationLevel.READ_COMMITTED)
+    try:
+        return dict(open_view(store, kind, {}, lambda: s).all())
+    finally:
+        s.close()
+
+
+def driver_outputs(app_file: str, records: list[dict], partitions: int, out_topics: list[str]):
+    """What the test driver outputs per input partition (each partition is one task)."""
+    from lakestate.io.partitioner import partition_for
+
+    app = load_app(APPS / app_file)
+    results: dict[str, list[tuple]] = {t: [] for t in out_topics}
+    for p in range(partitions):
+        with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
+            topic = d.create_input_topic("events")
+            for r in records:
+                if partition_for(r["key"], partitions) == p:
+                    topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
+            for t in out_topics:
+                results[t].extend(
+                    (x.key, x.value, x.timestamp)
+                    for x in d.create_output_topic(t).read_records_to_list()
+                )
+    return results

@@ -1,0 +1,189 @@
+"""The engine on real Spark + Delta: same results as the test driver, whatever the batch
+boundaries, across repartitions, after losing or rolling back local state, and a clear error
+that commits nothing on bad input."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import pytest
+from engine_helpers import (
+    APPS,
+    driver_outputs,
+    events,
+    local_state,
+    produce,
+    state_rows,
+    topic_rows,
+)
+from lakestate.engine import batches
+from lakestate.engine.runner import run_app
+from lakestate.errors import StreamsException
+
+pytestmark = pytest.mark.integration
+
+N = 120
+
+
+def _run(warehouse, state_dir, app="counts.py", **kwargs):
+    kwargs.setdefault("until_caught_up", True)
+    return run_app(
+        str(APPS / app),
+        warehouse=warehouse.root,
+        state_dir=str(state_dir),
+        say=lambda _: None,
+        **kwargs,
+    )
+
+
+def _by_key(rows):
+    seqs: dict = {}
+    for key, value, ts in rows:
+        seqs.setdefault(key, []).append((value, ts))
+    return seqs
+
+
+def test_engine_matches_driver(spark, warehouse, tmp_path):
+    records = events(N)
+    produce(spark, warehouse, "events", records, partitions=2)
+    result = _run(warehouse, tmp_path / "state", max_records=25)
+    assert result.caught_up and result.records == N and len(result.batches) > 2
+
+    expected = driver_outputs("counts.py", records, 2, ["counts-out", "sums-out"])
+    for topic in ("counts-out", "sums-out"):
+        got = [(k, v, ts) for _, _, k, v, ts in topic_rows(spark, warehouse, topic)]
+        assert _by_key(got) == _by_key(expected[topic])
+    positive = [r for r in records if r["value"]["amount"] > 0]
+    assert state_rows(spark, warehouse, "counts", "counts") == Counter(r["key"] for r in positive)
+    sums: Counter = Counter()
+    for r in positive:
+        sums[r["key"]] += r["value"]["amount"]
+    assert state_rows(spark, warehouse, "counts", "sums") == sums
+    # The local stores hold what Delta holds.
+    local = {}
+    for task in ("0_0", "0_1"):
+        local.update(
+            local_state(tmp_path / "state", "counts", task, "counts", "timestamped_key_value")
+        )
+    assert local == state_rows(spark, warehouse, "counts", "counts")
+
+
+def test_batch_boundaries_do_not_change_results(spark, tmp_path):
+    from lakestate.warehouse import Warehouse
+
+    records = events(N, seed=2)
+    outcomes = []
+    for name, max_records in (("one", 10_000), ("many", 6)):
+        wh = Warehouse(tmp_path / name)
+        produce(spark, wh, "events", records, partitions=2)
+        result = _run(wh, tmp_path / f"state-{name}", max_records=max_records)
+        outcomes.append(
+            (
+                len(result.batches),
+                topic_rows(spark, wh, "counts-out"),
+                topic_rows(spark, wh, "sums-out"),
+                state_rows(spark, wh, "counts", "counts"),
+                state_rows(spark, wh, "counts", "sums"),
+            )
+        )
+    (one_batches, *one), (many_batches, *many) = outcomes
+    assert one_batches == 1 and many_batches >= 10
+    assert one == many
+
+
+def test_repartition_runs_as_a_second_subtopology(spark, warehouse, tmp_path):
+    records = events(80, seed=3)
+    produce(spark, warehouse, "events", records, partitions=2)
+    _run(warehouse, tmp_path / "state", app="regroup.py", max_records=30)
+    users = Counter(r["value"]["user"] for r in records)
+    assert state_rows(spark, warehouse, "regroup", "per-user") == users
+    last = {}
+    for _, _, key, value, _ in topic_rows(spark, warehouse, "per-user-out"):
+        last[key] = value
+    assert last == users
+    # Every record crossed the repartition topic exactly once.
+    assert len(topic_rows(spark, warehouse, "regroup-per-user-repartition")) == len(records)
+
+
+def test_lost_local_state_is_restored_from_delta(spark, tmp_path):
+    from lakestate.warehouse import Warehouse
+
+    records = events(N, seed=4)
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    _run(reference, tmp_path / "state-ref", max_records=20)
+
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    state = tmp_path / "state"
+    _run(wh, state, max_records=20, max_batches=2, until_caught_up=False)
+    shutil.rmtree(state)  # the instance lost its disk between batches
+    said = []
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=wh.root,
+        state_dir=str(state),
+        max_records=20,
+        until_caught_up=True,
+        say=said.append,
+    )
+    assert any("restored" in line for line in said)
+    for topic in ("counts-out", "sums-out"):
+        assert topic_rows(spark, wh, topic) == topic_rows(spark, reference, topic)
+    assert state_rows(spark, wh, "counts", "sums") == state_rows(spark, reference, "counts", "sums")
+
+
+def test_local_state_behind_catches_up_from_change_feed(spark, tmp_path):
+    from lakestate.warehouse import Warehouse
+
+    records = events(N, seed=5)
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    _run(reference, tmp_path / "state-ref", max_records=20)
+
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    state = tmp_path / "state"
+    _run(wh, state, max_records=20, max_batches=1, until_caught_up=False)
+    shutil.copytree(state, tmp_path / "old-state")
+    _run(wh, state, max_records=20, max_batches=2, until_caught_up=False)
+    shutil.rmtree(state)
+    shutil.copytree(tmp_path / "old-state", state)  # an instance that was away for 2 batches
+    said = []
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=wh.root,
+        state_dir=str(state),
+        max_records=20,
+        until_caught_up=True,
+        say=said.append,
+    )
+    assert any("caught up from batch 1" in line for line in said)
+    for topic in ("counts-out", "sums-out"):
+        assert topic_rows(spark, wh, topic) == topic_rows(spark, reference, topic)
+
+
+def test_bad_json_in_a_log_table_names_the_record_and_commits_nothing(spark, warehouse, tmp_path):
+    produce(spark, warehouse, "events", events(10, seed=6), partitions=1)
+    path = warehouse.topic_path("events")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (0, 10, 5000, '\"k1\"', '{{not json', NULL)")
+    with pytest.raises(StreamsException) as err:
+        _run(warehouse, tmp_path / "state")
+    message = str(err.value)
+    assert "'events'" in message and "partition 0" in message and "offset 10" in message
+    assert "committed nothing" in message
+    log = batches.read_log(spark, warehouse.batches_path("counts"))
+    assert log.last_commit is None
+    assert topic_rows(spark, warehouse, "counts-out") == []
+    assert state_rows(spark, warehouse, "counts", "counts") == {}
+
+
+def test_log_table_without_key_column_is_rejected_by_name(spark, warehouse, tmp_path):
+    path = warehouse.topic_path("events")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (partition INT, offset BIGINT, timestamp BIGINT, "
+        "value STRING, headers STRING) USING delta TBLPROPERTIES ('lakestate.partitions' = '1')"
+    )
+    with pytest.raises(StreamsException, match=r"topic 'events'.*key"):
+        _run(warehouse, tmp_path / "state")

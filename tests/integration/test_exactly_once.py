@@ -1,0 +1,148 @@
+"""Exactly-once under crashes: the engine process is SIGKILLed at each step of a batch's
+commit, then rerun; the sinks hold every expected record exactly once and the state equals
+an uninterrupted run's. Also: two runs of one app started together never both commit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from engine_helpers import APPS, events, produce, state_rows, topic_rows
+from lakestate.engine.runner import run_app
+from lakestate.warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+N = 90
+MAX_RECORDS = 15  # 3 tasks' worth of batches: 2 partitions x 15 records per batch
+REPO = Path(__file__).resolve().parents[2]
+
+# Every step of the commit protocol, in order (see lakestate.engine.faults).
+FAULT_POINTS = [
+    "after_plan",
+    "after_sink:counts-out",
+    "after_sink:sums-out",
+    "after_state:counts",
+    "after_state:sums",
+    "after_batch_commit",
+    "mid_local_commit",
+]
+
+
+def _run_in_subprocess(warehouse: Warehouse, state_dir: Path, fault: str | None,
+                       max_batches: int | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    env["LAKESTATE_SPARK_MASTER"] = "local[2]"
+    env["LAKESTATE_SHUFFLE_PARTITIONS"] = "2"
+    if fault:
+        env["LAKESTATE_FAULT"] = fault
+    code = (
+        "import sys; from lakestate.engine.runner import run_app; "
+        f"run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "
+        f"state_dir={str(state_dir)!r}, max_records={MAX_RECORDS}, "
+        f"max_batches={max_batches!r}, until_caught_up=True)"
+    )
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
+
+
+def _results(spark, wh: Warehouse):
+    return (
+        topic_rows(spark, wh, "counts-out"),
+        topic_rows(spark, wh, "sums-out"),
+        state_rows(spark, wh, "counts", "counts"),
+        state_rows(spark, wh, "counts", "sums"),
+    )
+
+
+def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spark, tmp_path):
+    records = events(N, seed=11)
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    run_app(str(APPS / "counts.py"), warehouse=reference.root, state_dir=str(tmp_path / "ref"),
+            max_records=MAX_RECORDS, until_caught_up=True, say=lambda _: None)
+    expected = _results(spark, reference)
+
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    state = tmp_path / "state"
+    # One chain of runs: each is killed at the next step of batch 2's commit (the replay of
+    # the same batch), then the last run finishes the input.
+    for point in FAULT_POINTS:
+        proc = _run_in_subprocess(wh, state, f"{point}@2")
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+    proc = _run_in_subprocess(wh, state, None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _results(spark, wh) == expected
+
+
+def test_kill_before_local_commit_of_a_later_batch(spark, tmp_path):
+    records = events(60, seed=12)
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    run_app(str(APPS / "counts.py"), warehouse=reference.root, state_dir=str(tmp_path / "ref"),
+            max_records=MAX_RECORDS, until_caught_up=True, say=lambda _: None)
+
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    proc = _run_in_subprocess(wh, tmp_path / "state", "before_local_commit@1")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    proc = _run_in_subprocess(wh, tmp_path / "state", None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "applied the staged transaction of batch 1" in proc.stdout
+    assert _results(spark, wh) == _results(spark, reference)
+
+
+def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
+    records = events(60, seed=13)
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SHUFFLE_PARTITIONS="2")
+    code = (
+        "from lakestate.engine.runner import run_app; "
+        f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
+        f"state_dir={str(tmp_path / 'state')!r}, max_records=20, until_caught_up=True)"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outcomes = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _, _ in outcomes)
+    assert codes == [0, 1], outcomes
+    loser = next(err for code, _, err in outcomes if code == 1)
+    assert "already running" in loser or "another run" in loser
+    # Finish whatever is left, then every record counted exactly once.
+    run_app(str(APPS / "counts.py"), warehouse=wh.root, state_dir=str(tmp_path / "state"),
+            until_caught_up=True, say=lambda _: None)
+    positive = [r for r in records if r["value"]["amount"] > 0]
+    assert len(topic_rows(spark, wh, "counts-out")) == len(positive)
+    counts = {}
+    for r in positive:
+        counts[r["key"]] = counts.get(r["key"], 0) + 1
+    assert state_rows(spark, wh, "counts", "counts") == counts
+
+
+def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
+    """Two runs with separate local state (two instances) race: Delta's txn conflict on the
+    batch log lets one plan the batch; the other stops, and nothing is duplicated."""
+    records = events(60, seed=14)
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SHUFFLE_PARTITIONS="2")
+    procs = []
+    for name in ("a", "b"):
+        code = (
+            "from lakestate.engine.runner import run_app; "
+            f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
+            f"state_dir={str(tmp_path / name)!r}, max_records=1000, max_batches=1)"
+        )
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO,
+                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outcomes = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+    positive = [r for r in records if r["value"]["amount"] > 0]
+    assert len(topic_rows(spark, wh, "counts-out")) == len(positive), outcomes
+    assert any(code == 0 for code, _, _ in outcomes), outcomes

@@ -6,6 +6,7 @@ Build a topology with the DSL (``StreamsBuilder``), test it with
 
 from lakestate.app import App
 from lakestate.dsl.builder import StreamsBuilder
+from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
@@ -25,6 +26,7 @@ __all__ = [
     "App",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
+    "Deduplicated",
     "GlobalKTable",
     "InvalidStateStoreException",
     "KGroupedStream",

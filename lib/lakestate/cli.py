@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from lakestate.engine import commands
 from lakestate.errors import StreamsException
 from lakestate.warehouse import Warehouse
 
@@ -207,6 +208,26 @@ COMMANDS: dict[str, Command] = {
         configure=_consume_args,
         run=_consume,
     ),
+    "run": Command(
+        help="run micro-batches of an app (exactly once, state in Delta)",
+        configure=commands.run_args,
+        run=commands.run,
+    ),
+    "sql": Command(
+        help="run Spark SQL over every topic and state table of the warehouse",
+        configure=commands.sql_args,
+        run=commands.sql,
+    ),
+    "status": Command(
+        help="per task of an app: committed and end offsets, lag, stream time, local offset",
+        configure=commands.status_args,
+        run=commands.status,
+    ),
+    "demo": Command(
+        help="produce sample events, run the demo DAG through Airflow, print the results",
+        configure=commands.demo_args,
+        run=commands.demo,
+    ),
 }
 
 
@@ -229,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.description or command.help)
+        # The global options are accepted after the subcommand too (lakestate run X --warehouse D).
+        p.add_argument("--warehouse", metavar="DIR", default=argparse.SUPPRESS,
+                       help="warehouse root (as the global option)")
+        p.add_argument("--master", metavar="URL", default=argparse.SUPPRESS,
+                       help="Spark master (as the global option)")
         command.configure(p)
     return parser
 

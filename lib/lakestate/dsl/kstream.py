@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.builder import GraphBuilder, check_callable, check_topic
@@ -10,6 +11,7 @@ from lakestate.dsl.materialized import Materialized
 from lakestate.processors.stateless import Filter, Map, MapValues, Peek, SelectKey
 
 if TYPE_CHECKING:
+    from lakestate.dsl.deduplicated import Deduplicated
     from lakestate.dsl.grouped import KGroupedStream
     from lakestate.dsl.ktable import KTable
 
@@ -112,6 +114,55 @@ class KStream:
         self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
         self._graph.add_processor(name, parent, lambda: TableSource(store), [store])
         return KTable(self._graph, name, store)
+
+    def deduplicate_by_key(
+        self, interval: timedelta, deduplicated: Deduplicated | None = None
+    ) -> KStream:
+        """Drops records whose key was forwarded within ``interval`` of their timestamp
+        (KIP-655). Records with a null key are always forwarded. Repartitions after a key
+        change. ``deduplicated=Deduplicated.as_(name)`` names the store."""
+        return self._deduplicate("by_key", interval, deduplicated)
+
+    def deduplicate_by_key_value(
+        self,
+        id_selector: Callable[[Any, Any], Any],
+        interval: timedelta,
+        deduplicated: Deduplicated | None = None,
+    ) -> KStream:
+        """Like ``deduplicate_by_key``, on the pair (key, ``id_selector(key, value)``);
+        a record with a null key or a null id is always forwarded."""
+        return self._deduplicate("by_key_value", interval, deduplicated, id_selector)
+
+    def deduplicate(
+        self,
+        id_selector: Callable[[Any, Any], Any],
+        interval: timedelta,
+        deduplicated: Deduplicated | None = None,
+    ) -> KStream:
+        """Drops records whose id ``id_selector(key, value)`` was forwarded within
+        ``interval`` across all partitions: repartitions by id (topic ``<store>-repartition``).
+        Forwarded records keep their key and value; a null id is always forwarded."""
+        return self._deduplicate("by_id", interval, deduplicated, id_selector)
+
+    def _deduplicate(
+        self,
+        how: str,
+        interval: timedelta,
+        deduplicated: Deduplicated | None,
+        id_selector: Callable[[Any, Any], Any] | None = None,
+    ) -> KStream:
+        from lakestate.dsl.deduplicated import add_deduplication
+
+        name, repartition_required = add_deduplication(
+            self._graph,
+            self._node,
+            self._repartition_required,
+            how,
+            interval,
+            deduplicated,
+            id_selector,
+        )
+        return KStream(self._graph, name, repartition_required)
 
     def group_by_key(self) -> KGroupedStream:
         """Groups by the current key, for an aggregation."""

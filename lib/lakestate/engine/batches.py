@@ -133,14 +133,18 @@ def history(spark: SparkSession, path: str, limit: int = 20) -> list[CommitRecor
     return [CommitRecord.parse(r["batch_id"], r["run_id"], r["at_ms"], r["payload"]) for r in rows]
 
 
-def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: int) -> None:
+def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: int) -> bool:
+    """Append one row with Delta's txn action; False when Delta skipped it because the
+    txn version was already committed for ``txn_app`` (another run wrote this batch)."""
     df = spark.createDataFrame([row], SCHEMA).coalesce(1)
+    marker = f"{txn_app}:{batch_id}:{row[2]}"
     try:
         (
             df.write.format("delta")
             .mode("append")
             .option("txnAppId", txn_app)
             .option("txnVersion", batch_id)
+            .option("userMetadata", marker)
             .save(path)
         )
     except Exception as exc:  # Delta's concurrent-transaction conflicts come as Py4J errors
@@ -150,28 +154,17 @@ def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: 
                 f"same time; this run stops without committing"
             ) from exc
         raise
+    # A skipped write leaves no commit: the newest one is then not ours.
+    latest = DeltaTable.forPath(spark, path).history(1).select("userMetadata").first()
+    return latest is not None and latest[0] == marker
 
 
 def write_plan(spark: SparkSession, path: str, plan: BatchPlan, run_id: str) -> None:
     """Record ``plan``; raises TaskMigratedException if another run owns this batch."""
-    _append(
-        spark,
-        path,
-        (plan.batch_id, "plan", run_id, _now_ms(), plan.to_json()),
-        PLAN_TXN_APP,
-        plan.batch_id,
-    )
-    owner = (
-        spark.read.format("delta")
-        .load(path)
-        .where(f"kind = 'plan' AND batch_id = {plan.batch_id}")
-        .select("run_id")
-        .collect()
-    )
-    if [r["run_id"] for r in owner] != [run_id]:
+    row = (plan.batch_id, "plan", run_id, _now_ms(), plan.to_json())
+    if not _append(spark, path, row, PLAN_TXN_APP, plan.batch_id):
         raise TaskMigratedException(
-            f"batch {plan.batch_id} was planned by another run ({owner[0]['run_id']}); "
-            "this run stops without committing"
+            f"batch {plan.batch_id} was planned by another run; this run stops without committing"
         )
 
 

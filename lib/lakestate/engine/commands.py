@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,31 +16,47 @@ REPO = Path(__file__).resolve().parents[3]
 def run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", help="the app module, e.g. jobs/demo.py")
     p.add_argument("--max-batches", type=int, metavar="N", help="run at most N micro-batches")
-    p.add_argument("--max-records", type=int, metavar="N",
-                   help="at most N records per task per batch")
-    p.add_argument("--until-caught-up", action="store_true",
-                   help="run batches until every input is processed")
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="local state directory (default: env LAKESTATE_STATE_DIR, else ./state)")
+    p.add_argument(
+        "--max-records", type=int, metavar="N", help="at most N records per task per batch"
+    )
+    p.add_argument(
+        "--until-caught-up", action="store_true", help="run batches until every input is processed"
+    )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="local state directory (default: env LAKESTATE_STATE_DIR, else ./state)",
+    )
 
 
 def run(args: argparse.Namespace, ctx) -> int:
     from lakestate.engine.runner import run_app
 
     result = run_app(
-        args.app, warehouse=ctx.warehouse.root, state_dir=args.state_dir,
-        max_batches=args.max_batches, max_records=args.max_records,
-        until_caught_up=args.until_caught_up, master=ctx.master, say=ctx.print,
+        args.app,
+        warehouse=ctx.warehouse.root,
+        state_dir=args.state_dir,
+        max_batches=args.max_batches,
+        max_records=args.max_records,
+        until_caught_up=args.until_caught_up,
+        master=ctx.master,
+        say=ctx.print,
     )
-    ctx.print(f"ran {len(result.batches)} batch(es), {result.records} records"
-              + (", caught up" if result.caught_up else ""))
+    ctx.print(
+        f"ran {len(result.batches)} batch(es), {result.records} records"
+        + (", caught up" if result.caught_up else "")
+    )
     return 0
 
 
 def sql_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("query", help="Spark SQL; topics and state tables (<app>__<store>) are views")
-    p.add_argument("--batch", type=int, metavar="N",
-                   help="read state tables as of committed batch N (default: the last)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        metavar="N",
+        help="read state tables as of committed batch N (default: the last)",
+    )
     p.add_argument("--limit", type=int, default=1000, help="rows to print (default 1000)")
 
 
@@ -72,16 +89,29 @@ def status(args: argparse.Namespace, ctx) -> int:
     if commit is None:
         ctx.print(f"app {name}: no committed batch yet")
         return 0
-    ctx.print(f"app {name}: last batch {commit.batch_id} committed at "
-              f"{format_time(commit.at_ms)} UTC ({commit.stats.get('records', 0)} records, "
-              f"{commit.stats.get('seconds', 0)}s)")
+    ctx.print(
+        f"app {name}: last batch {commit.batch_id} committed at "
+        f"{format_time(commit.at_ms)} UTC ({commit.stats.get('records', 0)} records, "
+        f"{commit.stats.get('seconds', 0)}s)"
+    )
     header = ("task", "topic", "partition", "committed", "end", "lag", "stream time", "local")
     ctx.print("\t".join(header))
     for r in rows:
-        ctx.print("\t".join(str(v) for v in (
-            r.task, r.topic, r.partition, r.committed_offset, r.end_offset, r.lag,
-            format_time(r.stream_time), "-" if r.local_offset is None else r.local_offset,
-        )))
+        ctx.print(
+            "\t".join(
+                str(v)
+                for v in (
+                    r.task,
+                    r.topic,
+                    r.partition,
+                    r.committed_offset,
+                    r.end_offset,
+                    r.lag,
+                    format_time(r.stream_time),
+                    "-" if r.local_offset is None else r.local_offset,
+                )
+            )
+        )
     return 0
 
 
@@ -93,6 +123,7 @@ def demo(args: argparse.Namespace, ctx) -> int:
     """Generate sample input, run the demo app's DAG through Airflow (``dags test``) on local
     Spark, then print the sink and an SQL query over its state table."""
     from lakestate.app import load_module
+    from lakestate.errors import StreamsException
     from lakestate.io import logtable
 
     demo_module = load_module(REPO / "jobs" / "demo.py")
@@ -108,26 +139,51 @@ def demo(args: argparse.Namespace, ctx) -> int:
     ctx.print(f"demo: produced {len(records)} sample events to topic {demo_module.INPUT_TOPIC!r}")
     ctx.close()  # the DAG's Spark job runs in its own process
     env = dict(os.environ, LAKESTATE_WAREHOUSE=ctx.warehouse.root)
-    ctx.print("demo: running DAG lakestate_demo through Airflow (dags test) on local Spark")
-    subprocess.run(
-        [str(REPO / "scripts" / "airflow.sh"), "dags", "test", "lakestate_demo",
-         "-c", json.dumps({"until_caught_up": True})],
-        check=True, env=env, cwd=REPO,
+    log_path = REPO / "airflow_home" / "demo-dag-test.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    ctx.print(
+        "demo: running DAG lakestate_demo through Airflow (dags test) on local Spark; "
+        f"its log: {log_path}"
     )
+    with open(log_path, "w") as log:
+        proc = subprocess.run(
+            [
+                str(REPO / "scripts" / "airflow.sh"),
+                "dags",
+                "test",
+                "lakestate_demo",
+                "-c",
+                json.dumps({"until_caught_up": True}),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    text = log_path.read_text()
+    for line in text.splitlines():
+        found = re.search(r"batch \d+: \d+ records, \d+ output records, [\d.]+s|caught up at batch \d+.*?input", line)
+        if found:
+            ctx.print(f"  {found.group(0)}")
+    if proc.returncode != 0 or "state=success" not in text:
+        raise StreamsException(f"the demo DAG run failed; see {log_path}")
     from lakestate.engine.inspect import sql as run_sql
     from lakestate.engine.inspect import view_name
 
     spark = ctx.spark
     ctx.print(f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}:")
-    out = run_sql(spark, ctx.warehouse,
-                  f"SELECT partition, offset, key, value FROM "
-                  f"{view_name(demo_module.OUTPUT_TOPIC)} ORDER BY timestamp DESC, offset DESC "
-                  "LIMIT 10")
+    out = run_sql(
+        spark,
+        ctx.warehouse,
+        f"SELECT partition, offset, key, value FROM "
+        f"{view_name(demo_module.OUTPUT_TOPIC)} ORDER BY timestamp DESC, offset DESC "
+        "LIMIT 10",
+    )
     for row in out.collect():
         ctx.print(f"  partition {row.partition} offset {row.offset}: {row.key} -> {row.value}")
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
     query = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
-    ctx.print(f"demo: lakestate sql \"{query}\"")
+    ctx.print(f'demo: lakestate sql "{query}"')
     for row in run_sql(spark, ctx.warehouse, query).collect():
-        ctx.print(f"  {row.key}\t{row.count}\t(task {row.task})")
+        ctx.print(f"  {row['key']}\t{row['count']}\t(task {row['task']})")
     return 0

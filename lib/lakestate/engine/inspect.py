@@ -22,8 +22,9 @@ def view_name(name: str) -> str:
     return name.replace("-", "_").replace(".", "_")
 
 
-def register_views(spark: SparkSession, warehouse: Warehouse, batch: int | None = None
-                   ) -> dict[str, str]:
+def register_views(
+    spark: SparkSession, warehouse: Warehouse, batch: int | None = None
+) -> dict[str, str]:
     """Register every log table (by topic) and state table (``<app>__<store>``) as a view.
 
     State tables of an app are pinned to one committed batch (the last one, or ``batch``),
@@ -59,8 +60,9 @@ def _commit(spark: SparkSession, log_path: str, batch: int | None):
     raise ValueError(f"no committed batch {batch} in {log_path}")
 
 
-def sql(spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
-        ) -> DataFrame:
+def sql(
+    spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
+) -> DataFrame:
     register_views(spark, warehouse, batch)
     return spark.sql(query)
 
@@ -80,8 +82,9 @@ class TaskStatus:
         return self.end_offset - self.committed_offset
 
 
-def status(spark: SparkSession, warehouse: Warehouse, app: str, state_dir: str
-           ) -> tuple[Any, list[TaskStatus]]:
+def status(
+    spark: SparkSession, warehouse: Warehouse, app: str, state_dir: str
+) -> tuple[Any, list[TaskStatus]]:
     """The last committed batch of ``app`` and, per input partition, its offsets and lag."""
     log = batches.read_log(spark, warehouse.batches_path(app))
     commit = log.last_commit
@@ -92,9 +95,17 @@ def status(spark: SparkSession, warehouse: Warehouse, app: str, state_dir: str
         ends = logtable.end_offsets(spark, warehouse, topic)
         for partition, offset in sorted(parts.items()):
             task = _task_of(commit, partition, topic)
-            rows.append(TaskStatus(task, topic, partition, offset, ends.get(partition, offset),
-                                   commit.stream_times.get(task),
-                                   _local_offset(state_dir, app, task, topic, partition)))
+            rows.append(
+                TaskStatus(
+                    task,
+                    topic,
+                    partition,
+                    offset,
+                    ends.get(partition, offset),
+                    commit.stream_times.get(task),
+                    _local_offset(state_dir, app, task, topic, partition),
+                )
+            )
     return commit, rows
 
 

@@ -28,6 +28,7 @@ class AppLayout:
     inputs: dict[int, list[str]]
     task_counts: dict[int, int]
     outputs: dict[str, int]
+    partitions: dict[str, int]  # every topic the app reads or writes -> partition count
 
     @property
     def batches_path(self) -> str:
@@ -50,6 +51,7 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
     inputs: dict[int, list[str]] = {}
     task_counts: dict[int, int] = {}
     outputs: dict[str, int] = {}
+    partitions: dict[str, int] = {}
     for sub in topology.subtopologies:
         names = list(sub.source_topics) + [
             internal_topic_name(app.name, s) for s in sub.repartition_sources
@@ -62,7 +64,8 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
                     f"exist in {warehouse.root}; create it with `lakestate produce {topic} FILE`"
                 )
             _check_columns(spark, warehouse, topic)
-            counts.append(logtable.partitions(spark, warehouse, topic))
+            partitions[topic] = logtable.partitions(spark, warehouse, topic)
+            counts.append(partitions[topic])
         inputs[sub.id] = names
         task_counts[sub.id] = max(counts)
         # Sinks and repartition topics get as many partitions as the tasks writing them.
@@ -71,14 +74,19 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
         ]:
             if not logtable.topic_exists(spark, warehouse, topic):
                 logtable.create_topic(spark, warehouse, topic, task_counts[sub.id])
-            outputs[topic] = logtable.partitions(spark, warehouse, topic)
+            outputs[topic] = partitions[topic] = logtable.partitions(spark, warehouse, topic)
     for name, spec in topology.stores.items():
         if not spec.is_global:
             state_tables.ensure_table(
                 spark, warehouse.state_table_path(app.name, name), name, spec.kind
             )
     batches.ensure_table(spark, warehouse.batches_path(app.name))
-    return AppLayout(app, warehouse, inputs, task_counts, outputs)
+    return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions)
+
+
+def end_offsets(spark: SparkSession, layout: AppLayout, topic: str) -> dict[int, int]:
+    """End offsets of one of the app's topics."""
+    return logtable.end_offsets(spark, layout.warehouse, topic)
 
 
 def _check_columns(spark: SparkSession, warehouse: Warehouse, topic: str) -> None:

@@ -142,7 +142,11 @@ def process_task(records: pd.DataFrame, ctx: BatchContext) -> pd.DataFrame:
         local.stage(ctx.state_dir, ctx.app_name, task_id, ctx.batch_id, writes, offsets)
         rows = _output_rows(task, sub, partition, ctx)
         rows.extend(_state_rows(app, writes, sub, partition))
+        outputs: dict[str, int] = {}
+        for topic, _ in task.pending_output():
+            outputs[topic] = outputs.get(topic, 0) + 1
         info = {
+            "outputs": outputs,
             "reached": reached,
             "processed": processed,
             "stream_time": task.stream_time,

@@ -38,8 +38,9 @@ def recover(
         expected = {} if commit is None else _task_offsets(layout, commit, sub, partition)
         if not local.store_exists(state_dir, app, task_id):
             if expected:
-                _restore(spark, layout, commit, state_dir, sub, partition, isolation, say,
-                         "missing")
+                _restore(
+                    spark, layout, commit, state_dir, sub, partition, isolation, say, "missing"
+                )
             local.discard_staged(state_dir, app, task_id)
             continue
         store = local.open_task_store(state_dir, app, task_id, isolation)

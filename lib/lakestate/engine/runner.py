@@ -31,6 +31,7 @@ from lakestate.app import App, load_app
 from lakestate.engine import batches, faults, local, sinks, state_tables
 from lakestate.engine.batches import CommitRecord
 from lakestate.engine.layout import AppLayout, prepare
+from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.plan import BatchPlan, plan_batch
 from lakestate.engine.process import OUT_SCHEMA, BatchContext, process_task
 from lakestate.engine.recovery import recover
@@ -159,7 +160,7 @@ class _Runner:
 
     def _plan(self, log) -> BatchPlan:
         ends = {
-            topic: logtable.end_offsets(self.spark, self.wh, topic)
+            topic: layout_end_offsets(self.spark, self.layout, topic)
             for topics in self.layout.inputs.values()
             for topic in topics
         }
@@ -243,10 +244,15 @@ class _Runner:
         batch_id = plan.batch_id
         infos = {(r["sub"], r["task"]): json.loads(r["info"]) for r in task_rows}
         outputs = result.where(F.col("kind") == "out")
-        n_out = 0
+        per_topic: dict[str, int] = {}
+        for info in infos.values():
+            for topic, n in info["outputs"].items():
+                per_topic[topic] = per_topic.get(topic, 0) + n
+        n_out = sum(per_topic.values())
         for topic in sorted(self.layout.outputs):
-            rows = outputs.where(F.col("topic") == topic)
-            n_out += sinks.append_output(self.spark, self.wh, topic, rows, self.app.name, batch_id)
+            if per_topic.get(topic):
+                rows = outputs.where(F.col("topic") == topic)
+                sinks.append_output(self.spark, self.layout, topic, rows, self.app.name, batch_id)
             faults.maybe_fail(f"after_sink:{topic}", batch_id)
         state_rows = result.where(F.col("kind") == "state")
         versions = {}

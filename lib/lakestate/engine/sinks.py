@@ -11,31 +11,20 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from lakestate.engine.layout import AppLayout, end_offsets
 from lakestate.io import logtable
-from lakestate.warehouse import Warehouse
 
 TXN_APP_PREFIX = "lakestate-sink-"
 
 
 def append_output(
-    spark: SparkSession,
-    warehouse: Warehouse,
-    topic: str,
-    rows: DataFrame,
-    app: str,
-    batch_id: int,
-) -> int:
-    """Append ``rows`` (kind=out rows of one topic) to ``topic``; returns how many records
-    the batch has for it (whether written now or by an earlier attempt)."""
-    count = rows.count()
-    if count == 0:
-        return 0
-    path = warehouse.topic_path(topic)
+    spark: SparkSession, layout: AppLayout, topic: str, rows: DataFrame, app: str, batch_id: int
+) -> None:
+    """Append ``rows`` (the batch's kind=out rows of one topic, not empty) to ``topic``."""
+    warehouse = layout.warehouse
     with logtable._append_lock(warehouse, topic):
-        ends = logtable.end_offsets(spark, warehouse, topic)
-        ends_df = spark.createDataFrame(
-            [(p, e) for p, e in ends.items()], "partition int, end_offset long"
-        )
+        ends = end_offsets(spark, layout, topic)
+        ends_df = spark.createDataFrame(list(ends.items()), "partition int, end_offset long")
         order = Window.partitionBy("partition").orderBy("sub", "task", "seq")
         numbered = (
             rows.join(F.broadcast(ends_df), "partition")
@@ -54,6 +43,5 @@ def append_output(
             .mode("append")
             .option("txnAppId", TXN_APP_PREFIX + app)
             .option("txnVersion", batch_id)
-            .save(path)
+            .save(warehouse.topic_path(topic))
         )
-    return count

@@ -24,6 +24,7 @@ Environment:
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from importlib import metadata
 from pathlib import Path
@@ -190,6 +191,9 @@ def get_spark(
                     pass
             return existing
 
+        # Python workers run the interpreter that runs lakestate (its venv), not whatever
+        # python3 is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf = spark_conf(master, app_name, extra_conf)
         Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
         builder = SparkSession.builder

@@ -14,12 +14,19 @@ The partition count is fixed when the topic is created and kept in the table pro
 ``lakestate.partitions``. Log tables are created with Change Data Feed and deletion vectors
 on (``delta.enableChangeDataFeed``, ``delta.enableDeletionVectors``).
 
-``append_records`` is the only writer: it reads each partition's end offset, numbers the new
+``append_records`` writes: it reads each partition's end offset, numbers the new
 records on from there and writes them in one Delta commit. Appends to one topic are
 serialized within a process (a lock per table) and, on a local warehouse, across processes
 (``fcntl`` lock on ``topics/.<topic>.lock``). With ``txn_app_id``/``txn_version`` the commit
 carries Delta's ``txn`` action (DataFrameWriter options ``txnAppId``/``txnVersion``), so an
 append replayed with a version already committed for that app id is skipped by Delta.
+Writers that number records themselves (the engine's sinks) do so under ``append_lock``.
+
+End offsets are ``max(offset) + 1`` per partition, so records are never deleted from a log
+table (a partition emptied by a delete would number from 0 again). On a local warehouse the
+partition count and the end offsets are cached in-process, each entry checked against the
+Delta log's files before use (the table version; the identity of its first commit), so
+repeated appends and ``end_offsets`` calls skip their Spark job while nothing changed.
 """
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 from lakestate.errors import TopologyException
+from lakestate.state.dedup import DedupStore
 from lakestate.state.timestamped import TimestampedKeyValueStore
 
 STORE_VIEWS: dict[str, type] = {
     TimestampedKeyValueStore.kind: TimestampedKeyValueStore,
+    DedupStore.kind: DedupStore,
 }
 
 
@@ -30,3 +32,25 @@ def view_class(kind: str) -> type:
     if view is None:
         raise TopologyException(f"unknown store kind {kind!r}")
     return view
+
+
+# Optional parts of a view class's contract, for stores that keep derived local-only entries
+# (e.g. the dedup store's time index): ``is_index_only(raw_key)`` says an entry is not a
+# state-table row (``changelog_row`` returns None for it), and ``restore_entry(txn, name,
+# raw_key, raw_value)`` applies a state-table row to a local store, rebuilding those entries.
+
+
+def is_index_only(kind: str, raw_key: bytes) -> bool:
+    """True when the entry ``raw_key`` of a ``kind`` store is local-only: no Delta row."""
+    check = getattr(view_class(kind), "is_index_only", None)
+    return check is not None and check(raw_key)
+
+
+def restore_entry(kind: str, txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
+    """Apply one state-table row (``raw_value`` None: deleted) to store ``name`` of a local
+    task store being restored or caught up from Delta, through ``txn``."""
+    restore = getattr(view_class(kind), "restore_entry", None)
+    if restore is None:
+        txn.put(name, raw_key, raw_value)
+    else:
+        restore(txn, name, raw_key, raw_value)

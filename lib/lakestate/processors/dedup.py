@@ -1,0 +1,165 @@
+"""Deduplication (KIP-655): ``deduplicate_by_key``, ``deduplicate_by_key_value``, ``deduplicate``.
+
+Per task, a ``DedupStore`` keeps for each deduplication id the timestamp and offset of the
+last record forwarded. With ``interval`` I and stream time T (the current record included),
+each record is handled so:
+
+1. Entries older than T - I (ts < T - I) are purged, by a range scan of the time index.
+2. A record with a null id (null key for ``deduplicate_by_key``, null key or null id for
+   ``deduplicate_by_key_value``, null id for ``deduplicate``) is forwarded, never
+   deduplicated, and not stored.
+3. If the store's entry for the id was read at this record's offset of this record's topic,
+   the record is being processed again (at-least-once replay): it is forwarded again. A
+   record without an offset (no record metadata) is never taken for a replay.
+4. If the store holds an entry for the id with ``|entry.ts - ts| <= I`` (both ends
+   inclusive), the record is a duplicate: it is dropped and the store is not touched.
+5. Otherwise the record is forwarded. It is stored only if it is not late: a record older
+   than T - I would be purged at once, so it is forwarded (no duplicate was found in the
+   store) but not stored.
+
+Records are processed in offset order, so of two duplicates the first one (least offset)
+is forwarded.
+
+Metrics (task-level, through ``context.metric``; ``driver.metrics()`` sums them over tasks):
+
+- ``dedup-records-forwarded``: records forwarded (null ids, late records and replays included)
+- ``dedup-duplicates-dropped``: duplicates dropped
+- ``dedup-late-records-forwarded``: late records forwarded (not stored)
+- ``dedup-store-size``: ids held by the dedup stores of the task (a gauge kept by deltas:
+  each processor adds its store's persisted size when the task opens, then every insert
+  and purge adds +1 / -n; no scan)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lakestate.processors.api import Processor
+from lakestate.records import Record
+from lakestate.state.dedup import source_tag
+
+RECORDS_FORWARDED = "dedup-records-forwarded"
+DUPLICATES_DROPPED = "dedup-duplicates-dropped"
+LATE_RECORDS_FORWARDED = "dedup-late-records-forwarded"
+STORE_SIZE = "dedup-store-size"
+
+# ``deduplicate`` repartitions by id: the record travels keyed by its id, with its original
+# key and value in the value, {"k": key, "v": value}. A record with a null id cannot be keyed
+# by it (a repartition sink drops null keys), so it travels keyed by its original key (or,
+# if that is null too, by NO_ID_PARTITION_KEY) and is marked {"k", "v", "no_id": true}.
+WRAPPED_KEY = "k"
+WRAPPED_VALUE = "v"
+NO_ID = "no_id"
+NO_ID_PARTITION_KEY = 0
+
+_SKIP = object()  # dedup_id() result: forward without deduplication
+
+
+class Deduplicate(Processor):
+    """The deduplication step; subclasses say what the id is and what is forwarded."""
+
+    def __init__(self, store_name: str, interval_ms: int) -> None:
+        self.store_name = store_name
+        self.interval_ms = interval_ms
+
+    def init(self, context) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        self.store.ensure_index()
+        self.context.metric(STORE_SIZE, self.store.size())
+
+    def dedup_id(self, record: Record) -> Any:
+        """The record's deduplication id, or ``_SKIP`` to forward it as it is."""
+        raise NotImplementedError
+
+    def output(self, record: Record) -> Record:
+        """What is forwarded for ``record``."""
+        return record
+
+    def process(self, record: Record) -> None:
+        cutoff = self.context.stream_time - self.interval_ms
+        purged = self.store.purge_expired(cutoff)
+        if purged:
+            self.context.metric(STORE_SIZE, -purged)
+        dedup_id = self.dedup_id(record)
+        if dedup_id is _SKIP:
+            self._forward(record)
+            return
+        meta = self.context.record_metadata
+        source = None if meta is None else source_tag(meta.topic)
+        entry = self.store.get(dedup_id)
+        if entry is not None:
+            replayed = meta is not None and entry.offset == meta.offset and entry.source == source
+            if replayed:
+                self._forward(record)
+                return
+            if abs(entry.ts - record.timestamp) <= self.interval_ms:
+                self.context.metric(DUPLICATES_DROPPED)
+                return
+        self._forward(record)
+        if record.timestamp < cutoff:
+            self.context.metric(LATE_RECORDS_FORWARDED)
+            return
+        added = self.store.put(
+            dedup_id, record.timestamp, None if meta is None else meta.offset, source
+        )
+        if added:
+            self.context.metric(STORE_SIZE, added)
+
+    def _forward(self, record: Record) -> None:
+        self.context.metric(RECORDS_FORWARDED)
+        self.context.forward(self.output(record))
+
+
+class DeduplicateByKey(Deduplicate):
+    """The id is the key; records with a null key are forwarded."""
+
+    def dedup_id(self, record: Record) -> Any:
+        return _SKIP if record.key is None else record.key
+
+
+class DeduplicateByKeyValue(Deduplicate):
+    """The id is ``(key, id_selector(key, value))``; a null key or a null id is forwarded."""
+
+    def __init__(
+        self, store_name: str, interval_ms: int, id_selector: Callable[[Any, Any], Any]
+    ) -> None:
+        super().__init__(store_name, interval_ms)
+        self.id_selector = id_selector
+
+    def dedup_id(self, record: Record) -> Any:
+        if record.key is None:
+            return _SKIP
+        selected = self.id_selector(record.key, record.value)
+        return _SKIP if selected is None else (record.key, selected)
+
+
+class DeduplicateRepartitioned(Deduplicate):
+    """``deduplicate`` after its repartition: the id is the key; the original key and value
+    are restored from the wrapped value, so the forwarded record is the one read."""
+
+    def dedup_id(self, record: Record) -> Any:
+        return _SKIP if record.value.get(NO_ID) else record.key
+
+    def output(self, record: Record) -> Record:
+        value = record.value
+        return Record(value[WRAPPED_KEY], value[WRAPPED_VALUE], record.timestamp, record.headers)
+
+
+class DeduplicationIdSelect(Processor):
+    """Before ``deduplicate``'s repartition: keys each record by its id, the original key
+    and value wrapped in the value."""
+
+    def __init__(self, id_selector: Callable[[Any, Any], Any]) -> None:
+        self.id_selector = id_selector
+
+    def process(self, record: Record) -> None:
+        dedup_id = self.id_selector(record.key, record.value)
+        wrapped = {WRAPPED_KEY: record.key, WRAPPED_VALUE: record.value}
+        if dedup_id is None:
+            wrapped[NO_ID] = True
+            key = NO_ID_PARTITION_KEY if record.key is None else record.key
+            self.context.forward(Record(key, wrapped, record.timestamp, record.headers))
+        else:
+            self.context.forward(Record(dedup_id, wrapped, record.timestamp, record.headers))

@@ -1,0 +1,251 @@
+"""The dedup store (state/dedup.py) over both backends: id entries, the time index, the
+size, purging by a range scan of the index, state-table rows, and rebuilding the index and
+the size when a store is restored or caught up from its state-table rows."""
+
+from __future__ import annotations
+
+import pytest
+from lakestate.errors import InvalidStateStoreException
+from lakestate.state.base import Transaction
+from lakestate.state.dedup import (
+    COUNT_KEY,
+    ID_PREFIX,
+    TIME_PREFIX,
+    DedupEntry,
+    DedupStore,
+    source_tag,
+)
+from lakestate.state.keys import encode_i64_be, encode_key
+from lakestate.state.registry import is_index_only, restore_entry
+from lakestate.state.serde import decode_value
+from state_backends import BACKENDS, store_factories
+
+NAME = "seen"
+
+
+@pytest.fixture(params=BACKENDS)
+def store_factory(request, tmp_path):
+    yield from store_factories(request, tmp_path)
+
+
+class Holder:
+    """Hands out the current transaction, as a task does."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.txn: Transaction = store.new_transaction()
+
+    def commit(self) -> None:
+        self.txn.commit()
+        self.txn = self.store.new_transaction()
+
+    def view(self) -> DedupStore:
+        return DedupStore(NAME, lambda: self.txn)
+
+
+class SpyReader:
+    """Wraps a transaction and records the ranges iterated."""
+
+    def __init__(self, txn) -> None:
+        self.txn = txn
+        self.ranges: list[tuple] = []
+
+    def get(self, namespace, key):
+        return self.txn.get(namespace, key)
+
+    def put(self, namespace, key, value):
+        self.txn.put(namespace, key, value)
+
+    def iterate(self, namespace, start=None, end=None, reverse=False):
+        self.ranges.append((start, end))
+        return self.txn.iterate(namespace, start, end, reverse)
+
+
+def raw(store, name=NAME) -> dict[bytes, bytes]:
+    return dict(store.iterate(name))
+
+
+def test_put_get_delete_and_size(store_factory):
+    h = Holder(store_factory())
+    s = h.view()
+    assert s.get("a") is None and s.size() == 0
+    assert s.put("a", 10, 0, source_tag("in")) == 1
+    assert s.put(("k", 2), 20, None) == 1
+    assert s.put("a", 30, 5, source_tag("in")) == 0  # overwrite: same size
+    assert s.get("a") == DedupEntry(30, 5, source_tag("in"))
+    assert s.get(("k", 2)) == DedupEntry(20, None, None)
+    assert s.size() == 2
+    h.commit()
+    assert list(s.all()) == [("a", DedupEntry(30, 5, source_tag("in"))), (("k", 2), DedupEntry(20))]
+    assert list(s.by_time()) == [(20, ("k", 2)), (30, "a")]  # the old index entry is gone
+    assert s.delete("a") == -1 and s.delete("a") == 0
+    assert s.size() == 1 and list(s.by_time()) == [(20, ("k", 2))]
+
+
+def test_layout_of_the_namespace(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    h.view().put("x", 7, 3, None)
+    h.commit()
+    rid = encode_key("x")
+    assert raw(store) == {
+        ID_PREFIX + rid: b"[7,3,null]",
+        TIME_PREFIX + encode_i64_be(7) + rid: b"",
+        COUNT_KEY: b"1",
+    }
+
+
+def test_purge_is_a_range_scan_of_the_index(store_factory):
+    h = Holder(store_factory())
+    s = h.view()
+    for i, ts in enumerate([5, 1, 9, 3, 7]):
+        s.put(f"id{i}", ts, i)
+    h.commit()
+    spy = SpyReader(h.txn)
+    view = DedupStore(NAME, lambda: spy)
+    assert view.purge_expired(6) == 3  # ts 5, 1, 3
+    assert spy.ranges == [(TIME_PREFIX, TIME_PREFIX + encode_i64_be(6))]
+    assert sorted(k for k, _ in view.all()) == ["id2", "id4"]
+    assert view.size() == 2
+    # Within one transaction, a purge up to an older cutoff has nothing left to do.
+    spy.ranges.clear()
+    assert view.purge_expired(6) == 0 and view.purge_expired(4) == 0
+    assert spy.ranges == []
+    # A later cutoff scans again, from the start of the index (already purged part empty).
+    assert view.purge_expired(8) == 1
+    assert spy.ranges == [(TIME_PREFIX, TIME_PREFIX + encode_i64_be(8))]
+
+
+def test_purge_memo_does_not_outlive_its_transaction(store_factory):
+    h = Holder(store_factory())
+    s = h.view()
+    s.put("a", 1, 0)
+    h.commit()
+    assert s.purge_expired(5) == 1
+    h.txn.close()  # rolled back
+    h.txn = h.store.new_transaction()
+    assert s.get("a") is not None
+    assert s.purge_expired(5) == 1  # a new transaction: purged again
+    assert s.get("a") is None and s.size() == 0
+
+
+def test_stale_index_entries_are_dropped_without_touching_the_entry(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    s = h.view()
+    s.put("a", 10, 0)
+    # An index entry left behind (e.g. by a catch-up that overwrote "a" elsewhere).
+    h.txn.put(NAME, TIME_PREFIX + encode_i64_be(2) + encode_key("a"), b"")
+    h.txn.put(NAME, TIME_PREFIX + encode_i64_be(3) + encode_key("gone"), b"")
+    assert s.purge_expired(5) == 0
+    assert s.get("a") == DedupEntry(10, 0) and s.size() == 1
+    assert list(s.by_time()) == [(10, "a")]
+
+
+def test_state_table_rows_are_id_entries_only(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    s = h.view()
+    s.put("a", 10, 4, source_tag("t"))
+    s.put({"order": 1}, 12, None)
+    s.put(("k", "x"), 14, 0)
+    h.commit()
+    rows = []
+    for raw_key, raw_value in store.iterate(NAME):
+        row = DedupStore.changelog_row(raw_key, raw_value)
+        assert (row is None) == is_index_only("dedup", raw_key)
+        if row is not None:
+            rows.append(row)
+    assert rows == [
+        {"dedup_id": '"a"', "ts": 10, "offset": 4},
+        {"dedup_id": '["k","x"]', "ts": 14, "offset": 0},
+        {"dedup_id": '{"order":1}', "ts": 12, "offset": None},
+    ]
+    assert not is_index_only("timestamped_key_value", TIME_PREFIX)
+
+
+def _fill(h: Holder, entries) -> None:
+    s = h.view()
+    for dedup_id, ts, offset in entries:
+        s.put(dedup_id, ts, offset, source_tag("in"))
+    h.commit()
+
+
+def _rows(store) -> dict[bytes, bytes]:
+    """What the Delta state table holds for the store: its id entries."""
+    return {k: v for k, v in store.iterate(NAME) if not is_index_only("dedup", k)}
+
+
+def test_restore_from_rows_rebuilds_index_and_size(store_factory):
+    source = store_factory()
+    h = Holder(source)
+    _fill(h, [("a", 5, 0), ("b", 1, 1), (("c", 1), 9, 2)])
+    h.view().purge_expired(2)  # b goes
+    h.commit()
+    target = store_factory()
+    with target.new_transaction() as txn:
+        for raw_key, raw_value in _rows(source).items():
+            restore_entry("dedup", txn, NAME, raw_key, raw_value)
+        txn.commit()
+    assert raw(target) == raw(source)
+    assert decode_value(raw(target)[COUNT_KEY]) == 2
+
+
+def test_catch_up_from_net_changes_keeps_index_and_size_exact(store_factory):
+    source = store_factory()
+    h = Holder(source)
+    _fill(h, [("a", 5, 0), ("b", 1, 1), ("c", 9, 2)])
+    before = _rows(source)
+    local = store_factory()
+    with local.new_transaction() as txn:
+        for raw_key, raw_value in before.items():
+            restore_entry("dedup", txn, NAME, raw_key, raw_value)
+        txn.commit()
+    # The source moves on: b purged, a overwritten at a new ts, d added.
+    s = h.view()
+    s.purge_expired(2)
+    s.put("a", 20, 7, source_tag("in"))
+    s.put("d", 15, 8, source_tag("in"))
+    h.commit()
+    after = _rows(source)
+    changes = {k: v for k, v in after.items() if before.get(k) != v}
+    changes.update({k: None for k in before if k not in after})
+    with local.new_transaction() as txn:
+        for raw_key, raw_value in changes.items():
+            restore_entry("dedup", txn, NAME, raw_key, raw_value)
+        txn.commit()
+    assert raw(local) == raw(source)
+
+
+def test_ensure_index_rebuilds_after_a_plain_restore(store_factory):
+    source = store_factory()
+    _fill(Holder(source), [("a", 5, 0), ("b", 1, 1)])
+    target = store_factory()
+    with target.new_transaction() as txn:
+        for raw_key, raw_value in _rows(source).items():
+            txn.put(NAME, raw_key, raw_value)  # what a restore unaware of the index does
+        txn.commit()
+    h = Holder(target)
+    assert h.view().ensure_index() == 2
+    h.commit()
+    assert raw(target) == raw(source)
+    assert h.view().ensure_index() == 0  # the size is there: O(1), nothing to do
+
+
+def test_ensure_index_on_an_empty_store_writes_nothing(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    assert h.view().ensure_index() == 0
+    assert list(h.txn.changes()) == []
+
+
+def test_read_only_and_reserved_names(store_factory):
+    store = store_factory()
+    _fill(Holder(store), [("a", 5, 0)])
+    view = DedupStore(NAME, lambda: store)
+    assert view.get("a") == DedupEntry(5, 0, source_tag("in"))
+    assert view.size() == 1
+    with pytest.raises(InvalidStateStoreException, match="read-only"):
+        view.put("b", 1)
+    with pytest.raises(InvalidStateStoreException, match="reserved"):
+        DedupStore("__offsets__", lambda: store)

@@ -236,7 +236,9 @@ def test_deduplicate_drops_same_id_under_different_keys_and_keeps_original_key()
     assert topology.subtopologies[1].stores == ("orders-seen",)
     with TopologyTestDriver(topology) as driver:
         source = driver.create_input_topic("in")
-        source.pipe_input("customer-1", {"id": "o-1", "amount": 5}, timestamp=1_000, headers={"h": 1})
+        source.pipe_input(
+            "customer-1", {"id": "o-1", "amount": 5}, timestamp=1_000, headers={"h": 1}
+        )
         source.pipe_input("customer-2", {"id": "o-1", "amount": 5}, timestamp=2_000)
         out = driver.create_output_topic("out").read_records_to_list()
         assert out == [TestRecord("customer-1", {"id": "o-1", "amount": 5}, 1_000, {"h": 1})]
@@ -311,7 +313,8 @@ def test_late_record_without_duplicate_is_forwarded_not_stored_and_counted(opera
         source.pipe_input(*_record(operator, "a", 0), timestamp=100_000)
         source.pipe_input(*_record(operator, "b", 1), timestamp=5_000)  # late by 85s
         source.pipe_input(*_record(operator, "b", 2), timestamp=5_000)  # not detected
-        assert [r.value["n"] for r in driver.create_output_topic("out").read_records_to_list()] == [0, 1, 2]
+        out = driver.create_output_topic("out").read_records_to_list()
+        assert [r.value["n"] for r in out] == [0, 1, 2]
         assert driver.get_state_store(STORE).get(_store_id(operator, "b")) is None
         metrics = driver.metrics()
         assert metrics[LATE_RECORDS_FORWARDED] == 2
@@ -395,3 +398,17 @@ def test_purge_of_a_failed_record_is_redone_by_the_next_one():
         out = driver.create_output_topic("out").read_key_values_to_list()
         assert out == [("a", 1), ("c", 1), ("a", 1)]
         assert driver.metrics()[STORE_SIZE] == 1
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_late_means_older_than_stream_time_minus_interval(operator):
+    with _driver(operator) as driver:
+        source = driver.create_input_topic("in")
+        store = driver.get_state_store(STORE)
+        source.pipe_input(*_record(operator, "x", 0), timestamp=30_000)
+        source.pipe_input(*_record(operator, "a", 1), timestamp=20_000)  # == 30s - 10s
+        assert store.get(_store_id(operator, "a")).ts == 20_000  # not late: stored
+        source.pipe_input(*_record(operator, "b", 2), timestamp=19_999)  # 1 ms older
+        assert store.get(_store_id(operator, "b")) is None  # late: forwarded, not stored
+        assert driver.create_output_topic("out").get_queue_size() == 3
+        assert driver.metrics()[LATE_RECORDS_FORWARDED] == 1

@@ -24,7 +24,7 @@ from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.registry import view_class
+from lakestate.state.registry import is_index_only, view_class
 from lakestate.state.serde import json_text
 
 OUT_COLUMNS = [
@@ -190,6 +190,8 @@ def _state_rows(app: App, writes: list, sub: int, partition: int) -> list[tuple]
         if namespace in RESERVED_NAMESPACES:
             continue
         spec = app.topology.stores[namespace]
+        if is_index_only(spec.kind, raw_key):
+            continue  # a local-only entry (e.g. a dedup store's time index): no Delta row
         typed = None
         if raw_value is not None:
             typed = json.dumps(view_class(spec.kind).changelog_row(raw_key, raw_value))

@@ -18,6 +18,7 @@ from lakestate.engine import batches, local, state_tables
 from lakestate.engine.batches import BatchLog, CommitRecord
 from lakestate.engine.layout import AppLayout
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
+from lakestate.state.registry import restore_entry
 
 RESTORE_CHUNK = 50_000
 
@@ -91,7 +92,8 @@ def _finish(
     """Commit ``writes`` with the committed batch's offsets, stream time and batch marker."""
     with store.new_transaction() as txn:
         for namespace, key, value in writes:
-            txn.put(namespace, key, value)
+            kind = layout.app.topology.stores[namespace].kind
+            restore_entry(kind, txn, namespace, key, value)
         stream_time = commit.stream_times.get(f"{sub}_{partition}")
         if stream_time is not None:
             txn.set_stream_time(stream_time)
@@ -152,6 +154,7 @@ def _restore(
             return  # nothing committed yet: an empty store is the committed state
         total = 0
         for name in layout.stores_of(sub):
+            kind = layout.app.topology.stores[name].kind
             rows = state_tables.read_task_rows(
                 spark, layout.state_path(name), partition, commit.state_versions[name]
             )
@@ -160,7 +163,7 @@ def _restore(
             for start in range(0, len(rows), RESTORE_CHUNK):
                 with store.new_transaction() as txn:
                     for key, value in rows[start : start + RESTORE_CHUNK]:
-                        txn.put(name, bytes(key), bytes(value))
+                        restore_entry(kind, txn, name, bytes(key), bytes(value))
                     txn.commit()
             total += len(rows)
         _finish(store, layout, commit, sub, partition, [])

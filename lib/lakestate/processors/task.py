@@ -123,6 +123,8 @@ class Task:
             self._contexts[name] = _NodeContext(self, name, node.children)
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
+        # Processors may set metrics at init (e.g. a store's size): they count as committed.
+        self._committed_metrics = dict(self.metrics)
 
     # -- processing -----------------------------------------------------------------------
 

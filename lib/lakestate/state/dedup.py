@@ -10,7 +10,7 @@ key                                             value
 ==============================================  ===========================================
 ``b"i" + encode_key(id)``                       JSON ``[ts, offset, source]`` (the id entry)
 ``b"t" + encode_i64_be(ts) + encode_key(id)``   ``b""`` (time index: ids in timestamp order)
-``b"n"``                                        JSON count of id entries (the store size)
+``b"n"``                                        JSON count of id entries, absent when 0
 ==============================================  ===========================================
 
 ``offset`` and ``source`` say where the forwarded record was read (both None for a record
@@ -168,7 +168,8 @@ class DedupStore:
     def ensure_index(self) -> int:
         """Rebuild the time index and the count if the store holds id entries without them
         (a store restored from its Delta rows by a restore that does not call
-        ``restore_entry``). O(1) when the count is there; returns the ids re-indexed."""
+        ``restore_entry``). Cheap otherwise: a look-up of the count, and if there is none
+        (an empty store) one seek. Returns the number of ids re-indexed."""
         txn = self._writer()
         if txn.get(self.name, COUNT_KEY) is not None:
             return 0
@@ -243,4 +244,5 @@ def _delete(txn: Any, name: str, id_key: bytes) -> int:
 def _add_to_count(txn: Any, name: str, delta: int) -> None:
     raw = txn.get(name, COUNT_KEY)
     count = (0 if raw is None else decode_value(raw)) + delta
-    txn.put(name, COUNT_KEY, encode_value(count))
+    # An empty store has no count entry, so an emptied store looks like a fresh one.
+    txn.put(name, COUNT_KEY, encode_value(count) if count else None)

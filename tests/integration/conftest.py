@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from engine_helpers import FAST_TEST_CONF
 from lakestate.warehouse import Warehouse
 
 
@@ -18,16 +19,7 @@ def spark() -> Iterator[object]:
     session = get_spark(
         master="local[2]",
         app_name="lakestate-tests",
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.databricks.delta.snapshotPartitions": "2",
-            # Short-lived JVM, tiny data: compiling costs more than it saves.
-            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-            "spark.sql.codegen.wholeStage": "false",
-            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-            "spark.sql.adaptive.enabled": "false",
-        },
+        extra_conf=FAST_TEST_CONF,
     )
     yield session
     stop_spark()

@@ -13,6 +13,17 @@ from lakestate.testing import TopologyTestDriver
 
 APPS = Path(__file__).parent / "apps"
 
+# Spark settings for short test runs on tiny data: compiling costs more than it saves.
+FAST_TEST_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+}
+
 
 def events(n: int, keys: int = 7, seed: int = 1) -> list[dict]:
     rng = random.Random(seed)

@@ -4,13 +4,14 @@ an uninterrupted run's. Also: two runs of one app started together never both co
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import APPS, events, produce, state_rows, topic_rows
+from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows, topic_rows
 from lakestate.engine.runner import run_app
 from lakestate.warehouse import Warehouse
 
@@ -20,15 +21,17 @@ N = 90
 MAX_RECORDS = 15  # 3 tasks' worth of batches: 2 partitions x 15 records per batch
 REPO = Path(__file__).resolve().parents[2]
 
-# Every step of the commit protocol, in order (see lakestate.engine.faults).
+# Every step of the commit protocol, in order (see lakestate.engine.faults), with the batch
+# to kill it in: each run replays batch 2 up to the next step, until batch 2 commits; the
+# local commit is then cut short in batch 3.
 FAULT_POINTS = [
-    "after_plan",
-    "after_sink:counts-out",
-    "after_sink:sums-out",
-    "after_state:counts",
-    "after_state:sums",
-    "after_batch_commit",
-    "mid_local_commit",
+    "after_plan@2",
+    "after_sink:counts-out@2",
+    "after_sink:sums-out@2",
+    "after_state:counts@2",
+    "after_state:sums@2",
+    "after_batch_commit@2",
+    "mid_local_commit@3",
 ]
 
 
@@ -36,7 +39,7 @@ def _run_in_subprocess(warehouse: Warehouse, state_dir: Path, fault: str | None,
                        max_batches: int | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
-    env["LAKESTATE_SHUFFLE_PARTITIONS"] = "2"
+    env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (
@@ -71,29 +74,19 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spa
     state = tmp_path / "state"
     # One chain of runs: each is killed at the next step of batch 2's commit (the replay of
     # the same batch), then the last run finishes the input.
+    said = []
     for point in FAULT_POINTS:
-        proc = _run_in_subprocess(wh, state, f"{point}@2")
+        proc = _run_in_subprocess(wh, state, point)
         assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+        said.append(proc.stdout)
     proc = _run_in_subprocess(wh, state, None)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    said.append(proc.stdout)
+    # Killed between the batch log commit and the local commit, the next run applied the
+    # staged transactions instead of replaying or restoring.
+    assert "applied the staged transaction of batch 2" in said[FAULT_POINTS.index("after_batch_commit@2") + 1]
+    assert "applied the staged transaction of batch 3" in said[-1]
     assert _results(spark, wh) == expected
-
-
-def test_kill_before_local_commit_of_a_later_batch(spark, tmp_path):
-    records = events(60, seed=12)
-    reference = Warehouse(tmp_path / "reference")
-    produce(spark, reference, "events", records, partitions=2)
-    run_app(str(APPS / "counts.py"), warehouse=reference.root, state_dir=str(tmp_path / "ref"),
-            max_records=MAX_RECORDS, until_caught_up=True, say=lambda _: None)
-
-    wh = Warehouse(tmp_path / "wh")
-    produce(spark, wh, "events", records, partitions=2)
-    proc = _run_in_subprocess(wh, tmp_path / "state", "before_local_commit@1")
-    assert proc.returncode == -9, proc.stderr[-3000:]
-    proc = _run_in_subprocess(wh, tmp_path / "state", None)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "applied the staged transaction of batch 1" in proc.stdout
-    assert _results(spark, wh) == _results(spark, reference)
 
 
 def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
@@ -101,7 +94,7 @@ def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SHUFFLE_PARTITIONS="2")
+    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SPARK_CONF=json.dumps(FAST_TEST_CONF))
     code = (
         "from lakestate.engine.runner import run_app; "
         f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
@@ -132,7 +125,7 @@ def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SHUFFLE_PARTITIONS="2")
+    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SPARK_CONF=json.dumps(FAST_TEST_CONF))
     procs = []
     for name in ("a", "b"):
         code = (

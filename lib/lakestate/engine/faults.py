@@ -3,7 +3,8 @@
 ``LAKESTATE_FAULT=<point>`` (optionally ``<point>@<batch>``) makes ``maybe_fail(point,
 batch)`` SIGKILL the current process, the hardest crash there is: no cleanup, no flush.
 Points, in commit order: after_plan, after_sink:<topic>,
-after_state:<store>, after_batch_commit, before_local_commit, mid_local_commit.
+after_state:<store>, after_batch_commit (that is, before the local commit),
+mid_local_commit (after the first task's local commit).
 Unset in production; reading one environment variable is its only cost.
 """
 

@@ -294,8 +294,7 @@ class _Runner:
             },
         )
         batches.write_commit(self.spark, self.layout.batches_path, commit)
-        faults.maybe_fail("after_batch_commit", batch_id)
-        faults.maybe_fail("before_local_commit", batch_id)
+        faults.maybe_fail("after_batch_commit", batch_id)  # = before the local commit
         for index, (sub, partition) in enumerate(sorted(infos)):
             task_id = f"{sub}_{partition}"
             store = local.open_task_store(self.state_dir, self.app.name, task_id, self.isolation)

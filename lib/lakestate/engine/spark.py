@@ -17,12 +17,15 @@ Environment:
     ``spark.sql.shuffle.partitions`` (default 4: the data per batch is small).
 ``LAKESTATE_DRIVER_MEMORY``
     ``spark.driver.memory`` (default: Spark's own, 1g).
+``LAKESTATE_SPARK_CONF``
+    A JSON object of further Spark confs (applied after the defaults above).
 ``LAKESTATE_LOG_LEVEL``
     Spark's log level once the session is up (default ``WARN``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -161,6 +164,14 @@ def spark_conf(
     driver_memory = os.environ.get("LAKESTATE_DRIVER_MEMORY")
     if driver_memory:
         conf["spark.driver.memory"] = driver_memory
+    env_conf = os.environ.get("LAKESTATE_SPARK_CONF")
+    if env_conf:
+        try:
+            conf.update({k: str(v) for k, v in json.loads(env_conf).items()})
+        except (ValueError, AttributeError) as exc:
+            raise ValueError(
+                f"LAKESTATE_SPARK_CONF must be a JSON object of Spark confs, got {env_conf!r}"
+            ) from exc
     if extra_conf:
         conf.update({k: str(v) for k, v in extra_conf.items()})
     return conf

@@ -112,6 +112,12 @@ def status(args: argparse.Namespace, ctx) -> int:
                 )
             )
         )
+    tasks = commit.stats.get("tasks", {})
+    if any(tasks.values()):
+        ctx.print(f"metrics of the tasks in batch {commit.batch_id}:")
+        for task, values in sorted(tasks.items()):
+            shown = ", ".join(f"{k}={v:g}" for k, v in sorted(values.items()))
+            ctx.print(f"  {task}: {shown}")
     return 0
 
 

@@ -66,9 +66,12 @@ def test_deduplicate_meets_duplicates_across_four_partitions(spark, tmp_path):
     ids = [f"order-{i}" for i in range(15)]
     records = []
     for i, order in enumerate(ids):
-        for copy in range(3):  # the same id under three different keys, within 30 s
+        for copy in range(3):  # the same id under three different keys
+            # Everything within the 30 s interval: after the repartition, a task reads one
+            # upstream task's records before another's, and a record older than stream time
+            # minus the interval would be late (forwarded, KIP-655) rather than a duplicate.
             records.append({"key": f"{order}-src{copy}", "value": {"id": order, "copy": copy},
-                            "timestamp": 1_000_000 + i * 60_000 + copy * 1_000})
+                            "timestamp": 1_000_000 + i * 1_000 + copy * 100})
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=4)
     keys = {partition_for(r["key"], 4) for r in records}

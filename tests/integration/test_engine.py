@@ -106,20 +106,21 @@ def test_repartition_runs_as_a_second_subtopology(spark, warehouse, tmp_path):
     assert len(topic_rows(spark, warehouse, "regroup-per-user-repartition")) == len(records)
 
 
-def test_lost_local_state_is_restored_from_delta(spark, tmp_path):
+def _reference_and_fresh(spark, tmp_path, seed: int):
+    """An uninterrupted run's warehouse, and a fresh warehouse with the same input."""
     from lakestate.warehouse import Warehouse
 
-    records = events(N, seed=4)
+    records = events(N, seed=seed)
     reference = Warehouse(tmp_path / "reference")
     produce(spark, reference, "events", records, partitions=2)
     _run(reference, tmp_path / "state-ref", max_records=20)
-
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
-    state = tmp_path / "state"
-    _run(wh, state, max_records=20, max_batches=2, until_caught_up=False)
-    shutil.rmtree(state)  # the instance lost its disk between batches
-    said = []
+    return reference, wh
+
+
+def _rerun(wh, state) -> list[str]:
+    said: list[str] = []
     run_app(
         str(APPS / "counts.py"),
         warehouse=wh.root,
@@ -128,6 +129,15 @@ def test_lost_local_state_is_restored_from_delta(spark, tmp_path):
         until_caught_up=True,
         say=said.append,
     )
+    return said
+
+
+def test_lost_local_state_is_restored_from_delta(spark, tmp_path):
+    reference, wh = _reference_and_fresh(spark, tmp_path, seed=4)
+    state = tmp_path / "state"
+    _run(wh, state, max_records=20, max_batches=2, until_caught_up=False)
+    shutil.rmtree(state)  # the instance lost its disk between batches
+    said = _rerun(wh, state)
     assert any("restored" in line for line in said)
     for topic in ("counts-out", "sums-out"):
         assert topic_rows(spark, wh, topic) == topic_rows(spark, reference, topic)
@@ -135,30 +145,14 @@ def test_lost_local_state_is_restored_from_delta(spark, tmp_path):
 
 
 def test_local_state_behind_catches_up_from_change_feed(spark, tmp_path):
-    from lakestate.warehouse import Warehouse
-
-    records = events(N, seed=5)
-    reference = Warehouse(tmp_path / "reference")
-    produce(spark, reference, "events", records, partitions=2)
-    _run(reference, tmp_path / "state-ref", max_records=20)
-
-    wh = Warehouse(tmp_path / "wh")
-    produce(spark, wh, "events", records, partitions=2)
+    reference, wh = _reference_and_fresh(spark, tmp_path, seed=5)
     state = tmp_path / "state"
     _run(wh, state, max_records=20, max_batches=1, until_caught_up=False)
     shutil.copytree(state, tmp_path / "old-state")
     _run(wh, state, max_records=20, max_batches=2, until_caught_up=False)
     shutil.rmtree(state)
     shutil.copytree(tmp_path / "old-state", state)  # an instance that was away for 2 batches
-    said = []
-    run_app(
-        str(APPS / "counts.py"),
-        warehouse=wh.root,
-        state_dir=str(state),
-        max_records=20,
-        until_caught_up=True,
-        say=said.append,
-    )
+    said = _rerun(wh, state)
     assert any("caught up from batch 1" in line for line in said)
     for topic in ("counts-out", "sums-out"):
         assert topic_rows(spark, wh, topic) == topic_rows(spark, reference, topic)

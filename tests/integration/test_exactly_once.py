@@ -35,8 +35,9 @@ FAULT_POINTS = [
 ]
 
 
-def _run_in_subprocess(warehouse: Warehouse, state_dir: Path, fault: str | None,
-                       max_batches: int | None = None) -> subprocess.CompletedProcess:
+def _run_in_subprocess(
+    warehouse: Warehouse, state_dir: Path, fault: str | None, max_batches: int | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
     env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
@@ -48,8 +49,9 @@ def _run_in_subprocess(warehouse: Warehouse, state_dir: Path, fault: str | None,
         f"state_dir={str(state_dir)!r}, max_records={MAX_RECORDS}, "
         f"max_batches={max_batches!r}, until_caught_up=True)"
     )
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
+    )
 
 
 def _results(spark, wh: Warehouse):
@@ -65,8 +67,14 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spa
     records = events(N, seed=11)
     reference = Warehouse(tmp_path / "reference")
     produce(spark, reference, "events", records, partitions=2)
-    run_app(str(APPS / "counts.py"), warehouse=reference.root, state_dir=str(tmp_path / "ref"),
-            max_records=MAX_RECORDS, until_caught_up=True, say=lambda _: None)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=reference.root,
+        state_dir=str(tmp_path / "ref"),
+        max_records=MAX_RECORDS,
+        until_caught_up=True,
+        say=lambda _: None,
+    )
     expected = _results(spark, reference)
 
     wh = Warehouse(tmp_path / "wh")
@@ -84,7 +92,10 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spa
     said.append(proc.stdout)
     # Killed between the batch log commit and the local commit, the next run applied the
     # staged transactions instead of replaying or restoring.
-    assert "applied the staged transaction of batch 2" in said[FAULT_POINTS.index("after_batch_commit@2") + 1]
+    assert (
+        "applied the staged transaction of batch 2"
+        in said[FAULT_POINTS.index("after_batch_commit@2") + 1]
+    )
     assert "applied the staged transaction of batch 3" in said[-1]
     assert _results(spark, wh) == expected
 
@@ -100,16 +111,30 @@ def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
         f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
         f"state_dir={str(tmp_path / 'state')!r}, max_records=20, until_caught_up=True)"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     outcomes = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
     codes = sorted(code for code, _, _ in outcomes)
     assert codes == [0, 1], outcomes
     loser = next(err for code, _, err in outcomes if code == 1)
     assert "already running" in loser or "another run" in loser
     # Finish whatever is left, then every record counted exactly once.
-    run_app(str(APPS / "counts.py"), warehouse=wh.root, state_dir=str(tmp_path / "state"),
-            until_caught_up=True, say=lambda _: None)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=wh.root,
+        state_dir=str(tmp_path / "state"),
+        until_caught_up=True,
+        say=lambda _: None,
+    )
     positive = [r for r in records if r["value"]["amount"] > 0]
     assert len(topic_rows(spark, wh, "counts-out")) == len(positive)
     counts = {}
@@ -133,8 +158,16 @@ def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
             f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
             f"state_dir={str(tmp_path / name)!r}, max_records=1000, max_batches=1)"
         )
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO,
-                                      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code],
+                env=env,
+                cwd=REPO,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     outcomes = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
     positive = [r for r in records if r["value"]["amount"] > 0]
     assert len(topic_rows(spark, wh, "counts-out")) == len(positive), outcomes

@@ -2,13 +2,13 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_engine.py            # N = 1,000,000 input records
-    .venv/bin/python benchmarks/bench_engine.py --quick    # N = 100,000, smaller state: a fast check
-    .venv/bin/python benchmarks/bench_engine.py --records 300000
+    .venv/bin/python tests/benchmarks/bench_engine.py            # N = 1,000,000 input records
+    .venv/bin/python tests/benchmarks/bench_engine.py --quick    # N = 100,000, smaller state: a fast check
+    .venv/bin/python tests/benchmarks/bench_engine.py --records 300000
 
 What it measures (all on one SparkSession, ``local[2]`` by default, production confs from
 ``lakestate.engine.spark.get_spark``), printed as a table and written to
-``benchmarks/results/engine.json``:
+``tests/benchmarks/results/engine.json``:
 
 1. **Engine throughput**: the demo app (``jobs/demo.py``: events -> filter(amount > 0) ->
    group_by_key().count() -> event-counts) over N input records in 2 partitions with 10k
@@ -46,6 +46,7 @@ import platform
 import pstats
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -62,13 +63,13 @@ import numpy as np
 import pandas as pd
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP_PATH = str(ROOT / "jobs" / "demo.py")
 APP_NAME = "demo"
 INPUT_TOPIC = "events"
 OUTPUT_TOPIC = "event-counts"
 STORE = "event-counts-store"
-DEFAULT_JSON = ROOT / "benchmarks" / "results" / "engine.json"
+DEFAULT_JSON = ROOT / "tests" / "benchmarks" / "results" / "engine.json"
 PARTITIONS = 2
 T0_MS = 1_700_000_000_000
 AMOUNTS = (0, 1, 5, 10, 20)  # as in jobs/demo.py's sample_events: 1 in 5 is filtered out
@@ -161,6 +162,25 @@ class MemorySampler(threading.Thread):
             self.phase = previous
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and its descendants: the
+    driver, the JVM and the Python workers (workers that exited are counted in their
+    parent's children times). Less sensitive than wall time to other load on the machine."""
+    me = psutil.Process()
+    try:
+        procs = [me, *me.children(recursive=True)]
+    except psutil.Error:
+        procs = [me]
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
 # -- where the engine spends a batch ---------------------------------------------------------
 
 
@@ -230,6 +250,7 @@ class PhaseTimer:
                 sc.setLocalProperty("spark.job.description", description)
             if label == "batch":
                 timer.current, timer.pending = timer.pending, {}
+                cpu_started = tree_cpu_seconds()
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
@@ -240,6 +261,7 @@ class PhaseTimer:
                 if label == "batch":
                     record = timer.current or {}
                     record["batch"] = elapsed
+                    record["cpu"] = tree_cpu_seconds() - cpu_started
                     timer.batches.append(record)
                     timer.current = None
                 elif timer.current is not None:
@@ -280,6 +302,8 @@ def breakdown(batch: dict[str, float]) -> dict[str, float]:
         out["commit_other"] = max(commit - parts, 0.0)
     out["batch"] = total
     out["cycle"] = total + out["plan"] + out["plan_write"]
+    if "cpu" in batch:
+        out["batch_cpu"] = batch["cpu"]
     return {k: round(v, 3) for k, v in out.items()}
 
 
@@ -474,11 +498,13 @@ def run_engine(
     from lakestate.engine.runner import run_app
 
     say = Say(echo)
+    cpu = tree_cpu_seconds()
     started = time.perf_counter()
     result = run_app(
         APP_PATH, warehouse=warehouse, state_dir=state_dir, master=master, say=say, **kw
     )
     wall = time.perf_counter() - started
+    cpu = tree_cpu_seconds() - cpu
     timed, run_level = timer.take()
     batches = []
     for i, said in enumerate(say.batches):
@@ -488,6 +514,7 @@ def run_engine(
         batches.append(entry)
     return {
         "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
         "records": result.records,
         "batches": batches,
         "run_level_s": {k: round(v, 3) for k, v in run_level.items()},
@@ -495,10 +522,11 @@ def run_engine(
     }
 
 
-def plain_spark(spark, topic_path: str, out_path: str) -> float:
-    """The demo app as one plain Spark job; returns its wall seconds."""
+def plain_spark(spark, topic_path: str, out_path: str) -> tuple[float, float]:
+    """The demo app as one plain Spark job; returns its wall and CPU seconds."""
     from pyspark.sql import functions as F
 
+    cpu = tree_cpu_seconds()
     started = time.perf_counter()
     counts = (
         spark.read.format("delta")
@@ -508,7 +536,7 @@ def plain_spark(spark, topic_path: str, out_path: str) -> float:
         .count()
     )
     counts.write.format("delta").mode("overwrite").save(out_path)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, tree_cpu_seconds() - cpu
 
 
 def check_result(spark, state_path: str, plain_path: str) -> int:
@@ -888,6 +916,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Killed (SIGTERM): unwind, so that the temporary directory is removed and the results
+    # so far are written.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # applyInPandas with a functools.partial (the engine's process_task): harmless.
@@ -956,8 +987,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"wrote {args.records:,} records ({args.keys:,} keys) in {gen_s:.1f}s")
         plain_path = str(tmp / "plain-counts")
         with sampler.in_phase("plain"):
-            plain_1 = plain_spark(spark, topic1.path, plain_path)
-            log(f"plain Spark #1: {plain_1:.2f}s")
+            plain_1, plain_cpu_1 = plain_spark(spark, topic1.path, plain_path)
+            log(f"plain Spark #1: {plain_1:.2f}s ({plain_cpu_1:.1f} CPU s)")
         with sampler.in_phase("engine-throughput"):
             log(f"engine: {args.records:,} records, max_records={args.max_records:,} per task")
             engine = run_engine(
@@ -968,10 +999,13 @@ def main(argv: list[str] | None = None) -> int:
                 until_caught_up=True,
                 max_records=args.max_records,
             )
-            log(f"engine: {engine['records']:,} records in {engine['wall_s']:.1f}s")
+            log(
+                f"engine: {engine['records']:,} records in {engine['wall_s']:.1f}s "
+                f"({engine['cpu_s']:.1f} CPU s)"
+            )
         with sampler.in_phase("plain"):
-            plain_2 = plain_spark(spark, topic1.path, plain_path)
-            log(f"plain Spark #2: {plain_2:.2f}s")
+            plain_2, plain_cpu_2 = plain_spark(spark, topic1.path, plain_path)
+            log(f"plain Spark #2: {plain_2:.2f}s ({plain_cpu_2:.1f} CPU s)")
         mismatched = check_result(spark, wh1.state_table_path(APP_NAME, STORE), plain_path)
         plain_best = min(plain_1, plain_2)
         engine_rps = rate(engine["records"], engine["wall_s"])
@@ -984,8 +1018,16 @@ def main(argv: list[str] | None = None) -> int:
             "engine_records_per_s": round(engine_rps),
             "engine_records_per_batch_s": round(rate(engine["records"], batch_sum)),
             "plain_s": [round(plain_1, 3), round(plain_2, 3)],
+            "plain_cpu_s": [round(plain_cpu_1, 3), round(plain_cpu_2, 3)],
             "plain_records_per_s": round(rate(args.records, plain_best)),
             "ratio_engine_plain": round(engine_rps / rate(args.records, plain_best), 4),
+            # CPU seconds per record, plain over engine: the same ratio, less sensitive to
+            # other processes on the machine (both use all cores they can get).
+            "ratio_engine_plain_cpu": round(min(plain_cpu_1, plain_cpu_2) / engine["cpu_s"], 4),
+            "engine_cpu_us_per_record": round(engine["cpu_s"] / max(engine["records"], 1) * 1e6),
+            "plain_cpu_us_per_record": round(
+                min(plain_cpu_1, plain_cpu_2) / max(args.records, 1) * 1e6, 1
+            ),
             "keys_differing_from_plain": mismatched,
         }
         log(
@@ -1049,6 +1091,13 @@ def main(argv: list[str] | None = None) -> int:
             state["ratio_big_hot_small"] = round(
                 state["big_hot_small"]["median_batch_s"] / small, 3
             )
+            cpu = {
+                k: state[k].get("median_phases_s", {}).get("batch_cpu")
+                for k in ("small", "big", "big_hot_small")
+            }
+            if cpu["small"] and cpu["big"]:
+                state["ratio_big_small_cpu"] = round(cpu["big"] / cpu["small"], 3)
+                state["ratio_big_hot_small_cpu"] = round(cpu["big_hot_small"] / cpu["small"], 3)
             cycle = {
                 k: v.get("median_phases_s", {}).get("cycle")
                 for k, v in state.items()
@@ -1130,12 +1179,27 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
             ),
             ("  engine wall s (prepare+recover+batches)", f"{e['wall_s']:.1f}", ""),
             ("  engine records/s within batches", f"{tp['engine_records_per_batch_s']:,}", ""),
+            (
+                "  engine CPU us per input record (driver+JVM+workers)",
+                f"{tp.get('engine_cpu_us_per_record', 0):,}",
+                "",
+            ),
             ("plain Spark records/s (best of 2)", f"{tp['plain_records_per_s']:,}", ""),
+            (
+                "  plain Spark CPU us per input record",
+                f"{tp.get('plain_cpu_us_per_record', 0):,}",
+                "",
+            ),
             ("  plain Spark s (run 1, run 2)", ", ".join(f"{s:.2f}" for s in tp["plain_s"]), ""),
             (
                 "ratio engine / plain",
                 f"{tp['ratio_engine_plain']:.3f}",
                 f">= {TARGET_RATIO_PLAIN} {verdict(tp['ratio_engine_plain'] >= TARGET_RATIO_PLAIN)}",
+            ),
+            (
+                "  ratio by CPU time (robust to machine load)",
+                f"{tp.get('ratio_engine_plain_cpu', float('nan')):.3f}",
+                "",
             ),
             ("keys differing engine vs plain", str(tp["keys_differing_from_plain"]), "0"),
         ]
@@ -1177,6 +1241,11 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
                 f"<= {TARGET_RATIO_STATE} {verdict(st['ratio_big_small'] <= TARGET_RATIO_STATE)}",
             ),
             ("  same, fastest batch of each", f"{st['ratio_big_small_min']:.2f}", ""),
+            (
+                "  same, by CPU seconds per batch",
+                f"{st.get('ratio_big_small_cpu', float('nan')):.2f}",
+                "",
+            ),
             ("  control: same changed keys, big state", f"{st['ratio_big_hot_small']:.2f}", ""),
         ]
         if "ratio_big_small_cycle" in st:

@@ -3,11 +3,11 @@ and Spark Structured Streaming's ``dropDuplicatesWithinWatermark`` on the same i
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_dedup.py            # N = 1,000,000 input records
-    .venv/bin/python benchmarks/bench_dedup.py --quick    # N = 100,000: a fast check
-    .venv/bin/python benchmarks/bench_dedup.py --records 300000
+    .venv/bin/python tests/benchmarks/bench_dedup.py            # N = 1,000,000 input records
+    .venv/bin/python tests/benchmarks/bench_dedup.py --quick    # N = 100,000: a fast check
+    .venv/bin/python tests/benchmarks/bench_dedup.py --records 300000
 
-The app is ``benchmarks/apps/dedup_bench.py``: dedup-events -> deduplicate_by_key(1 hour)
+The app is ``tests/benchmarks/apps/dedup_bench.py``: dedup-events -> deduplicate_by_key(1 hour)
 -> dedup-unique; the key of every record is its deduplication id.
 
 Input (the same generator for every part; exact counts are in the JSON): per partition, in
@@ -17,7 +17,7 @@ partition (duplicates), 1% are *late* (timestamp older than stream time - 1 hour
 minutes; half with a fresh id, half repeating an earlier id), 5% of the others are out of
 order by up to 2 minutes. With N = 1M: ~795k distinct ids, all alive at the end.
 
-What it measures, printed as a table and written to ``benchmarks/results/dedup.json``:
+What it measures, printed as a table and written to ``tests/benchmarks/results/dedup.json``:
 
 1. **Driver**: records/s of the app through ``lakestate.testing.TopologyTestDriver``
    (in-memory backend) on 200k records (target >= 300k records/s), the output checked
@@ -42,7 +42,7 @@ Memory (RSS of the process tree) and the load average are sampled throughout: ot
 on the machine inflate every timing, so the load is printed with the results. Everything
 lives in a temporary directory that is removed at the end (``--keep`` keeps it).
 Helpers (memory sampler, phase timer, vectorized murmur2, table printing) come from
-``benchmarks/bench_engine.py``.
+``tests/benchmarks/bench_engine.py``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 APP_PATH = str(HERE / "apps" / "dedup_bench.py")
 DEFAULT_JSON = HERE / "results" / "dedup.json"
 PARTITIONS = 2
@@ -94,7 +94,7 @@ METRIC_SIZE = "dedup-store-size"
 
 
 def _load_bench_engine():
-    """``benchmarks/bench_engine.py`` as a module (its helpers are reused, not copied)."""
+    """``tests/benchmarks/bench_engine.py`` as a module (its helpers are reused, not copied)."""
     spec = importlib.util.spec_from_file_location("bench_engine", HERE / "bench_engine.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("bench_engine", module)

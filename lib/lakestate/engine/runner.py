@@ -20,7 +20,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 from pyspark import StorageLevel
@@ -216,7 +215,7 @@ class _Runner:
         result = (
             self._read(plan)
             .groupBy("sub", "task")
-            .applyInPandas(partial(process_task, ctx=ctx), OUT_SCHEMA)
+            .applyInPandas(_task_function(ctx), OUT_SCHEMA)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
@@ -305,6 +304,15 @@ class _Runner:
             if index == 0:
                 faults.maybe_fail("mid_local_commit", batch_id)
         return commit
+
+
+def _task_function(ctx: BatchContext):
+    """The per-task function for applyInPandas (a plain function: Spark inspects it)."""
+
+    def process(records):
+        return process_task(records, ctx)
+
+    return process
 
 
 def _python_error(exc: Exception) -> str:

@@ -404,7 +404,7 @@ def measure_worker(args: argparse.Namespace, part: Part, tmp: Path) -> dict[str,
     records of ``part``, against a fresh RocksDB store: the engine's per-record cost
     without Spark (no Arrow transfer, no commit)."""
     from lakestate.engine.process import BatchContext, process_task
-    from lakestate.testing.driver import isolation_for
+    from lakestate.state.base import isolation_for
 
     n = min(args.worker_records, part.n)
     pdf = frame(part, 0, n)

@@ -652,8 +652,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     from lakestate.engine import local
     from lakestate.engine.process import BatchContext, process_task
     from lakestate.io import logtable
-    from lakestate.state.base import IsolationLevel, TopicPartition
-    from lakestate.testing.driver import isolation_for
+    from lakestate.state.base import IsolationLevel, TopicPartition, isolation_for
     from pyspark.sql import functions as F
 
     app = load_app(APP_PATH)

@@ -36,11 +36,11 @@ from lakestate.engine.process import OUT_SCHEMA, BatchContext, process_task
 from lakestate.engine.recovery import recover
 from lakestate.errors import StreamsException
 from lakestate.io import logtable
+from lakestate.state.base import isolation_for
 from lakestate.state.constants import (
     DEFAULT_UNCOMMITTED_MAX_RECORDS,
     UNCOMMITTED_MAX_RECORDS,
 )
-from lakestate.testing.driver import isolation_for
 from lakestate.warehouse import Warehouse
 
 STATE_DIR_ENV = "LAKESTATE_STATE_DIR"

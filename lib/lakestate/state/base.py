@@ -23,8 +23,11 @@ from typing import NamedTuple, Protocol
 
 from sortedcontainers import SortedDict
 
-from lakestate.errors import InvalidStateStoreException
+from lakestate.errors import InvalidStateStoreException, StreamsException
 from lakestate.state.constants import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE_V2,
+    PROCESSING_GUARANTEE,
     ENTRY_OVERHEAD_BYTES,
     META_NAMESPACE,
     OFFSETS_NAMESPACE,
@@ -50,6 +53,19 @@ class TopicPartition(NamedTuple):
 class IsolationLevel(enum.Enum):
     READ_COMMITTED = "read_committed"
     READ_UNCOMMITTED = "read_uncommitted"
+
+
+def isolation_for(config: Mapping[str, object]) -> IsolationLevel:
+    """KIP-892: READ_COMMITTED under exactly_once_v2 (the default), READ_UNCOMMITTED under
+    at_least_once."""
+    guarantee = config.get(PROCESSING_GUARANTEE, EXACTLY_ONCE_V2)
+    if guarantee == EXACTLY_ONCE_V2:
+        return IsolationLevel.READ_COMMITTED
+    if guarantee == AT_LEAST_ONCE:
+        return IsolationLevel.READ_UNCOMMITTED
+    raise StreamsException(
+        f"{PROCESSING_GUARANTEE} must be {EXACTLY_ONCE_V2!r} or {AT_LEAST_ONCE!r}, got {guarantee!r}"
+    )
 
 
 class TransactionState(enum.Enum):

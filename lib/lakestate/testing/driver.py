@@ -17,8 +17,7 @@ from typing import Any
 from lakestate.errors import StreamsException
 from lakestate.processors.task import Task
 from lakestate.records import Record, to_millis
-from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
-from lakestate.state.constants import AT_LEAST_ONCE, EXACTLY_ONCE_V2, PROCESSING_GUARANTEE
+from lakestate.state.base import StateStore, TopicPartition, isolation_for
 from lakestate.state.memory import in_memory_store
 from lakestate.state.registry import open_view
 from lakestate.state.rocksdb import rocksdb_store
@@ -41,15 +40,6 @@ class TestRecord:
     headers: dict[str, Any] | None = None
 
 
-def isolation_for(config: dict[str, Any]) -> IsolationLevel:
-    guarantee = config.get(PROCESSING_GUARANTEE, EXACTLY_ONCE_V2)
-    if guarantee == EXACTLY_ONCE_V2:
-        return IsolationLevel.READ_COMMITTED
-    if guarantee == AT_LEAST_ONCE:
-        return IsolationLevel.READ_UNCOMMITTED
-    raise StreamsException(
-        f"{PROCESSING_GUARANTEE} must be {EXACTLY_ONCE_V2!r} or {AT_LEAST_ONCE!r}, got {guarantee!r}"
-    )
 
 
 class TestInputTopic:

@@ -18,10 +18,11 @@ they would be in Kafka: ``1``, ``1.0`` and ``True`` encode as ``1``, ``1.0`` and
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-__all__ = ["canonical_json", "murmur2", "partition_for"]
+from lakestate.state.serde import json_text
+
+__all__ = ["canonical_json", "murmur2", "partition_for", "partition_of_text"]
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -34,9 +35,7 @@ def canonical_json(value: Any) -> str:
 
     Raises ``TypeError``/``ValueError`` for values JSON cannot represent.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return "null" if value is None else json_text(value)
 
 
 def murmur2(data: bytes) -> int:
@@ -74,4 +73,11 @@ def partition_for(key: Any, num_partitions: int) -> int:
         raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
     if key is None:
         return 0
-    return (murmur2(canonical_json(key).encode("utf-8")) & 0x7FFFFFFF) % num_partitions
+    return partition_of_text(canonical_json(key), num_partitions)
+
+
+def partition_of_text(key_text: str | None, num_partitions: int) -> int:
+    """``partition_for`` of a key given as its canonical JSON text (None: a None key)."""
+    if key_text is None:
+        return 0
+    return (murmur2(key_text.encode("utf-8")) & 0x7FFFFFFF) % num_partitions

@@ -9,7 +9,7 @@ neither state changes nor output behind.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors.api import Processor
@@ -22,12 +22,22 @@ from lakestate.state.constants import (
     UNCOMMITTED_MAX_RECORDS,
 )
 from lakestate.state.registry import open_view
-from lakestate.state.serde import encode_value
+from lakestate.state.serde import checked_json_text
 from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
 
 NO_STREAM_TIME = -1
 # Set on a SerializationException once it names the failing node.
 _FAILED_NODE = "failed_node"
+
+
+class Output(NamedTuple):
+    """A record a sink emitted, with its key, value and headers as canonical JSON text."""
+
+    topic: str
+    record: Record
+    key_text: str | None
+    value_text: str | None
+    headers_text: str | None
 
 
 class _NodeContext:
@@ -103,7 +113,7 @@ class Task:
         self.current_metadata: RecordMetadata | None = None
         self.metrics: dict[str, float] = {}
         self._committed_metrics: dict[str, float] = {}
-        self._output: list[tuple[str, Record]] = []
+        self._output: list[Output] = []
         self._views: dict[str, Any] = {}
         self._sources: dict[str, str] = {}
         self._processors: dict[str, Processor] = {}
@@ -179,10 +189,17 @@ class Task:
         )
 
     def send(self, topic: str, record: Record) -> None:
-        # Encode now so that a value that cannot be written fails at the sink, by name.
-        encode_value(record.key)
-        encode_value(record.value)
-        self._output.append((topic, record))
+        # Encode now, once: a value that cannot be written fails at the sink, by name, and
+        # the engine writes these texts as they are.
+        self._output.append(
+            Output(
+                topic,
+                record,
+                checked_json_text(record.key, "key"),
+                checked_json_text(record.value, "value"),
+                None if record.headers is None else checked_json_text(record.headers, "headers"),
+            )
+        )
 
     def store_view(self, name: str) -> Any:
         view = self._views.get(name)
@@ -209,13 +226,18 @@ class Task:
         )
 
     def pending_output(self) -> list[tuple[str, Record]]:
+        return [(o.topic, o.record) for o in self._output]
+
+    def pending_output_text(self) -> list[Output]:
+        """The uncommitted output with its canonical JSON texts, in emission order."""
         return list(self._output)
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
         """Commit state, stream time and ``offsets`` atomically; returns the output to emit."""
         self.transaction.set_stream_time(self.stream_time)
         self.transaction.commit(offsets)
-        output, self._output = self._output, []
+        output = [(o.topic, o.record) for o in self._output]
+        self._output = []
         self._committed_metrics = dict(self.metrics)
         self.transaction = self.store.new_transaction()
         return output

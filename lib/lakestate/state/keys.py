@@ -106,9 +106,23 @@ def decode_i64_be(raw: bytes) -> int:
 
 def encode_key(value: Any) -> bytes:
     """The order-preserving encoding of ``value`` (see the module docstring)."""
+    # A processor usually reads a key and then writes it: the second encoding of the same
+    # (immutable) str or int object is the first one's.
+    # (One tuple, swapped whole: safe across threads.)
+    global _last
+    last = _last
+    if value is last[0] and type(value) in _MEMO_TYPES:
+        return last[1]
     out = bytearray()
     _encode(value, out, "key")
-    return bytes(out)
+    raw = bytes(out)
+    if type(value) in _MEMO_TYPES:
+        _last = (value, raw)
+    return raw
+
+
+_MEMO_TYPES = frozenset((str, int))
+_last: tuple[Any, bytes] = (object(), b"")
 
 
 def decode_key(raw: bytes) -> Any:

@@ -13,20 +13,31 @@ from typing import Any
 
 from lakestate.errors import SerializationException
 
-__all__ = ["check_json", "decode_value", "encode_value"]
+__all__ = ["check_json", "checked_json_text", "decode_value", "encode_value", "json_text"]
 
 _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False
 )
+# Canonical text (sorted object keys): how keys and values appear in log and state tables.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+)
 _SCALARS = (str, int, type(None))
+# Values of these exact types need no walk: they are JSON as they are (bool is an int;
+# floats still need the NaN check the encoder makes with allow_nan=False).
+_PLAIN = frozenset((str, int, bool, type(None), float))
 
 
 def encode_value(value: Any) -> bytes:
     """``value`` as compact UTF-8 JSON."""
-    check_json(value, "value")
     try:
+        if type(value) is int:  # the commonest stored value (counts, sums): repr is its JSON
+            return int.__repr__(value).encode()
+        if type(value) not in _PLAIN:
+            check_json(value, "value")
         return _ENCODER.encode(value).encode("utf-8", "surrogatepass")
-    except ValueError as e:  # e.g. an int too long to print
+    except ValueError as e:  # e.g. an int too long to print, a NaN
+        check_json(value, "value")  # names what was wrong, where
         raise SerializationException(f"cannot encode value: {e}") from e
 
 
@@ -81,7 +92,25 @@ def a_type(value: Any) -> str:
 
 def json_text(value: Any) -> str | None:
     """Canonical JSON text of a value (sorted keys, no spaces), None for None: how keys and
-    values appear in log tables and state tables."""
+    values appear in log tables and state tables. ``value`` must be a JSON value."""
     if value is None:
         return None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if type(value) is int:
+        return int.__repr__(value)
+    return _CANONICAL.encode(value)
+
+
+def checked_json_text(value: Any, path: str = "value") -> str | None:
+    """``json_text`` of a value not yet checked: raises SerializationException naming what
+    cannot be serialized, and where (``value['a'] is a set``)."""
+    if value is None:
+        return None
+    try:
+        if type(value) is int:
+            return int.__repr__(value)
+        if type(value) not in _PLAIN:
+            check_json(value, path)
+        return _CANONICAL.encode(value)
+    except ValueError as e:
+        check_json(value, path)
+        raise SerializationException(f"cannot encode {path}: {e}") from e

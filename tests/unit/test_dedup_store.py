@@ -21,6 +21,7 @@ from lakestate.state.serde import decode_value
 from state_backends import BACKENDS, store_factories
 
 NAME = "seen"
+TIME_END = b"u"  # the smallest key above every index entry
 
 
 @pytest.fixture(params=BACKENDS)
@@ -104,16 +105,24 @@ def test_purge_is_a_range_scan_of_the_index(store_factory):
     spy = SpyReader(h.txn)
     view = DedupStore(NAME, lambda: spy)
     assert view.purge_expired(6) == 3  # ts 5, 1, 3
-    assert spy.ranges == [(TIME_PREFIX, TIME_PREFIX + encode_i64_be(6))]
+    # One scan from the start of the index, which stops at the first entry not expired.
+    assert spy.ranges == [(TIME_PREFIX, TIME_END)]
     assert sorted(k for k, _ in view.all()) == ["id2", "id4"]
     assert view.size() == 2
-    # Within one transaction, a purge up to an older cutoff has nothing left to do.
+    # That entry (ts 7) is the floor: a purge up to it has nothing to do and reads nothing.
     spy.ranges.clear()
     assert view.purge_expired(6) == 0 and view.purge_expired(4) == 0
+    assert view.purge_expired(7) == 0
     assert spy.ranges == []
-    # A later cutoff scans again, from the start of the index (already purged part empty).
+    # A later cutoff scans again, from the floor.
     assert view.purge_expired(8) == 1
-    assert spy.ranges == [(TIME_PREFIX, TIME_PREFIX + encode_i64_be(8))]
+    assert spy.ranges == [(TIME_PREFIX + encode_i64_be(7), TIME_END)]
+    # The index is empty now: any purge is free until a put.
+    assert view.purge_expired(100) == 1 and view.purge_expired(10**12) == 0
+    spy.ranges.clear()
+    view.put("late", 50, 9)  # below the floor: lowers it
+    assert view.purge_expired(60) == 1 and view.size() == 0
+    assert spy.ranges == [(TIME_PREFIX + encode_i64_be(50), TIME_END)]
 
 
 def test_purge_memo_does_not_outlive_its_transaction(store_factory):
@@ -249,3 +258,121 @@ def test_read_only_and_reserved_names(store_factory):
         view.put("b", 1)
     with pytest.raises(InvalidStateStoreException, match="reserved"):
         DedupStore("__offsets__", lambda: store)
+
+
+# -- the purge floor across transactions ---------------------------------------------------
+
+
+class CountingScans:
+    """Counts the range scans that reach the backend of ``store``."""
+
+    def __init__(self, store) -> None:
+        self.count = 0
+        backend = store._backend
+        iterate = backend.iterate
+
+        def counted(*args):
+            self.count += 1
+            return iterate(*args)
+
+        backend.iterate = counted
+
+
+def test_purge_floor_carries_over_commits(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    s = h.view()
+    s.put("a", 10, 0)
+    s.put("b", 20, 1)
+    h.commit()
+    scans = CountingScans(store)
+    assert s.purge_expired(5) == 0
+    assert scans.count == 1  # unknown floor: one scan, which finds the floor (10)
+    h.commit()
+    for cutoff in (6, 8, 10):  # one transaction per record, as in the test driver
+        assert s.purge_expired(cutoff) == 0
+        s.put(f"x{cutoff}", 30 + cutoff, cutoff)
+        h.commit()
+    assert scans.count == 1  # the floor came with each commit: nothing read
+    assert s.purge_expired(15) == 1  # a passes
+    assert scans.count == 2 and [k for k, _ in s.all()] == ["b", "x10", "x6", "x8"]
+
+
+def test_rollback_keeps_the_committed_floor(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    s = h.view()
+    s.put("a", 10, 0)
+    h.commit()
+    assert s.purge_expired(5) == 0
+    h.commit()
+    s.put("early", 7, 1)  # lowers the floor of this transaction only
+    h.txn.close()
+    h.txn = store.new_transaction()
+    scans = CountingScans(store)
+    assert s.purge_expired(9) == 0 and scans.count == 0
+    assert s.purge_expired(11) == 1 and s.size() == 0
+
+
+def test_a_commit_by_another_writer_drops_the_floor(store_factory):
+    store = store_factory()
+    h = Holder(store)
+    s = h.view()
+    s.put("a", 10, 0)
+    h.commit()
+    assert s.purge_expired(5) == 0  # floor 10
+    h.commit()
+    # Another transaction adds an older id without a view (a catch-up from state rows).
+    with store.new_transaction() as other:
+        restore_entry("dedup", other, NAME, ID_PREFIX + encode_key("old"), b"[3,9,null]")
+        other.commit()
+    assert s.purge_expired(5) == 1  # the floor was dropped: the scan finds "old"
+    assert [k for k, _ in s.all()] == ["a"] and s.size() == 1
+    h.commit()
+    # Through a view, the other writer keeps the floor up to date instead.
+    assert s.purge_expired(5) == 0
+    h.commit()
+    with store.new_transaction() as other:
+        DedupStore(NAME, lambda: other).put("old", 4, 9)
+        other.commit()
+    assert s.purge_expired(5) == 1 and s.size() == 1
+
+
+def test_a_write_to_the_namespace_by_anyone_else_drops_the_floor(store_factory):
+    h = Holder(store_factory())
+    s = h.view()
+    s.put("a", 10, 0)
+    assert s.purge_expired(5) == 0  # floor 10
+    # A stale index entry written straight into the transaction, below the floor.
+    h.txn.put(NAME, TIME_PREFIX + encode_i64_be(2) + encode_key("gone"), b"")
+    assert s.purge_expired(5) == 0
+    assert list(s.by_time()) == [(10, "a")]  # the scan found and dropped it
+
+
+def test_read_uncommitted_purge_sees_open_writes_of_others(store_factory):
+    from lakestate.state.base import IsolationLevel
+
+    store = store_factory(IsolationLevel.READ_UNCOMMITTED)
+    h = Holder(store)
+    s = h.view()
+    s.put("a", 10, 0)
+    h.commit()
+    assert s.purge_expired(5) == 0  # floor 10
+    other = store.new_transaction()
+    DedupStore(NAME, lambda: other).put("old", 3, 9)  # uncommitted, visible to h.txn
+    assert s.purge_expired(5) == 1  # as without a floor: the open write is purged here too
+    other.close()
+    assert s.size() == 1
+
+
+def test_put_below_the_floor_lowers_it(store_factory):
+    h = Holder(store_factory())
+    s = h.view()
+    s.put("a", 10, 0)
+    assert s.purge_expired(5) == 0  # floor 10
+    s.put("b", 6, 1)
+    h.commit()
+    assert s.purge_expired(7) == 1
+    assert [k for k, _ in s.all()] == ["a"]
+    assert s.delete("a") == -1
+    assert s.purge_expired(11) == 0 and s.size() == 0

@@ -68,6 +68,7 @@ class Deduplicate(Processor):
         self.store = context.get_state_store(self.store_name)
         self.store.ensure_index()
         self.context.metric(STORE_SIZE, self.store.size())
+        self._tags: dict[str, int] = {}  # topic -> source_tag(topic)
 
     def dedup_id(self, record: Record) -> Any:
         """The record's deduplication id, or ``_SKIP`` to forward it as it is."""
@@ -78,38 +79,45 @@ class Deduplicate(Processor):
         return record
 
     def process(self, record: Record) -> None:
-        cutoff = self.context.stream_time - self.interval_ms
-        purged = self.store.purge_expired(cutoff)
+        context = self.context
+        store = self.store
+        interval = self.interval_ms
+        cutoff = context.stream_time - interval
+        purged = store.purge_expired(cutoff)
         if purged:
-            self.context.metric(STORE_SIZE, -purged)
+            context.metric(STORE_SIZE, -purged)
         dedup_id = self.dedup_id(record)
         if dedup_id is _SKIP:
             self._forward(record)
             return
-        meta = self.context.record_metadata
-        source = None if meta is None else source_tag(meta.topic)
-        entry = self.store.get(dedup_id)
+        meta = context.record_metadata
+        if meta is None:
+            source = offset = None
+        else:
+            offset = meta.offset
+            source = self._tags.get(meta.topic)
+            if source is None:
+                source = self._tags[meta.topic] = source_tag(meta.topic)
+        id_key, entry = store.get_keyed(dedup_id)
+        timestamp = record.timestamp
         if entry is not None:
-            replayed = meta is not None and entry.offset == meta.offset and entry.source == source
-            if replayed:
-                self._forward(record)
+            if meta is not None and entry.offset == offset and entry.source == source:
+                self._forward(record)  # processed again (replay): forwarded again
                 return
-            if abs(entry.ts - record.timestamp) <= self.interval_ms:
-                self.context.metric(DUPLICATES_DROPPED)
+            if abs(entry.ts - timestamp) <= interval:
+                context.metric(DUPLICATES_DROPPED)
                 return
         self._forward(record)
-        if record.timestamp < cutoff:
-            self.context.metric(LATE_RECORDS_FORWARDED)
+        if timestamp < cutoff:
+            context.metric(LATE_RECORDS_FORWARDED)
             return
-        added = self.store.put(
-            dedup_id, record.timestamp, None if meta is None else meta.offset, source
-        )
-        if added:
-            self.context.metric(STORE_SIZE, added)
+        if store.put_keyed(id_key, timestamp, offset, source):
+            context.metric(STORE_SIZE, 1)
 
     def _forward(self, record: Record) -> None:
-        self.context.metric(RECORDS_FORWARDED)
-        self.context.forward(self.output(record))
+        context = self.context
+        context.metric(RECORDS_FORWARDED)
+        context.forward(self.output(record))
 
 
 class DeduplicateByKey(Deduplicate):

@@ -19,18 +19,19 @@ from __future__ import annotations
 import enum
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
-from typing import NamedTuple, Protocol
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
 
-from sortedcontainers import SortedDict
+from sortedcontainers import SortedList
 
 from lakestate.errors import InvalidStateStoreException, StreamsException
 from lakestate.state.constants import (
     AT_LEAST_ONCE,
-    EXACTLY_ONCE_V2,
-    PROCESSING_GUARANTEE,
     ENTRY_OVERHEAD_BYTES,
+    EXACTLY_ONCE_V2,
     META_NAMESPACE,
     OFFSETS_NAMESPACE,
+    PROCESSING_GUARANTEE,
     STREAM_TIME_KEY,
 )
 
@@ -98,55 +99,71 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _in_range(key: bytes, start: bytes | None, end: bytes | None) -> bool:
-    return (start is None or key >= start) and (end is None or key < end)
-
-
 class Transaction:
     """A read/write view of a StateStore that buffers writes until commit (KIP-892).
 
     Not thread-safe: one transaction per thread. Use as a context manager; leaving the
     block without commit rolls back.
+
+    The buffer of a namespace is a plain dict (point reads and writes are dict operations).
+    A buffer that grows past ``_INDEX_MIN`` keys gets a sorted index of its keys the first
+    time it is iterated, kept up to date from then on; smaller buffers are sorted when
+    iterated.
     """
+
+    __slots__ = ("_store", "_buffers", "_indexes", "_hints", "_entries", "_bytes", "state")
 
     def __init__(self, store: StateStore) -> None:
         self._store = store
-        self._buffers: dict[str, SortedDict] = {}
+        self._buffers: dict[str, dict[bytes, bytes | None]] = {}
+        self._indexes: dict[str, SortedList] = {}
+        self._hints: dict[str, tuple[Any, int]] = {}
         self._entries = 0
         self._bytes = 0
-        self.state = TransactionState.OPEN
+        self.state = _OPEN
 
     @property
     def isolation_level(self) -> IsolationLevel:
         return self._store.isolation_level
 
     def _check_open(self) -> None:
-        if self.state is not TransactionState.OPEN:
+        if self.state is not _OPEN:
             raise InvalidStateStoreException(
                 f"transaction on store {self._store.name!r} is {self.state.value}, not open"
             )
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
-        self._check_open()
+        if self.state is not _OPEN:
+            self._check_open()
         buffer = self._buffers.get(namespace)
-        if buffer is not None and key in buffer:
-            return buffer[key]
-        return self._store._read(namespace, key, exclude=self)
+        if buffer is not None:
+            value = buffer.get(key, _MISSING)
+            if value is not _MISSING:
+                return value
+        return self._store._read(namespace, key, self)
 
     def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
         """Write ``value`` under ``key``; ``None`` deletes it."""
-        self._check_open()
+        if self.state is not _OPEN:
+            self._check_open()
         buffer = self._buffers.get(namespace)
         if buffer is None:
-            buffer = self._buffers[namespace] = SortedDict()
+            buffer = self._buffers[namespace] = {}
         previous = buffer.get(key, _MISSING)
         if previous is _MISSING:
             self._entries += 1
             self._bytes += len(key) + ENTRY_OVERHEAD_BYTES
-        else:
-            self._bytes -= len(previous) if previous is not None else 0
-        self._bytes += len(value) if value is not None else 0
+            if self._indexes:
+                index = self._indexes.get(namespace)
+                if index is not None:
+                    index.add(key)
+        elif previous is not None:
+            self._bytes -= len(previous)
+        if value is not None:
+            self._bytes += len(value)
         buffer[key] = value
+        if self._hints:
+            self._hints.pop(namespace, None)
 
     def delete(self, namespace: str, key: bytes) -> None:
         self.put(namespace, key, None)
@@ -159,18 +176,42 @@ class Transaction:
         reverse: bool = False,
     ) -> Iterator[tuple[bytes, bytes]]:
         """Items with start <= key < end in key order (or reversed), own writes included."""
-        self._check_open()
-        sources = [self._store._iterate(namespace, start, end, reverse, exclude=self)]
+        if self.state is not _OPEN:
+            self._check_open()
+        committed = self._store._iterate(namespace, start, end, reverse, exclude=self)
         buffer = self._buffers.get(namespace)
-        if buffer:
-            sources.append(_buffer_items(buffer, start, end, reverse))
-        return _merge(sources, reverse)
+        keys = self._buffer_keys(namespace, buffer, start, end, reverse) if buffer else None
+        if not keys:
+            return _live(committed)
+        return _merge([committed, _lazy_items(buffer, keys)], reverse)
+
+    def _buffer_keys(
+        self,
+        namespace: str,
+        buffer: dict[bytes, bytes | None],
+        start: bytes | None,
+        end: bytes | None,
+        reverse: bool,
+    ) -> list[bytes]:
+        """The keys of ``buffer`` with start <= key < end, sorted (or reversed)."""
+        index = self._indexes.get(namespace)
+        if index is None:
+            if len(buffer) <= _INDEX_MIN:
+                keys = [
+                    k for k in buffer if (start is None or k >= start) and (end is None or k < end)
+                ]
+                keys.sort(reverse=reverse)
+                return keys
+            index = self._indexes[namespace] = SortedList(buffer)
+        return list(index.irange(start, end, inclusive=(True, False), reverse=reverse))
 
     def changes(self) -> Iterator[Write]:
         """The buffered writes, by namespace then key: what commit will apply."""
         for namespace in sorted(self._buffers):
-            for key, value in self._buffers[namespace].items():
-                yield namespace, key, value
+            buffer = self._buffers[namespace]
+            index = self._indexes.get(namespace)
+            for key in list(index) if index is not None else sorted(buffer):
+                yield namespace, key, buffer[key]
 
     def approximate_num_uncommitted_entries(self) -> int:
         return self._entries
@@ -185,20 +226,65 @@ class Transaction:
         raw = self.get(META_NAMESPACE, STREAM_TIME_KEY)
         return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
+    # -- hints ---------------------------------------------------------------------------
+
+    def hint(self, namespace: str) -> Any:
+        """What a typed view noted about ``namespace`` with ``set_hint`` (e.g. a bound on
+        the keys it holds), or None when the note may no longer describe what this
+        transaction reads there.
+
+        A hint stays valid while the namespace is only written by whoever set it (any
+        ``put`` to the namespace drops this transaction's hint: the writer sets it again),
+        and no other transaction commits to the namespace (or, under READ_UNCOMMITTED, has
+        uncommitted writes there). Committing hands this transaction's valid hints on to
+        later transactions of the store; rolling back drops them.
+        """
+        if self.state is not _OPEN:
+            self._check_open()
+        store = self._store
+        held = self._hints.get(namespace)
+        if held is None:
+            if namespace in self._buffers:
+                return None  # own writes the committed hint does not account for
+            held = store._hints.get(namespace)
+            if held is None:
+                return None
+        if held[1] != store._versions.get(namespace, 0):
+            return None
+        if store._dirty_reads and store._others_write(namespace, self):
+            return None
+        return held[0]
+
+    def set_hint(self, namespace: str, value: Any) -> None:
+        """Note ``value`` about ``namespace`` as this transaction reads it now (see hint)."""
+        if self.state is not _OPEN:
+            self._check_open()
+        store = self._store
+        if store._dirty_reads and store._others_write(namespace, self):
+            self._hints.pop(namespace, None)  # it would describe writes that may roll back
+            return
+        self._hints[namespace] = (value, store._versions.get(namespace, 0))
+
+    # -- end -----------------------------------------------------------------------------
+
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Write the buffered changes and ``offsets`` atomically, then end the transaction."""
-        self._check_open()
-        self._store._commit(self, list(self.changes()), dict(offsets or {}))
+        if self.state is not _OPEN:
+            self._check_open()
+        self._store._commit(self, _NO_OFFSETS if offsets is None else offsets)
         self._end(TransactionState.COMMITTED)
 
     def close(self) -> None:
         """Discard the buffered changes (roll back). Idempotent."""
-        if self.state is TransactionState.OPEN:
+        if self.state is _OPEN:
             self._end(TransactionState.CLOSED)
 
     def _end(self, state: TransactionState) -> None:
         self.state = state
+        # New containers: iterators handed out keep reading the old ones.
         self._buffers = {}
+        self._indexes = {}
+        self._hints = {}
         self._entries = self._bytes = 0
         self._store._forget(self)
 
@@ -209,14 +295,35 @@ class Transaction:
         self.close()
 
 
+_OPEN = TransactionState.OPEN
 _MISSING = object()
+_NO_OFFSETS: Mapping[TopicPartition, int] = MappingProxyType({})
+# A write buffer with more keys than this gets a sorted index when it is first iterated.
+_INDEX_MIN = 32
+
+
+def _lazy_items(
+    buffer: dict[bytes, bytes | None], keys: list[bytes]
+) -> Iterator[tuple[bytes, bytes | None]]:
+    """(key, value) for ``keys``, each value read from ``buffer`` when it is reached."""
+    for key in keys:
+        yield key, buffer[key]
+
+
+def _live(items: Iterator[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:
+    """One ordered source without duplicate keys, tombstones dropped."""
+    for item in items:
+        if item[1] is not None:
+            yield item
 
 
 def _buffer_items(
-    buffer: SortedDict, start: bytes | None, end: bytes | None, reverse: bool
+    buffer: dict[bytes, bytes | None], start: bytes | None, end: bytes | None, reverse: bool
 ) -> Iterator[tuple[bytes, bytes | None]]:
-    keys = buffer.irange(start, end, inclusive=(True, False), reverse=reverse)
-    return ((key, buffer[key]) for key in list(keys))
+    """Another transaction's buffer (READ_UNCOMMITTED): its items in range, in order."""
+    keys = [k for k in buffer if (start is None or k >= start) and (end is None or k < end)]
+    keys.sort(reverse=reverse)
+    return _lazy_items(buffer, keys)
 
 
 def _tag(
@@ -261,9 +368,14 @@ class StateStore:
     def __init__(self, name: str, backend: Backend, isolation_level: IsolationLevel) -> None:
         self.name = name
         self.isolation_level = isolation_level
+        self._dirty_reads = isolation_level is IsolationLevel.READ_UNCOMMITTED
         self._backend = backend
         self._open: list[Transaction] = []
         self._closed = False
+        # Per namespace: how many commits have written it (what hints are checked against),
+        # and the hint of the last commit that left one (value, version it describes).
+        self._versions: dict[str, int] = {}
+        self._hints: dict[str, tuple[Any, int]] = {}
 
     def new_transaction(self) -> Transaction:
         self._check_usable()
@@ -333,15 +445,24 @@ class StateStore:
             raise InvalidStateStoreException(f"state store {self.name!r} is closed")
 
     def _visible_others(self, exclude: Transaction | None) -> list[Transaction]:
-        if self.isolation_level is IsolationLevel.READ_COMMITTED:
+        if not self._dirty_reads:
             return []
         return [t for t in self._open if t is not exclude]
 
+    def _others_write(self, namespace: str, txn: Transaction) -> bool:
+        """True when another open transaction holds writes to ``namespace``."""
+        return any(t is not txn and namespace in t._buffers for t in self._open)
+
     def _read(self, namespace: str, key: bytes, exclude: Transaction | None) -> bytes | None:
-        for txn in reversed(self._visible_others(exclude)):
-            buffer = txn._buffers.get(namespace)
-            if buffer is not None and key in buffer:
-                return buffer[key]
+        if self._dirty_reads:
+            for txn in reversed(self._open):
+                if txn is exclude:
+                    continue
+                buffer = txn._buffers.get(namespace)
+                if buffer is not None:
+                    value = buffer.get(key, _MISSING)
+                    if value is not _MISSING:
+                        return value
         return self._backend.get(namespace, key)
 
     def _iterate(
@@ -358,24 +479,48 @@ class StateStore:
         for txn in self._visible_others(exclude):
             buffer = txn._buffers.get(namespace)
             if buffer:
-                sources.append(_buffer_items(buffer, start, end, reverse))
+                keys = txn._buffer_keys(namespace, buffer, start, end, reverse)
+                if keys:
+                    sources.append(_lazy_items(buffer, keys))
         if len(sources) == 1:
             return sources[0]
         # Keep tombstones: the caller's merge drops them after overlaying its own writes.
         return _merge(sources, reverse, keep_tombstones=True)
 
-    def _commit(
-        self,
-        txn: Transaction,
-        writes: list[Write],
-        offsets: dict[TopicPartition, int],
-    ) -> None:
+    def _commit(self, txn: Transaction, offsets: Mapping[TopicPartition, int]) -> None:
         self._check_usable()
-        self._backend.write(writes, offsets)
+        buffers = txn._buffers
+        self._backend.write(
+            [(ns, key, value) for ns, buffer in buffers.items() for key, value in buffer.items()],
+            offsets,
+        )
+        versions = self._versions
+        hints = txn._hints
+        # Hints still valid before this commit describe the committed data after it.
+        kept = [(ns, v) for ns, (v, seen) in hints.items() if seen == versions.get(ns, 0)]
+        for ns in buffers:
+            versions[ns] = versions.get(ns, 0) + 1
+        for ns, value in kept:
+            self._hints[ns] = (value, versions.get(ns, 0))
 
     def _forget(self, txn: Transaction) -> None:
-        if txn in self._open:
+        try:
             self._open.remove(txn)
+        except ValueError:
+            pass
+
+
+_PARTITION_KEYS: dict[TopicPartition, bytes] = {}
+
+
+def partition_key(partition: TopicPartition) -> bytes:
+    """``partition.encode()``, remembered: offsets are written with every commit."""
+    key = _PARTITION_KEYS.get(partition)
+    if key is None:
+        key = partition.encode()
+        if type(partition.partition) is int and len(_PARTITION_KEYS) < 10_000:
+            _PARTITION_KEYS[partition] = key
+    return key
 
 
 def encode_offset(offset: int) -> bytes:

@@ -30,11 +30,13 @@ entry left behind by an overwritten or deleted id entry is simply dropped.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 from zlib import crc32
 
 from lakestate.errors import InvalidStateStoreException
+from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.serde import decode_value, encode_value, json_text
@@ -47,6 +49,13 @@ COUNT_KEY = b"n"
 _ID_END = b"j"  # the smallest key above every id entry
 _TIME_END = b"u"  # the smallest key above every index entry
 _TS_BYTES = 8
+
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+_SIGN = 1 << 63
+_U64 = struct.Struct(">Q")
+# The floor of an index that holds nothing: no valid cutoff passes it.
+_NO_ENTRIES = _I64_MAX
 
 
 class DedupEntry(NamedTuple):
@@ -66,13 +75,52 @@ def _id_key(raw_id: bytes) -> bytes:
     return ID_PREFIX + raw_id
 
 
+def _ts_key(ts: int) -> bytes:
+    """``encode_i64_be(ts)``, without its checks for the usual plain int in range."""
+    if type(ts) is int and _I64_MIN <= ts <= _I64_MAX:
+        return _U64.pack(ts + _SIGN)
+    return encode_i64_be(ts)
+
+
 def _index_key(ts: int, raw_id: bytes) -> bytes:
-    return TIME_PREFIX + encode_i64_be(ts) + raw_id
+    return TIME_PREFIX + _ts_key(ts) + raw_id
+
+
+def _encode_entry(ts: int, offset: int | None, source: int | None) -> bytes:
+    """``encode_value([ts, offset, source])``: the same JSON, formatted directly when every
+    field is a plain int or None."""
+    if (
+        type(ts) is int
+        and (offset is None or type(offset) is int)
+        and (source is None or type(source) is int)
+    ):
+        return b"[%d,%b,%b]" % (
+            ts,
+            b"null" if offset is None else b"%d" % offset,
+            b"null" if source is None else b"%d" % source,
+        )
+    return encode_value([ts, offset, source])
 
 
 def _decode_entry(raw: bytes) -> DedupEntry:
+    fields = raw[1:-1].split(b",")
+    if len(fields) == 3 and raw[:1] == b"[" and raw[-1:] == b"]":
+        ts, offset, source = fields
+        if ts.isdigit() or (ts[:1] == b"-" and ts[1:].isdigit()):
+            try:
+                return DedupEntry(
+                    int(ts),
+                    None if offset == b"null" else int(offset),
+                    None if source == b"null" else int(source),
+                )
+            except ValueError:
+                pass
     ts, offset, source = decode_value(raw)
     return DedupEntry(ts, offset, source)
+
+
+def _decode_count(raw: bytes) -> int:
+    return int(raw) if raw.isdigit() else decode_value(raw)
 
 
 class DedupStore:
@@ -81,6 +129,13 @@ class DedupStore:
     Reads go through ``source()`` (the task's transaction, or the StateStore for read-only
     queries); writes need a writer (a transaction). The size is kept in the store itself,
     updated on every change, so it is read in O(1).
+
+    Purging keeps a *floor*: a timestamp below which the time index holds no entry (the
+    least timestamp left in the index after a purge, lowered by later puts). A purge whose
+    cutoff does not pass the floor has nothing to do and reads nothing. The floor is kept
+    as a hint of the transaction (``Transaction.set_hint``), which carries it over commits
+    and drops it whenever someone else writes to the namespace; with a writer that is not
+    a Transaction it is remembered for that writer only.
     """
 
     kind = "dedup"
@@ -90,25 +145,44 @@ class DedupStore:
             raise InvalidStateStoreException(f"store name {name!r} is reserved")
         self.name = name
         self._source = source
-        # (reader, cutoff): everything older than cutoff is already purged in that reader
-        # (a transaction). A new transaction (after commit or abort) invalidates it.
-        self._purged: tuple[Any, int] | None = None
+        # (writer, floor) for a writer that is not a Transaction (which keeps hints).
+        self._floor_memo: tuple[Any, int] | None = None
 
     def __repr__(self) -> str:
         return f"DedupStore({self.name!r})"
 
     def _writer(self) -> Any:
         txn = self._source()
-        if not hasattr(txn, "put"):
+        if type(txn) is not Transaction and not hasattr(txn, "put"):
             raise InvalidStateStoreException(f"store {self.name!r} is read-only here")
         return txn
+
+    def _floor(self, txn: Any) -> int | None:
+        """No index entry has a timestamp below the floor; None when unknown."""
+        if isinstance(txn, Transaction):
+            return txn.hint(self.name)
+        memo = self._floor_memo
+        return memo[1] if memo is not None and memo[0] is txn else None
+
+    def _set_floor(self, txn: Any, floor: int) -> None:
+        if isinstance(txn, Transaction):
+            txn.set_hint(self.name, floor)
+        else:
+            self._floor_memo = (txn, floor)
 
     # -- reads -----------------------------------------------------------------------------
 
     def get(self, dedup_id: Any) -> DedupEntry | None:
         """The entry of ``dedup_id``, or None if the store holds none."""
-        raw = self._source().get(self.name, _id_key(encode_key(dedup_id)))
+        raw = self._source().get(self.name, ID_PREFIX + encode_key(dedup_id))
         return None if raw is None else _decode_entry(raw)
+
+    def get_keyed(self, dedup_id: Any) -> tuple[bytes, DedupEntry | None]:
+        """The stored key of ``dedup_id`` and its entry (None if absent): what ``get`` does,
+        plus the key for a following ``put_keyed``."""
+        id_key = ID_PREFIX + encode_key(dedup_id)
+        raw = self._source().get(self.name, id_key)
+        return id_key, None if raw is None else _decode_entry(raw)
 
     def all(self) -> Iterator[tuple[Any, DedupEntry]]:
         """(id, entry) pairs in id order."""
@@ -125,7 +199,7 @@ class DedupStore:
     def size(self) -> int:
         """The number of ids held (kept up to date on every change, not counted)."""
         raw = self._source().get(self.name, COUNT_KEY)
-        return 0 if raw is None else decode_value(raw)
+        return 0 if raw is None else _decode_count(raw)
 
     def approximate_num_entries(self) -> int:
         return self.size()
@@ -136,33 +210,58 @@ class DedupStore:
         self, dedup_id: Any, ts: int, offset: int | None = None, source: int | None = None
     ) -> int:
         """Set the entry of ``dedup_id``; returns the change in size (1 for a new id, else 0)."""
-        return _put(
-            self._writer(), self.name, _id_key(encode_key(dedup_id)), DedupEntry(ts, offset, source)
-        )
+        return self.put_keyed(ID_PREFIX + encode_key(dedup_id), ts, offset, source)
+
+    def put_keyed(
+        self, id_key: bytes, ts: int, offset: int | None = None, source: int | None = None
+    ) -> int:
+        """``put`` by the stored key that ``get_keyed`` returned."""
+        txn = self._writer()
+        floor = self._floor(txn)
+        added = _put(txn, self.name, id_key, ts, offset, source)
+        if floor is not None:
+            self._set_floor(txn, ts if ts < floor else floor)
+        return added
 
     def delete(self, dedup_id: Any) -> int:
         """Remove ``dedup_id``; returns the change in size (-1 if it was held, else 0)."""
-        return _delete(self._writer(), self.name, _id_key(encode_key(dedup_id)))
+        txn = self._writer()
+        floor = self._floor(txn)
+        removed = _delete(txn, self.name, ID_PREFIX + encode_key(dedup_id))
+        if floor is not None:
+            self._set_floor(txn, floor)  # fewer entries: still a floor
+        return removed
 
     def purge_expired(self, cutoff: int) -> int:
         """Remove every id whose entry is older than ``cutoff`` (ts < cutoff): a range scan
-        of the time index up to ``cutoff``. Returns the number of ids removed."""
+        of the time index from the floor up to ``cutoff``, and one entry beyond (the new
+        floor). Nothing is read when ``cutoff`` does not pass the floor. Returns the number
+        of ids removed."""
         txn = self._writer()
-        if self._purged is not None and self._purged[0] is txn and cutoff <= self._purged[1]:
-            return 0  # nothing can have expired since the last purge of this transaction
-        end = TIME_PREFIX + encode_i64_be(cutoff)
+        floor = self._floor(txn)
+        if floor is not None and cutoff <= floor:
+            return 0  # no index entry is older than the cutoff
+        name = self.name
+        end = encode_i64_be(cutoff)
+        start = TIME_PREFIX if floor is None else TIME_PREFIX + _ts_key(floor)
         removed = 0
-        for raw_key, _ in list(txn.iterate(self.name, TIME_PREFIX, end, False)):
-            ts = decode_i64_be(raw_key[1 : 1 + _TS_BYTES])
-            id_key = _id_key(raw_key[1 + _TS_BYTES :])
-            raw = txn.get(self.name, id_key)
-            if raw is not None and _decode_entry(raw).ts == ts:
-                txn.put(self.name, id_key, None)
+        new_floor = _NO_ENTRIES
+        # Writes land behind the scan (index entries already read, id entries out of its
+        # range), so the scan runs lazily over the transaction's view.
+        for raw_key, _ in txn.iterate(name, start, _TIME_END, False):
+            ts_raw = raw_key[1 : 1 + _TS_BYTES]
+            if ts_raw >= end:
+                new_floor = decode_i64_be(ts_raw)
+                break
+            id_key = ID_PREFIX + raw_key[1 + _TS_BYTES :]
+            raw = txn.get(name, id_key)
+            if raw is not None and _decode_entry(raw).ts == decode_i64_be(ts_raw):
+                txn.put(name, id_key, None)
                 removed += 1
-            txn.put(self.name, raw_key, None)
+            txn.put(name, raw_key, None)
         if removed:
-            _add_to_count(txn, self.name, -removed)
-        self._purged = (txn, cutoff)
+            _add_to_count(txn, name, -removed)
+        self._set_floor(txn, new_floor)
         return removed
 
     def ensure_index(self) -> int:
@@ -213,18 +312,22 @@ class DedupStore:
         if raw_value is None:
             _delete(txn, name, raw_key)
         else:
-            _put(txn, name, raw_key, _decode_entry(raw_value))
+            entry = _decode_entry(raw_value)
+            _put(txn, name, raw_key, entry.ts, entry.offset, entry.source)
 
 
-def _put(txn: Any, name: str, id_key: bytes, entry: DedupEntry) -> int:
+def _put(
+    txn: Any, name: str, id_key: bytes, ts: int, offset: int | None, source: int | None
+) -> int:
     raw_id = id_key[1:]
+    index_key = _index_key(ts, raw_id)  # checks ts before anything is written
     old = txn.get(name, id_key)
     if old is not None:
         old_ts = _decode_entry(old).ts
-        if old_ts != entry.ts:
+        if old_ts != ts:
             txn.put(name, _index_key(old_ts, raw_id), None)
-    txn.put(name, id_key, encode_value([entry.ts, entry.offset, entry.source]))
-    txn.put(name, _index_key(entry.ts, raw_id), b"")
+    txn.put(name, id_key, _encode_entry(ts, offset, source))
+    txn.put(name, index_key, b"")
     if old is None:
         _add_to_count(txn, name, 1)
         return 1
@@ -243,6 +346,7 @@ def _delete(txn: Any, name: str, id_key: bytes) -> int:
 
 def _add_to_count(txn: Any, name: str, delta: int) -> None:
     raw = txn.get(name, COUNT_KEY)
-    count = (0 if raw is None else decode_value(raw)) + delta
+    count = (0 if raw is None else _decode_count(raw)) + delta
     # An empty store has no count entry, so an emptied store looks like a fresh one.
-    txn.put(name, COUNT_KEY, encode_value(count) if count else None)
+    # (b"%d" % count is encode_value(count): the same JSON.)
+    txn.put(name, COUNT_KEY, b"%d" % count if count else None)

@@ -6,7 +6,14 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from sortedcontainers import SortedDict
 
-from lakestate.state.base import Backend, IsolationLevel, StateStore, TopicPartition, Write
+from lakestate.state.base import (
+    Backend,
+    IsolationLevel,
+    StateStore,
+    TopicPartition,
+    Write,
+    partition_key,
+)
 from lakestate.state.constants import OFFSETS_NAMESPACE
 
 
@@ -35,18 +42,27 @@ class MemoryBackend(Backend):
 
     def write(self, writes: Iterable[Write], offsets: Mapping[TopicPartition, int]) -> None:
         # Validate everything first so that a bad write cannot leave half a commit behind.
-        writes = list(writes)
+        if not isinstance(writes, list):
+            writes = list(writes)
         for _namespace, key, value in writes:
             if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
                 raise TypeError(f"store writes must be bytes, got {key!r} -> {value!r}")
+        namespaces = self._namespaces
+        name = ns = None
         for namespace, key, value in writes:
+            if namespace != name:
+                name = namespace
+                ns = namespaces.get(namespace)
+                if ns is None:
+                    ns = namespaces[namespace] = SortedDict()
             if value is None:
-                self._ns(namespace).pop(key, None)
+                ns.pop(key, None)
             else:
-                self._ns(namespace)[key] = value
-        offsets_ns = self._ns(OFFSETS_NAMESPACE)
-        for partition, offset in offsets.items():
-            offsets_ns[partition.encode()] = offset.to_bytes(8, "big", signed=True)
+                ns[key] = value
+        if offsets:
+            offsets_ns = self._ns(OFFSETS_NAMESPACE)
+            for partition, offset in offsets.items():
+                offsets_ns[partition_key(partition)] = offset.to_bytes(8, "big", signed=True)
 
     def close(self) -> None:
         pass

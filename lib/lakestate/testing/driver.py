@@ -40,8 +40,6 @@ class TestRecord:
     headers: dict[str, Any] | None = None
 
 
-
-
 class TestInputTopic:
     __test__ = False
 
@@ -164,6 +162,7 @@ class TopologyTestDriver:
             )
         self._task_by_topic = {t: task for task in self._tasks for t in task.source_topics()}
         self._offsets: dict[str, int] = {}
+        self._partitions: dict[str, TopicPartition] = {}
         self._clock: dict[str, int] = {}
         self._outputs: dict[str, deque[TestRecord]] = {}
         self._closed = False
@@ -226,8 +225,11 @@ class TopologyTestDriver:
     ) -> None:
         if self._closed:
             raise StreamsException("the driver is closed")
+        clock = self._clock
         if timestamp is None:
-            ts = self._clock.get(topic, 0)
+            ts = clock.get(topic, 0)
+        elif type(timestamp) is int and timestamp >= 0:
+            ts = timestamp  # what to_millis gives for epoch ms
         else:
             try:
                 ts = to_millis(timestamp)
@@ -235,35 +237,51 @@ class TopologyTestDriver:
                 raise StreamsException(
                     f"record for topic {topic!r} (key={key!r}) rejected: {exc}"
                 ) from None
-        self._clock[topic] = max(self._clock.get(topic, 0), ts)
+        if ts > clock.get(topic, 0) or topic not in clock:
+            clock[topic] = ts
         record = Record(key, value, ts, headers)
         if topic in self._global_topics:
             self._update_global(topic, record)
             return
-        pending: deque[tuple[str, Record]] = deque([(topic, record)])
-        while pending:
-            current_topic, current = pending.popleft()
-            task = self._task_by_topic.get(current_topic)
+        tasks = self._task_by_topic
+        offsets = self._offsets
+        pending: deque[tuple[str, Record]] | None = None
+        current_topic, current = topic, record
+        while True:
+            task = tasks.get(current_topic)
             if task is None:
-                self._outputs.setdefault(current_topic, deque()).append(
-                    TestRecord(current.key, current.value, current.timestamp, current.headers)
-                )
-                continue
-            offset = self._offsets.get(current_topic, 0)
-            # The record is in the topic whatever its processing does, as in Kafka.
-            self._offsets[current_topic] = offset + 1
-            try:
-                task.process(current_topic, offset, current)
-            except Exception:
-                task.abort()
-                raise
-            for out_topic, out in task.commit({TopicPartition(current_topic, 0): offset + 1}):
-                if out_topic in self._task_by_topic:
-                    pending.append((out_topic, out))
-                else:
-                    self._outputs.setdefault(out_topic, deque()).append(
-                        TestRecord(out.key, out.value, out.timestamp, out.headers)
-                    )
+                self._emit(current_topic, current)
+            else:
+                offset = offsets.get(current_topic, 0)
+                # The record is in the topic whatever its processing does, as in Kafka.
+                offsets[current_topic] = offset + 1
+                try:
+                    task.process(current_topic, offset, current)
+                except Exception:
+                    task.abort()
+                    raise
+                for out_topic, out in task.commit({self._partition(current_topic): offset + 1}):
+                    if out_topic in tasks:
+                        if pending is None:
+                            pending = deque()
+                        pending.append((out_topic, out))
+                    else:
+                        self._emit(out_topic, out)
+            if not pending:
+                return
+            current_topic, current = pending.popleft()
+
+    def _partition(self, topic: str) -> TopicPartition:
+        partition = self._partitions.get(topic)
+        if partition is None:
+            partition = self._partitions[topic] = TopicPartition(topic, 0)
+        return partition
+
+    def _emit(self, topic: str, record: Record) -> None:
+        queue = self._outputs.get(topic)
+        if queue is None:
+            queue = self._outputs[topic] = deque()
+        queue.append(TestRecord(record.key, record.value, record.timestamp, record.headers))
 
     def _update_global(self, topic: str, record: Record) -> None:
         store = self._global_topics[topic]

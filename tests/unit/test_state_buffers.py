@@ -1,0 +1,178 @@
+"""Write buffers of transactions past the size where they keep a sorted index, and the
+hints typed views leave on a transaction (state/base.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lakestate.state import base
+from lakestate.state.base import IsolationLevel
+from lakestate.state.memory import in_memory_store
+from state_backends import BACKENDS, store_factories
+
+NS = "ns"
+KEYS = [bytes([a, b]) for a in range(9) for b in range(9)]  # 81 keys, > 2 * base._INDEX_MIN
+
+
+@pytest.fixture(params=BACKENDS)
+def store_factory(request, tmp_path):
+    yield from store_factories(request, tmp_path)
+
+
+def _expected(model: dict, lo, hi, reverse: bool) -> list:
+    items = sorted(
+        (k, v)
+        for k, v in model.items()
+        if v is not None and (lo is None or k >= lo) and (hi is None or k < hi)
+    )
+    return items[::-1] if reverse else items
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.sampled_from(KEYS), st.binary(min_size=1, max_size=2)),
+        st.tuples(st.just("delete"), st.sampled_from(KEYS)),
+        st.tuples(
+            st.just("iterate"),
+            st.none() | st.sampled_from(KEYS),
+            st.none() | st.sampled_from(KEYS),
+            st.booleans(),
+        ),
+        st.tuples(st.just("commit")),
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.sampled_from(KEYS), st.binary(min_size=1, max_size=2)), OPS)
+def test_large_buffers_iterate_like_a_model(committed: dict, ops: list) -> None:
+    store = in_memory_store("m")
+    with store.new_transaction() as txn:
+        for k, v in committed.items():
+            txn.put(NS, k, v)
+        txn.commit()
+    model = dict(committed)
+    own: dict = {}
+    txn = store.new_transaction()
+    for op in ops:
+        if op[0] == "put":
+            txn.put(NS, op[1], op[2])
+            own[op[1]] = op[2]
+        elif op[0] == "delete":
+            txn.delete(NS, op[1])
+            own[op[1]] = None
+        elif op[0] == "iterate":
+            _, lo, hi, reverse = op
+            assert list(txn.iterate(NS, lo, hi, reverse)) == _expected(
+                {**model, **own}, lo, hi, reverse
+            )
+        else:
+            assert [k for _, k, _ in txn.changes()] == sorted(own)
+            txn.commit()
+            model.update(own)
+            own = {}
+            txn = store.new_transaction()
+        assert txn.approximate_num_uncommitted_entries() == len(own)
+    assert list(store.iterate(NS)) == _expected(model, None, None, False)
+
+
+def test_an_indexed_buffer_stays_in_order(store_factory) -> None:
+    store = store_factory()
+    txn = store.new_transaction()
+    for k in KEYS[::2]:
+        txn.put(NS, k, b"a")
+    assert [k for k, _ in txn.iterate(NS)] == KEYS[::2]
+    assert NS in txn._indexes  # large enough: indexed from the first iteration on
+    items = txn.iterate(NS)
+    assert next(items) == (KEYS[0], b"a")
+    for k in KEYS[1::2]:
+        txn.put(NS, k, b"b")  # new keys after the index exists
+    txn.delete(NS, KEYS[2])
+    assert [k for k, _ in items] == [k for k in KEYS[4::2]]  # the running scan: its keys
+    assert [k for k, _ in txn.iterate(NS)] == [k for k in KEYS if k != KEYS[2]]
+    assert [k for _, k, _ in txn.changes()] == KEYS
+    txn.commit()
+    assert [k for k, _ in store.iterate(NS)] == [k for k in KEYS if k != KEYS[2]]
+
+
+def test_read_uncommitted_sees_a_large_open_buffer_in_order(store_factory) -> None:
+    store = store_factory(IsolationLevel.READ_UNCOMMITTED)
+    writer = store.new_transaction()
+    for k in reversed(KEYS):
+        writer.put(NS, k, b"w")
+    reader = store.new_transaction()
+    assert [k for k, _ in reader.iterate(NS, KEYS[3], KEYS[70])] == KEYS[3:70]
+    assert [k for k, _ in store.iterate(NS, reverse=True)] == KEYS[::-1]
+    writer.close()
+    assert list(reader.iterate(NS)) == []
+
+
+def test_index_threshold_is_small() -> None:
+    assert 2 * base._INDEX_MIN < len(KEYS) - 1
+
+
+# -- hints -----------------------------------------------------------------------------------
+
+
+def test_a_hint_lives_until_someone_else_writes(store_factory) -> None:
+    store = store_factory()
+    txn = store.new_transaction()
+    assert txn.hint(NS) is None
+    txn.set_hint(NS, 5)
+    assert txn.hint(NS) == 5
+    txn.put("other", b"k", b"v")  # another namespace: the hint stays
+    assert txn.hint(NS) == 5
+    txn.put(NS, b"k", b"v")  # a write to the namespace drops it...
+    assert txn.hint(NS) is None
+    txn.set_hint(NS, 6)  # ... until the writer sets it again
+    txn.commit()
+    # Committed: later transactions inherit it.
+    second = store.new_transaction()
+    assert second.hint(NS) == 6
+    second.put(NS, b"k2", b"v")  # own writes the committed hint does not cover
+    assert second.hint(NS) is None
+    second.close()  # rolled back: the committed hint is still good
+    third = store.new_transaction()
+    assert third.hint(NS) == 6
+    third.set_hint(NS, 7)
+    third.close()  # a rolled-back hint is gone
+    assert store.new_transaction().hint(NS) == 6
+
+
+def test_a_commit_without_the_hint_invalidates_it(store_factory) -> None:
+    store = store_factory()
+    first = store.new_transaction()
+    first.set_hint(NS, 1)
+    first.commit()
+    reader = store.new_transaction()
+    reader.set_hint(NS, 2)  # the reader's own hint...
+    other = store.new_transaction()
+    other.put(NS, b"k", b"v")
+    other.commit()  # ... and the committed one are stale now
+    assert reader.hint(NS) is None
+    assert store.new_transaction().hint(NS) is None
+    # A commit that only reads keeps the committed hint it checked.
+    quiet = store.new_transaction()
+    quiet.set_hint(NS, 3)
+    quiet.put("other", b"k", b"v")
+    quiet.commit()
+    assert store.new_transaction().hint(NS) == 3
+
+
+def test_hints_under_read_uncommitted(store_factory) -> None:
+    store = store_factory(IsolationLevel.READ_UNCOMMITTED)
+    txn = store.new_transaction()
+    txn.set_hint(NS, 1)
+    other = store.new_transaction()
+    other.put(NS, b"k", b"v")  # visible to txn: its hint no longer describes what it reads
+    assert txn.hint(NS) is None
+    other.close()
+    assert txn.hint(NS) == 1  # the open writes are gone: what txn reads is as it was
+    other = store.new_transaction()
+    other.put(NS, b"k", b"v")
+    txn.set_hint(NS, 2)  # not kept while others hold writes there (they may roll back)
+    other.close()
+    assert txn.hint(NS) is None
+    assert store.new_transaction().hint(NS) is None  # nothing committed with a hint

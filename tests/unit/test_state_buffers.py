@@ -3,6 +3,8 @@ hints typed views leave on a transaction (state/base.py)."""
 
 from __future__ import annotations
 
+from itertools import islice
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -176,3 +178,58 @@ def test_hints_under_read_uncommitted(store_factory) -> None:
     other.close()
     assert txn.hint(NS) is None
     assert store.new_transaction().hint(NS) is None  # nothing committed with a hint
+
+
+# -- the in-memory backend's index -----------------------------------------------------------
+
+
+def _commit(store, puts=(), deletes=()) -> None:
+    with store.new_transaction() as txn:
+        for k in puts:
+            txn.put(NS, k, k)
+        for k in deletes:
+            txn.delete(NS, k)
+        txn.commit()
+
+
+def _key(i: int) -> bytes:
+    return b"%06d" % i
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_memory_scans_span_chunks_and_commits(reverse: bool) -> None:
+    store = in_memory_store("m")
+    _commit(store, [_key(i) for i in range(0, 20000, 2)])
+    scan = store.iterate(NS, _key(100), _key(19000), reverse)
+    first = [k for k, _ in islice(scan, 700)]
+    # Commits while the scan runs: keys ahead of it added and removed, keys behind too.
+    ahead = range(1000, 18000)
+    _commit(store, [_key(i) for i in ahead if i % 2], [_key(i) for i in ahead if i % 10 == 0])
+    rest = [k for k, _ in scan]
+    seen = first + rest
+    assert seen == sorted(set(seen), reverse=reverse)  # in order, nothing twice
+    final = {k for k, _ in store.iterate(NS)}
+    assert all(k in final for k in rest)  # nothing removed ahead of the scan is read
+    # Everything that stayed the whole time was read.
+    stayed = {_key(i) for i in range(100, 19000, 2) if not (1000 <= i < 18000 and i % 10 == 0)}
+    assert stayed <= set(seen)
+
+
+def test_memory_index_is_dropped_when_not_scanned(monkeypatch) -> None:
+    from lakestate.state import memory
+
+    monkeypatch.setattr(memory, "_STALE_MIN", 10)
+    store = in_memory_store("m")
+    backend = store._backend
+    _commit(store, [_key(i) for i in range(5)])
+    assert [k for k, _ in store.iterate(NS)] == [_key(i) for i in range(5)]
+    assert NS in backend._indexes
+    _commit(store, [_key(i) for i in range(100, 90, -1)], [_key(0)])  # kept up to date
+    assert [k for k, _ in store.iterate(NS, _key(3))] == [_key(i) for i in (3, 4, *range(91, 101))]
+    for i in range(200, 240):
+        _commit(store, [_key(i)], [_key(i - 1)] if i % 3 == 0 else ())
+    assert NS not in backend._indexes  # written a lot, never scanned: dropped
+    assert [k for k, _ in store.iterate(NS, reverse=True)] == sorted(
+        dict(store.iterate(NS)), reverse=True
+    )
+    assert NS in backend._indexes

@@ -14,41 +14,51 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
+import pyarrow as pa
 
 from lakestate.app import App, load_app
 from lakestate.engine import local
 from lakestate.errors import ProcessingException, StreamsException
-from lakestate.io.partitioner import partition_for
+from lakestate.io.partitioner import partition_of_text
 from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import is_index_only, view_class
-from lakestate.state.serde import json_text
 
-OUT_COLUMNS = [
-    "kind",
-    "sub",
-    "task",
-    "seq",
-    "topic",
-    "partition",
-    "timestamp",
-    "key",
-    "value",
-    "headers",
-    "store",
-    "raw_key",
-    "raw_value",
-    "row_json",
-    "info",
-]
-OUT_SCHEMA = (
-    "kind string, sub int, task int, seq long, topic string, partition int, timestamp long, "
-    "key string, value string, headers string, store string, raw_key binary, "
-    "raw_value binary, row_json string, info string"
+# One table for every kind of row a task returns: "out" (a record for a sink or repartition
+# topic; pseq numbers it within its topic partition), "state" (a changed store entry) and
+# "task" (offsets reached, stream time, metrics, output counts: JSON in ``info``).
+OUT_FIELDS = (
+    ("kind", pa.string()),
+    ("sub", pa.int32()),
+    ("task", pa.int32()),
+    ("seq", pa.int64()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("pseq", pa.int64()),
+    ("timestamp", pa.int64()),
+    ("key", pa.string()),
+    ("value", pa.string()),
+    ("headers", pa.string()),
+    ("store", pa.string()),
+    ("raw_key", pa.binary()),
+    ("raw_value", pa.binary()),
+    ("row_json", pa.string()),
+    ("info", pa.string()),
 )
+OUT_COLUMNS = [name for name, _ in OUT_FIELDS]
+OUT_ARROW_SCHEMA = pa.schema([pa.field(name, type_) for name, type_ in OUT_FIELDS])
+OUT_SCHEMA = (
+    "kind string, sub int, task int, seq long, topic string, partition int, pseq long, "
+    "timestamp long, key string, value string, headers string, store string, "
+    "raw_key binary, raw_value binary, row_json string, info string"
+)
+# Decoded keys are reused across the records of a batch (a few thousand keys usually carry
+# most records); only immutable ones, and only this many.
+_KEY_CACHE_LIMIT = 100_000
+_IMMUTABLE = frozenset((str, int, bool, float, type(None)))
+_MISSING = object()
 
 _apps: dict[str, App] = {}
 
@@ -74,39 +84,64 @@ def _app(path: str) -> App:
     return app
 
 
-def _decode(text: Any, what: str, row: Any) -> Any:
-    if text is None or (isinstance(text, float) and pd.isna(text)):
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise ProcessingException(
-            f"{what} is not valid JSON in topic {row.topic!r} partition {row.partition} "
-            f"offset {row.offset}: {exc}; the batch commits nothing"
-        ) from None
+def _bad_json(columns: dict[str, list], i: int) -> ProcessingException:
+    """The error for row ``i``, whose key, value or headers is not valid JSON."""
+    for what in ("key", "value", "headers"):
+        text = columns[what][i]
+        if text is None:
+            continue
+        try:
+            json.loads(text)
+        except (TypeError, ValueError) as exc:
+            return ProcessingException(
+                f"{what} is not valid JSON in topic {columns['topic'][i]!r} partition "
+                f"{columns['partition'][i]} offset {columns['offset'][i]}: {exc}; "
+                "the batch commits nothing"
+            )
+    return ProcessingException(f"row {i} could not be decoded")  # not reached
 
 
-def _in_order(records: pd.DataFrame):
-    """Records of one task: each input in offset order; across inputs, the input whose next
-    record has the lowest timestamp goes first (ties: input order), like Kafka's
-    PartitionGroup."""
-    queues = []
-    for _, group in records.groupby("input_index", sort=True):
-        queues.append(list(group.sort_values("offset").itertuples(index=False)))
-    heap = [(q[0].timestamp, q[0].input_index, 0, i) for i, q in enumerate(queues) if q]
+def _in_order(columns: dict[str, list]) -> list[int]:
+    """Row indices of one task's records: each input in offset order; across inputs, the
+    input whose next record has the lowest timestamp goes first (ties: input order), like
+    Kafka's PartitionGroup."""
+    offsets, inputs, timestamps = columns["offset"], columns["input_index"], columns["timestamp"]
+    by_input: dict[int, list[int]] = {}
+    for i, index in enumerate(inputs):
+        by_input.setdefault(index, []).append(i)
+    queues = [sorted(rows, key=offsets.__getitem__) for _, rows in sorted(by_input.items())]
+    if len(queues) == 1:
+        return queues[0]
+    order = []
+    heap = [(timestamps[q[0]], inputs[q[0]], 0, n) for n, q in enumerate(queues) if q]
     heapq.heapify(heap)
     while heap:
-        _, _, pos, i = heapq.heappop(heap)
-        yield queues[i][pos]
-        if pos + 1 < len(queues[i]):
-            nxt = queues[i][pos + 1]
-            heapq.heappush(heap, (nxt.timestamp, nxt.input_index, pos + 1, i))
+        _, _, pos, n = heapq.heappop(heap)
+        order.append(queues[n][pos])
+        if pos + 1 < len(queues[n]):
+            nxt = queues[n][pos + 1]
+            heapq.heappush(heap, (timestamps[nxt], inputs[nxt], pos + 1, n))
+    return order
 
 
-def process_task(records: pd.DataFrame, ctx: BatchContext) -> pd.DataFrame:
+def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     """Process the batch's records of one task (all rows share ``sub`` and ``task``)."""
-    sub = int(records["sub"].iloc[0])
-    partition = int(records["task"].iloc[0])
+    columns = {
+        name: records.column(name).to_pylist()
+        for name in (
+            "input_index",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "key",
+            "value",
+            "headers",
+        )
+    }
+    sub = records.column("sub")[0].as_py()
+    partition = records.column("task")[0].as_py()
+    del records  # the columns above are what is needed: free the Arrow buffers early
     task_id = f"{sub}_{partition}"
     app = _app(ctx.app_path)
     store = local.open_task_store(ctx.state_dir, ctx.app_name, task_id, ctx.isolation)
@@ -120,72 +155,116 @@ def process_task(records: pd.DataFrame, ctx: BatchContext) -> pd.DataFrame:
                     f"{ctx.batch_id} starts at {start}: recovery must run before processing"
                 )
         task = Task(app.topology, sub, partition, store, app.config, app.name)
-        reached: dict[str, int] = {}
-        processed = 0
-        for row in _in_order(records):
-            record = Record(
-                _decode(row.key, "key", row),
-                _decode(row.value, "value", row),
-                int(row.timestamp),
-                _decode(row.headers, "headers", row),
-            )
-            task.process(row.topic, int(row.offset), record)
-            reached[row.topic] = int(row.offset) + 1
-            processed += 1
-            if task.commit_needed():
-                break  # KIP-892: the uncommitted bound forces the commit here
+        reached, processed = _process_records(task, columns)
+        del columns
         offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
         for offset_tp, offset in store.committed_offsets().items():
             offsets.setdefault(offset_tp, offset)
         task.transaction.set_stream_time(task.stream_time)
         writes = list(task.transaction.changes())
         local.stage(ctx.state_dir, ctx.app_name, task_id, ctx.batch_id, writes, offsets)
-        rows = _output_rows(task, sub, partition, ctx)
-        rows.extend(_state_rows(app, writes, sub, partition))
-        outputs: dict[str, int] = {}
-        for topic, _ in task.pending_output():
-            outputs[topic] = outputs.get(topic, 0) + 1
+        rows = _Rows()
+        counts = _output_rows(rows, task, sub, partition, ctx)
+        _state_rows(rows, app, writes, sub, partition)
         info = {
-            "outputs": outputs,
+            "outputs": {topic: sum(per.values()) for topic, per in counts.items()},
+            "output_partitions": {
+                topic: {str(p): n for p, n in per.items()} for topic, per in counts.items()
+            },
             "reached": reached,
             "processed": processed,
             "stream_time": task.stream_time,
             "metrics": task.metrics,
         }
-        rows.append(_row("task", sub, partition, 0, info=json.dumps(info)))
+        rows.add(kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
         task.close()
     finally:
         store.close()
-    return pd.DataFrame(rows, columns=OUT_COLUMNS)
+    return rows.table()
 
 
-def _row(kind: str, sub: int, task: int, seq: int, **values: Any) -> tuple:
-    data = {"kind": kind, "sub": sub, "task": task, "seq": seq, **values}
-    return tuple(data.get(c) for c in OUT_COLUMNS)
+def _process_records(task: Task, columns: dict[str, list]) -> tuple[dict[str, int], int]:
+    """Run the records through the task in order until done or a commit is needed
+    (KIP-892: the uncommitted bound forces the commit there). Returns the offset reached per
+    input topic and the number of records processed."""
+    topics, offsets, timestamps = columns["topic"], columns["offset"], columns["timestamp"]
+    keys, values, headers = columns["key"], columns["value"], columns["headers"]
+    loads = json.loads
+    key_cache: dict[str, Any] = {}
+    reached: dict[str, int] = {}
+    processed = 0
+    for i in _in_order(columns):
+        try:
+            key_text = keys[i]
+            if key_text is None:
+                key = None
+            else:
+                key = key_cache.get(key_text, _MISSING)
+                if key is _MISSING:
+                    key = loads(key_text)
+                    if type(key) in _IMMUTABLE and len(key_cache) < _KEY_CACHE_LIMIT:
+                        key_cache[key_text] = key
+            value = None if values[i] is None else loads(values[i])
+            header = None if headers[i] is None else loads(headers[i])
+        except (TypeError, ValueError):
+            raise _bad_json(columns, i) from None
+        topic, offset = topics[i], offsets[i]
+        task.process(topic, offset, Record(key, value, timestamps[i], header))
+        reached[topic] = offset + 1
+        processed += 1
+        if task.commit_needed():
+            break
+    return reached, processed
 
 
-def _output_rows(task: Task, sub: int, partition: int, ctx: BatchContext) -> list[tuple]:
-    rows = []
-    for seq, (topic, record) in enumerate(task.pending_output()):
-        rows.append(
-            _row(
-                "out",
-                sub,
-                partition,
-                seq,
-                topic=topic,
-                partition=partition_for(record.key, ctx.topic_partitions[topic]),
-                timestamp=record.timestamp,
-                key=json_text(record.key),
-                value=json_text(record.value),
-                headers=None if record.headers is None else json_text(record.headers),
-            )
-        )
-    return rows
+class _Rows:
+    """Column lists of the rows a task returns, built into one Arrow table."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list] = {name: [] for name in OUT_COLUMNS}
+
+    def add(self, **values: Any) -> None:
+        for name, column in self.columns.items():
+            column.append(values.get(name))
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_pydict(self.columns, schema=OUT_ARROW_SCHEMA)
 
 
-def _state_rows(app: App, writes: list, sub: int, partition: int) -> list[tuple]:
-    rows = []
+def _output_rows(
+    rows: _Rows, task: Task, sub: int, partition: int, ctx: BatchContext
+) -> dict[str, dict[int, int]]:
+    """Add the task's output records; returns their count per topic and partition."""
+    c = rows.columns
+    counts: dict[str, dict[int, int]] = {}
+    partition_of: dict[tuple[str, str | None], int] = {}
+    for seq, out in enumerate(task.pending_output_text()):
+        where = (out.topic, out.key_text)
+        target = partition_of.get(where)
+        if target is None:
+            target = partition_of_text(out.key_text, ctx.topic_partitions[out.topic])
+            if len(partition_of) < _KEY_CACHE_LIMIT:
+                partition_of[where] = target
+        per_topic = counts.setdefault(out.topic, {})
+        pseq = per_topic.get(target, 0)
+        per_topic[target] = pseq + 1
+        c["kind"].append("out")
+        c["sub"].append(sub)
+        c["task"].append(partition)
+        c["seq"].append(seq)
+        c["topic"].append(out.topic)
+        c["partition"].append(target)
+        c["pseq"].append(pseq)
+        c["timestamp"].append(out.record.timestamp)
+        c["key"].append(out.key_text)
+        c["value"].append(out.value_text)
+        c["headers"].append(out.headers_text)
+        for name in ("store", "raw_key", "raw_value", "row_json", "info"):
+            c[name].append(None)
+    return counts
+
+
+def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> None:
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
             continue
@@ -195,16 +274,13 @@ def _state_rows(app: App, writes: list, sub: int, partition: int) -> list[tuple]
         typed = None
         if raw_value is not None:
             typed = json.dumps(view_class(spec.kind).changelog_row(raw_key, raw_value))
-        rows.append(
-            _row(
-                "state",
-                sub,
-                partition,
-                seq,
-                store=namespace,
-                raw_key=raw_key,
-                raw_value=raw_value,
-                row_json=typed,
-            )
+        rows.add(
+            kind="state",
+            sub=sub,
+            task=partition,
+            seq=seq,
+            store=namespace,
+            raw_key=raw_key,
+            raw_value=raw_value,
+            row_json=typed,
         )
-    return rows

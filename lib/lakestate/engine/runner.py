@@ -212,10 +212,14 @@ class _Runner:
             dict(self.layout.outputs),
             starts,
         )
+        # One Spark partition per task: tasks run in parallel (a hash shuffle, which AQE
+        # may also coalesce, can put several tasks in one partition, to run one after another).
+        n_tasks = len({(t.subtopology, t.partition) for t in plan.tasks})
         result = (
             self._read(plan)
+            .repartitionByRange(max(n_tasks, 1), "sub", "task")
             .groupBy("sub", "task")
-            .applyInPandas(_task_function(ctx), OUT_SCHEMA)
+            .applyInArrow(_task_function(ctx), OUT_SCHEMA)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
@@ -243,15 +247,19 @@ class _Runner:
         batch_id = plan.batch_id
         infos = {(r["sub"], r["task"]): json.loads(r["info"]) for r in task_rows}
         outputs = result.where(F.col("kind") == "out")
-        per_topic: dict[str, int] = {}
-        for info in infos.values():
-            for topic, n in info["outputs"].items():
-                per_topic[topic] = per_topic.get(topic, 0) + n
-        n_out = sum(per_topic.values())
+        per_topic: dict[str, dict[tuple[int, int], dict[int, int]]] = {}
+        for task_key, info in infos.items():
+            for topic, per_partition in info["output_partitions"].items():
+                per_topic.setdefault(topic, {})[task_key] = {
+                    int(p): n for p, n in per_partition.items()
+                }
+        n_out = sum(sum(info["outputs"].values()) for info in infos.values())
         for topic in sorted(self.layout.outputs):
             if per_topic.get(topic):
                 rows = outputs.where(F.col("topic") == topic)
-                sinks.append_output(self.spark, self.layout, topic, rows, self.app.name, batch_id)
+                sinks.append_output(
+                    self.spark, self.layout, topic, rows, per_topic[topic], self.app.name, batch_id
+                )
             faults.maybe_fail(f"after_sink:{topic}", batch_id)
         state_rows = result.where(F.col("kind") == "state")
         versions = {}
@@ -307,7 +315,7 @@ class _Runner:
 
 
 def _task_function(ctx: BatchContext):
-    """The per-task function for applyInPandas (a plain function: Spark inspects it)."""
+    """The per-task function for applyInArrow (a plain function: Spark inspects it)."""
 
     def process(records):
         return process_task(records, ctx)

@@ -36,7 +36,7 @@ import json
 import os
 import threading
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
@@ -577,8 +577,6 @@ def append_lock(warehouse: Warehouse, topic: str) -> Iterator[None]:
             os.close(fd)
 
 
-_append_lock = append_lock  # the name the engine's sinks first used
-
 
 def append_records(
     spark: SparkSession,
@@ -621,12 +619,12 @@ def append_records(
             topic, {}, skipped=False, version=_table_version(spark, warehouse, path)
         )
 
-    with append_lock(warehouse, topic):
-        next_offset, seen = _end_offsets(spark, warehouse, path, n)
-        before = seen
-        if before is None and txn_app_id is not None:
-            before = _table_version(spark, warehouse, path)
-        starts = {p: next_offset[p] for p in sorted({r[0] for r in rows})}
+    counts: dict[int, int] = {}
+    for row in rows:
+        counts[row[0]] = counts.get(row[0], 0) + 1
+
+    def build(ends: Mapping[int, int]) -> DataFrame:
+        next_offset = dict(ends)
         columns: dict[str, list[Any]] = {f.name: [] for f in LOG_SCHEMA.fields}
         for p, ts, key_text, value_text, headers_text in rows:
             columns["partition"].append(p)
@@ -636,20 +634,50 @@ def append_records(
             columns["key"].append(key_text)
             columns["value"].append(value_text)
             columns["headers"].append(headers_text)
-        df = spark.createDataFrame(_arrow_table(columns), schema=LOG_SCHEMA).coalesce(1)
-        writer = df.write.format("delta").mode("append")
+        return spark.createDataFrame(_arrow_table(columns), schema=LOG_SCHEMA).coalesce(1)
+
+    return append_frame(
+        spark, warehouse, topic, build, counts, txn_app_id=txn_app_id, txn_version=txn_version
+    )
+
+
+def append_frame(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    topic: str,
+    build: Callable[[Mapping[int, int]], DataFrame],
+    counts: Mapping[int, int],
+    *,
+    txn_app_id: str | None = None,
+    txn_version: int | None = None,
+) -> AppendResult:
+    """Append ``build(ends)`` to ``topic`` in one Delta commit, under the topic's append
+    lock: ``ends`` are the current end offsets, and the frame (``LOG_SCHEMA`` columns) must
+    hold ``counts[p]`` records of each partition p numbered densely from ``ends[p]``.
+    ``txn_app_id``/``txn_version`` as in ``append_records``. The new end offsets are
+    remembered, so the next append reads none."""
+    path = _path(warehouse, topic)
+    n = partitions(spark, warehouse, topic)
+    with append_lock(warehouse, topic):
+        ends, seen = _end_offsets(spark, warehouse, path, n)
+        before = seen
+        if before is None and txn_app_id is not None:
+            before = _table_version(spark, warehouse, path)
+        writer = build(dict(ends)).write.format("delta").mode("append")
         if txn_app_id is not None:
             writer = writer.option("txnAppId", txn_app_id).option("txnVersion", txn_version)
         writer.save(path)
         after = _table_version(spark, warehouse, path)
         if before is not None and after == before:
             return AppendResult(topic, {}, skipped=True, version=after)
+        written = {p: c for p, c in counts.items() if c}
+        new_ends = {p: ends[p] + written.get(p, 0) for p in ends}
         if seen is not None and after == seen + 1:  # the one commit since `seen` is ours
             log = _local_log(warehouse, path)
             identity = _first_commit_identity(log) if log is not None else None
-            _remember_ends(path, identity, after, next_offset)
+            _remember_ends(path, identity, after, new_ends)
     return AppendResult(
-        topic, {p: (s, next_offset[p]) for p, s in starts.items()}, skipped=False, version=after
+        topic, {p: (ends[p], new_ends[p]) for p in sorted(written)}, skipped=False, version=after
     )
 
 

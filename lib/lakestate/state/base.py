@@ -140,7 +140,10 @@ class Transaction:
             value = buffer.get(key, _MISSING)
             if value is not _MISSING:
                 return value
-        return self._store._read(namespace, key, self)
+        store = self._store
+        if store._dirty_reads:
+            return store._read(namespace, key, self)
+        return store._backend.get(namespace, key)
 
     def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
         """Write ``value`` under ``key``; ``None`` deletes it."""
@@ -162,6 +165,33 @@ class Transaction:
         if value is not None:
             self._bytes += len(value)
         buffer[key] = value
+        if self._hints:
+            self._hints.pop(namespace, None)
+
+    def put_all(self, namespace: str, items: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``put`` each (key, value) of ``items`` in order."""
+        if self.state is not _OPEN:
+            self._check_open()
+        buffer = self._buffers.get(namespace)
+        if buffer is None:
+            buffer = self._buffers[namespace] = {}
+        index = self._indexes.get(namespace) if self._indexes else None
+        entries = 0
+        size = 0
+        for key, value in items:
+            previous = buffer.get(key, _MISSING)
+            if previous is _MISSING:
+                entries += 1
+                size += len(key) + ENTRY_OVERHEAD_BYTES
+                if index is not None:
+                    index.add(key)
+            elif previous is not None:
+                size -= len(previous)
+            if value is not None:
+                size += len(value)
+            buffer[key] = value
+        self._entries += entries
+        self._bytes += size
         if self._hints:
             self._hints.pop(namespace, None)
 

@@ -159,13 +159,13 @@ class DedupStore:
 
     def _floor(self, txn: Any) -> int | None:
         """No index entry has a timestamp below the floor; None when unknown."""
-        if isinstance(txn, Transaction):
+        if type(txn) is Transaction or isinstance(txn, Transaction):
             return txn.hint(self.name)
         memo = self._floor_memo
         return memo[1] if memo is not None and memo[0] is txn else None
 
     def _set_floor(self, txn: Any, floor: int) -> None:
-        if isinstance(txn, Transaction):
+        if type(txn) is Transaction or isinstance(txn, Transaction):
             txn.set_hint(self.name, floor)
         else:
             self._floor_memo = (txn, floor)
@@ -216,7 +216,9 @@ class DedupStore:
         self, id_key: bytes, ts: int, offset: int | None = None, source: int | None = None
     ) -> int:
         """``put`` by the stored key that ``get_keyed`` returned."""
-        txn = self._writer()
+        txn = self._source()
+        if type(txn) is not Transaction:
+            txn = self._writer()
         floor = self._floor(txn)
         added = _put(txn, self.name, id_key, ts, offset, source)
         if floor is not None:
@@ -237,7 +239,9 @@ class DedupStore:
         of the time index from the floor up to ``cutoff``, and one entry beyond (the new
         floor). Nothing is read when ``cutoff`` does not pass the floor. Returns the number
         of ids removed."""
-        txn = self._writer()
+        txn = self._source()
+        if type(txn) is not Transaction:
+            txn = self._writer()
         floor = self._floor(txn)
         if floor is not None and cutoff <= floor:
             return 0  # no index entry is older than the cutoff
@@ -321,17 +325,30 @@ def _put(
 ) -> int:
     raw_id = id_key[1:]
     index_key = _index_key(ts, raw_id)  # checks ts before anything is written
+    entry = _encode_entry(ts, offset, source)
     old = txn.get(name, id_key)
-    if old is not None:
-        old_ts = _decode_entry(old).ts
-        if old_ts != ts:
-            txn.put(name, _index_key(old_ts, raw_id), None)
-    txn.put(name, id_key, _encode_entry(ts, offset, source))
-    txn.put(name, index_key, b"")
     if old is None:
-        _add_to_count(txn, name, 1)
+        raw = txn.get(name, COUNT_KEY)
+        count = (0 if raw is None else _decode_count(raw)) + 1
+        # (b"%d" % count is encode_value(count): the same JSON.)
+        _write(txn, name, ((id_key, entry), (index_key, b""), (COUNT_KEY, b"%d" % count)))
         return 1
+    old_ts = _decode_entry(old).ts
+    if old_ts != ts:
+        _write(txn, name, ((_index_key(old_ts, raw_id), None), (id_key, entry), (index_key, b"")))
+    else:
+        _write(txn, name, ((id_key, entry), (index_key, b"")))
     return 0
+
+
+def _write(txn: Any, name: str, items: tuple[tuple[bytes, bytes | None], ...]) -> None:
+    """``txn.put`` of each item, in one call when the writer can (a Transaction)."""
+    put_all = txn.put_all if type(txn) is Transaction else getattr(txn, "put_all", None)
+    if put_all is not None:
+        put_all(name, items)
+    else:
+        for key, value in items:
+            txn.put(name, key, value)
 
 
 def _delete(txn: Any, name: str, id_key: bytes) -> int:

@@ -104,8 +104,8 @@ class MemoryBackend(Backend):
         if not isinstance(writes, list):
             writes = list(writes)
         for _namespace, key, value in writes:
-            if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
-                raise TypeError(f"store writes must be bytes, got {key!r} -> {value!r}")
+            if type(key) is not bytes or (value is not None and type(value) is not bytes):
+                _check_write(key, value)
         namespaces = self._namespaces
         indexes = self._indexes
         name = ns = index = None
@@ -146,6 +146,11 @@ class MemoryBackend(Backend):
 
 
 _MISSING = object()
+
+
+def _check_write(key: object, value: object) -> None:
+    if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
+        raise TypeError(f"store writes must be bytes, got {key!r} -> {value!r}")
 
 
 def _chunk_sizes() -> Iterator[int]:

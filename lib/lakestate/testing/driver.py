@@ -333,3 +333,9 @@ class _AutoCommit:
         with self._task.store.new_transaction() as txn:
             txn.put(namespace, key, value)
             txn.commit()
+
+    def put_all(self, namespace: str, items) -> None:
+        """Several writes, committed together."""
+        with self._task.store.new_transaction() as txn:
+            txn.put_all(namespace, items)
+            txn.commit()

@@ -233,3 +233,39 @@ def test_memory_index_is_dropped_when_not_scanned(monkeypatch) -> None:
         dict(store.iterate(NS)), reverse=True
     )
     assert NS in backend._indexes
+
+
+# -- put_all, and commits that cannot be applied ---------------------------------------------
+
+
+def test_put_all_is_puts_in_order(store_factory) -> None:
+    store = store_factory()
+    one, many = store.new_transaction(), store.new_transaction()
+    items = [(b"b", b"1"), (b"a", None), (b"b", b"22"), (b"c", b"")]
+    for k, v in items:
+        one.put(NS, k, v)
+    many.set_hint(NS, 1)
+    many.put_all(NS, items)
+    assert many.hint(NS) is None  # a write to the namespace, as with put
+    assert list(many.changes()) == list(one.changes())
+    assert many.approximate_num_uncommitted_entries() == one.approximate_num_uncommitted_entries()
+    assert many.approximate_num_uncommitted_bytes() == one.approximate_num_uncommitted_bytes()
+    one.close()
+    many.commit()
+    assert list(store.iterate(NS)) == [(b"b", b"22"), (b"c", b"")]
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_write_that_is_not_bytes_fails_the_whole_commit(indexed: bool) -> None:
+    store = in_memory_store("m")
+    _commit(store, [b"k"])
+    if indexed:
+        assert list(store.iterate(NS)) == [(b"k", b"k")]
+    txn = store.new_transaction()
+    txn.put(NS, b"a", b"1")
+    txn.delete(NS, b"k")
+    txn.put("other", b"b", "not bytes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be bytes"):
+        txn.commit({base.TopicPartition("in", 0): 5})
+    assert list(store.iterate(NS)) == [(b"k", b"k")]
+    assert list(store.iterate("other")) == [] and store.committed_offsets() == {}

@@ -93,7 +93,10 @@ class Backend(Protocol):
         ...
 
     def write(self, writes: Iterable[Write], offsets: Mapping[TopicPartition, int]) -> None:
-        """Apply every write and store every offset atomically: all or nothing."""
+        """Apply every write and store every offset atomically: all or nothing.
+
+        A backend may also offer ``write_buffers(buffers, offsets)``, the same with the
+        writes as {namespace: {key: value or None}}: commits then use it."""
         ...
 
     def close(self) -> None: ...
@@ -400,6 +403,7 @@ class StateStore:
         self.isolation_level = isolation_level
         self._dirty_reads = isolation_level is IsolationLevel.READ_UNCOMMITTED
         self._backend = backend
+        self._write_buffers = getattr(backend, "write_buffers", None)
         self._open: list[Transaction] = []
         self._closed = False
         # Per namespace: how many commits have written it (what hints are checked against),
@@ -520,10 +524,12 @@ class StateStore:
     def _commit(self, txn: Transaction, offsets: Mapping[TopicPartition, int]) -> None:
         self._check_usable()
         buffers = txn._buffers
-        self._backend.write(
-            [(ns, key, value) for ns, buffer in buffers.items() for key, value in buffer.items()],
-            offsets,
-        )
+        if self._write_buffers is not None:
+            self._write_buffers(buffers, offsets)
+        else:
+            self._backend.write(
+                [(ns, k, v) for ns, buffer in buffers.items() for k, v in buffer.items()], offsets
+            )
         versions = self._versions
         hints = txn._hints
         # Hints still valid before this commit describe the committed data after it.

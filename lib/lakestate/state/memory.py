@@ -101,7 +101,7 @@ class MemoryBackend(Backend):
 
     def write(self, writes: Iterable[Write], offsets: Mapping[TopicPartition, int]) -> None:
         # Validate everything first so that a bad write cannot leave half a commit behind.
-        if not isinstance(writes, list):
+        if type(writes) is not list:
             writes = list(writes)
         for _namespace, key, value in writes:
             if type(key) is not bytes or (value is not None and type(value) is not bytes):
@@ -141,11 +141,41 @@ class MemoryBackend(Backend):
             for partition, offset in offsets.items():
                 offsets_ns[partition_key(partition)] = offset.to_bytes(8, "big", signed=True)
 
+    def write_buffers(
+        self,
+        buffers: Mapping[str, Mapping[bytes, bytes | None]],
+        offsets: Mapping[TopicPartition, int],
+    ) -> None:
+        """``write`` of the writes held as {namespace: {key: value or None}}."""
+        for buffer in buffers.values():
+            if not (
+                _KEY_TYPES.issuperset(map(type, buffer))
+                and _VALUE_TYPES.issuperset(map(type, buffer.values()))
+            ):
+                for key, value in buffer.items():
+                    _check_write(key, value)
+        namespaces = self._namespaces
+        for namespace, buffer in buffers.items():
+            ns = namespaces.get(namespace)
+            if ns is None:
+                ns = namespaces[namespace] = {}
+            if namespace not in self._indexes and None not in buffer.values():
+                ns.update(buffer)
+            else:
+                self.write([(namespace, k, v) for k, v in buffer.items()], _NO_OFFSETS)
+        if offsets:
+            offsets_ns = self._ns(OFFSETS_NAMESPACE)
+            for partition, offset in offsets.items():
+                offsets_ns[partition_key(partition)] = offset.to_bytes(8, "big", signed=True)
+
     def close(self) -> None:
         pass
 
 
 _MISSING = object()
+_NO_OFFSETS: dict[TopicPartition, int] = {}
+_KEY_TYPES = frozenset({bytes})
+_VALUE_TYPES = frozenset({bytes, type(None)})
 
 
 def _check_write(key: object, value: object) -> None:

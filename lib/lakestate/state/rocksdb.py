@@ -15,7 +15,14 @@ from pathlib import Path
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from lakestate.errors import InvalidStateStoreException
-from lakestate.state.base import Backend, IsolationLevel, StateStore, TopicPartition, Write
+from lakestate.state.base import (
+    Backend,
+    IsolationLevel,
+    StateStore,
+    TopicPartition,
+    Write,
+    partition_key,
+)
 from lakestate.state.constants import OFFSETS_NAMESPACE
 
 
@@ -42,6 +49,7 @@ class RocksDBBackend(Backend):
         self._write_options = WriteOptions()
         self._write_options.disable_wal = False
         self._cfs: dict[str, Rdict] = {}
+        self._handles: dict[str, object] = {}  # column family handles for write batches
         # Open scans hold a reference to the database: close() must end them, or the
         # database (and its lock) would outlive the store.
         self._scans: weakref.WeakSet[_Scan] = weakref.WeakSet()
@@ -82,9 +90,34 @@ class RocksDBBackend(Backend):
             batch.put(partition.encode(), offset.to_bytes(8, "big", signed=True), offsets_handle)
         self._db.write(batch, self._write_options)
 
+    def write_buffers(
+        self,
+        buffers: Mapping[str, Mapping[bytes, bytes | None]],
+        offsets: Mapping[TopicPartition, int],
+    ) -> None:
+        """``write`` of the writes held as {namespace: {key: value or None}}."""
+        batch = WriteBatch(raw_mode=True)
+        for namespace, buffer in buffers.items():
+            handle = self._handle(namespace)
+            for key, value in buffer.items():
+                if value is None:
+                    batch.delete(key, handle)
+                else:
+                    batch.put(key, value, handle)
+        if offsets:
+            offsets_handle = self._handle(OFFSETS_NAMESPACE)
+            for partition, offset in offsets.items():
+                batch.put(
+                    partition_key(partition), offset.to_bytes(8, "big", signed=True), offsets_handle
+                )
+        self._db.write(batch, self._write_options)
+
     def _handle(self, namespace: str):
-        self._cf(namespace, create=True)
-        return self._db.get_column_family_handle(namespace)
+        handle = self._handles.get(namespace)
+        if handle is None:
+            self._cf(namespace, create=True)
+            handle = self._handles[namespace] = self._db.get_column_family_handle(namespace)
+        return handle
 
     def close(self) -> None:
         for scan in list(self._scans):
@@ -92,6 +125,7 @@ class RocksDBBackend(Backend):
         for cf in self._cfs.values():
             cf.close()
         self._cfs.clear()
+        self._handles.clear()
         self._db.close()
 
 

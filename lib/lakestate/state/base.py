@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
@@ -213,30 +214,38 @@ class Transaction:
             self._check_open()
         committed = self._store._iterate(namespace, start, end, reverse, exclude=self)
         buffer = self._buffers.get(namespace)
-        keys = self._buffer_keys(namespace, buffer, start, end, reverse) if buffer else None
-        if not keys:
+        own = self._buffer_items(namespace, buffer, start, end, reverse) if buffer else None
+        if own is None:
             return _live(committed)
-        return _merge([committed, _lazy_items(buffer, keys)], reverse)
+        return _merge([committed, own], reverse)
 
-    def _buffer_keys(
+    def _buffer_items(
         self,
         namespace: str,
         buffer: dict[bytes, bytes | None],
         start: bytes | None,
         end: bytes | None,
         reverse: bool,
-    ) -> list[bytes]:
-        """The keys of ``buffer`` with start <= key < end, sorted (or reversed)."""
+    ) -> Iterator[tuple[bytes, bytes | None]] | None:
+        """The items of ``buffer`` with start <= key < end in key order (or reversed), or
+        None if there are none. Values are read as the items are reached. An indexed
+        buffer is read in chunks of keys, each resuming after the last key read, so a scan
+        costs what it reads, and writes during it cannot make it skip or repeat keys."""
         index = self._indexes.get(namespace)
         if index is None:
             if len(buffer) <= _INDEX_MIN:
                 keys = [
                     k for k in buffer if (start is None or k >= start) and (end is None or k < end)
                 ]
+                if not keys:
+                    return None
                 keys.sort(reverse=reverse)
-                return keys
+                return _lazy_items(buffer, keys)
             index = self._indexes[namespace] = SortedList(buffer)
-        return list(index.irange(start, end, inclusive=(True, False), reverse=reverse))
+        chunk = list(islice(index.irange(start, end, (True, False), reverse), _CHUNKS[0]))
+        if not chunk:
+            return None
+        return _chunked_items(index, buffer, chunk, start, end, reverse)
 
     def changes(self) -> Iterator[Write]:
         """The buffered writes, by namespace then key: what commit will apply."""
@@ -316,8 +325,10 @@ class Transaction:
         self.state = state
         # New containers: iterators handed out keep reading the old ones.
         self._buffers = {}
-        self._indexes = {}
-        self._hints = {}
+        if self._indexes:
+            self._indexes = {}
+        if self._hints:
+            self._hints = {}
         self._entries = self._bytes = 0
         self._store._forget(self)
 
@@ -333,6 +344,8 @@ _MISSING = object()
 _NO_OFFSETS: Mapping[TopicPartition, int] = MappingProxyType({})
 # A write buffer with more keys than this gets a sorted index when it is first iterated.
 _INDEX_MIN = 32
+# Sizes of the chunks in which indexed buffers are scanned (the last one repeats).
+_CHUNKS = (8, 64, 512, 4096)
 
 
 def _lazy_items(
@@ -343,20 +356,37 @@ def _lazy_items(
         yield key, buffer[key]
 
 
+def _chunked_items(
+    index: SortedList,
+    buffer: dict[bytes, bytes | None],
+    chunk: list[bytes],
+    start: bytes | None,
+    end: bytes | None,
+    reverse: bool,
+) -> Iterator[tuple[bytes, bytes | None]]:
+    """The items of an indexed buffer in range, from its first chunk of keys on (read
+    with the first of ``_CHUNKS``; the next chunks grow to the last size)."""
+    sizes = iter(_CHUNKS)
+    size = next(sizes)
+    while True:
+        for key in chunk:
+            yield key, buffer[key]
+        if len(chunk) < size:
+            return
+        last = chunk[-1]
+        size = next(sizes, size)
+        if reverse:
+            keys = index.irange(start, last, (True, False), True)
+        else:
+            keys = index.irange(last, end, (False, False))
+        chunk = list(islice(keys, size))
+
+
 def _live(items: Iterator[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:
     """One ordered source without duplicate keys, tombstones dropped."""
     for item in items:
         if item[1] is not None:
             yield item
-
-
-def _buffer_items(
-    buffer: dict[bytes, bytes | None], start: bytes | None, end: bytes | None, reverse: bool
-) -> Iterator[tuple[bytes, bytes | None]]:
-    """Another transaction's buffer (READ_UNCOMMITTED): its items in range, in order."""
-    keys = [k for k in buffer if (start is None or k >= start) and (end is None or k < end)]
-    keys.sort(reverse=reverse)
-    return _lazy_items(buffer, keys)
 
 
 def _tag(
@@ -412,7 +442,8 @@ class StateStore:
         self._hints: dict[str, tuple[Any, int]] = {}
 
     def new_transaction(self) -> Transaction:
-        self._check_usable()
+        if self._closed:
+            self._check_usable()
         txn = Transaction(self)
         self._open.append(txn)
         return txn
@@ -513,16 +544,17 @@ class StateStore:
         for txn in self._visible_others(exclude):
             buffer = txn._buffers.get(namespace)
             if buffer:
-                keys = txn._buffer_keys(namespace, buffer, start, end, reverse)
-                if keys:
-                    sources.append(_lazy_items(buffer, keys))
+                items = txn._buffer_items(namespace, buffer, start, end, reverse)
+                if items is not None:
+                    sources.append(items)
         if len(sources) == 1:
             return sources[0]
         # Keep tombstones: the caller's merge drops them after overlaying its own writes.
         return _merge(sources, reverse, keep_tombstones=True)
 
     def _commit(self, txn: Transaction, offsets: Mapping[TopicPartition, int]) -> None:
-        self._check_usable()
+        if self._closed:
+            self._check_usable()
         buffers = txn._buffers
         if self._write_buffers is not None:
             self._write_buffers(buffers, offsets)
@@ -533,11 +565,13 @@ class StateStore:
         versions = self._versions
         hints = txn._hints
         # Hints still valid before this commit describe the committed data after it.
-        kept = [(ns, v) for ns, (v, seen) in hints.items() if seen == versions.get(ns, 0)]
+        if hints:
+            kept = [(ns, v) for ns, (v, seen) in hints.items() if seen == versions.get(ns, 0)]
         for ns in buffers:
             versions[ns] = versions.get(ns, 0) + 1
-        for ns, value in kept:
-            self._hints[ns] = (value, versions.get(ns, 0))
+        if hints:
+            for ns, value in kept:
+                self._hints[ns] = (value, versions.get(ns, 0))
 
     def _forget(self, txn: Transaction) -> None:
         try:

@@ -148,23 +148,29 @@ class MemoryBackend(Backend):
     ) -> None:
         """``write`` of the writes held as {namespace: {key: value or None}}."""
         for buffer in buffers.values():
-            if not (
-                _KEY_TYPES.issuperset(map(type, buffer))
+            if (
+                len(buffer) > 16
+                and _KEY_TYPES.issuperset(map(type, buffer))
                 and _VALUE_TYPES.issuperset(map(type, buffer.values()))
             ):
-                for key, value in buffer.items():
+                continue  # checked in C
+            for key, value in buffer.items():
+                if type(key) is not bytes or (value is not None and type(value) is not bytes):
                     _check_write(key, value)
         namespaces = self._namespaces
+        indexes = self._indexes
         for namespace, buffer in buffers.items():
             ns = namespaces.get(namespace)
             if ns is None:
                 ns = namespaces[namespace] = {}
-            if namespace not in self._indexes and None not in buffer.values():
-                ns.update(buffer)
-            else:
+            if (indexes and namespace in indexes) or None in buffer.values():
                 self.write([(namespace, k, v) for k, v in buffer.items()], _NO_OFFSETS)
+            else:
+                ns.update(buffer)  # only puts, and no index to keep up to date
         if offsets:
-            offsets_ns = self._ns(OFFSETS_NAMESPACE)
+            offsets_ns = namespaces.get(OFFSETS_NAMESPACE)
+            if offsets_ns is None:
+                offsets_ns = self._ns(OFFSETS_NAMESPACE)
             for partition, offset in offsets.items():
                 offsets_ns[partition_key(partition)] = offset.to_bytes(8, "big", signed=True)
 

@@ -254,9 +254,12 @@ def test_put_all_is_puts_in_order(store_factory) -> None:
     assert list(many.changes()) == list(one.changes())
     assert many.approximate_num_uncommitted_entries() == one.approximate_num_uncommitted_entries()
     assert many.approximate_num_uncommitted_bytes() == one.approximate_num_uncommitted_bytes()
+    many.put_all(NS, [(b"d", b"4")], hint=7)  # the writer's hint, set with its writes
+    assert many.hint(NS) == 7
     one.close()
     many.commit()
-    assert list(store.iterate(NS)) == [(b"b", b"22"), (b"c", b"")]
+    assert list(store.iterate(NS)) == [(b"b", b"22"), (b"c", b""), (b"d", b"4")]
+    assert store.new_transaction().hint(NS) == 7
 
 
 @pytest.mark.parametrize("indexed", [False, True])

@@ -103,6 +103,9 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+NO_HINT: Any = object()  # put_all's default: no hint to set
+
+
 class Transaction:
     """A read/write view of a StateStore that buffers writes until commit (KIP-892).
 
@@ -172,8 +175,11 @@ class Transaction:
         if self._hints:
             self._hints.pop(namespace, None)
 
-    def put_all(self, namespace: str, items: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """``put`` each (key, value) of ``items`` in order."""
+    def put_all(
+        self, namespace: str, items: Iterable[tuple[bytes, bytes | None]], hint: Any = NO_HINT
+    ) -> None:
+        """``put`` each (key, value) of ``items`` in order; then ``set_hint(namespace,
+        hint)`` if a hint is given (a writer that keeps one does both in one call)."""
         if self.state is not _OPEN:
             self._check_open()
         buffer = self._buffers.get(namespace)
@@ -196,6 +202,11 @@ class Transaction:
             buffer[key] = value
         self._entries += entries
         self._bytes += size
+        if hint is not NO_HINT:
+            store = self._store
+            if not (store._dirty_reads and store._others_write(namespace, self)):
+                self._hints[namespace] = (hint, store._versions.get(namespace, 0))
+                return
         if self._hints:
             self._hints.pop(namespace, None)
 

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 from zlib import crc32
 
 from lakestate.errors import InvalidStateStoreException
-from lakestate.state.base import Transaction
+from lakestate.state.base import NO_HINT, Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.serde import decode_value, encode_value, json_text
@@ -152,7 +152,9 @@ class DedupStore:
         return f"DedupStore({self.name!r})"
 
     def _writer(self) -> Any:
-        txn = self._source()
+        return self._check_writer(self._source())
+
+    def _check_writer(self, txn: Any) -> Any:
         if type(txn) is not Transaction and not hasattr(txn, "put"):
             raise InvalidStateStoreException(f"store {self.name!r} is read-only here")
         return txn
@@ -217,10 +219,16 @@ class DedupStore:
     ) -> int:
         """``put`` by the stored key that ``get_keyed`` returned."""
         txn = self._source()
-        if type(txn) is not Transaction:
-            txn = self._writer()
+        name = self.name
+        if type(txn) is Transaction:
+            floor = txn.hint(name)
+            if floor is None:
+                return _put(txn, name, id_key, ts, offset, source)
+            # The writes and the floor they leave, in one call.
+            return _put(txn, name, id_key, ts, offset, source, ts if ts < floor else floor)
+        self._check_writer(txn)
         floor = self._floor(txn)
-        added = _put(txn, self.name, id_key, ts, offset, source)
+        added = _put(txn, name, id_key, ts, offset, source)
         if floor is not None:
             self._set_floor(txn, ts if ts < floor else floor)
         return added
@@ -240,9 +248,10 @@ class DedupStore:
         floor). Nothing is read when ``cutoff`` does not pass the floor. Returns the number
         of ids removed."""
         txn = self._source()
-        if type(txn) is not Transaction:
-            txn = self._writer()
-        floor = self._floor(txn)
+        if type(txn) is Transaction:
+            floor = txn.hint(self.name)
+        else:
+            floor = self._floor(self._check_writer(txn))
         if floor is not None and cutoff <= floor:
             return 0  # no index entry is older than the cutoff
         name = self.name
@@ -321,8 +330,16 @@ class DedupStore:
 
 
 def _put(
-    txn: Any, name: str, id_key: bytes, ts: int, offset: int | None, source: int | None
+    txn: Any,
+    name: str,
+    id_key: bytes,
+    ts: int,
+    offset: int | None,
+    source: int | None,
+    hint: Any = NO_HINT,
 ) -> int:
+    """Set an id entry, its index entry and the count; a Transaction writer is left with
+    ``hint`` for the namespace, if given."""
     raw_id = id_key[1:]
     index_key = _index_key(ts, raw_id)  # checks ts before anything is written
     entry = _encode_entry(ts, offset, source)
@@ -331,19 +348,26 @@ def _put(
         raw = txn.get(name, COUNT_KEY)
         count = (0 if raw is None else _decode_count(raw)) + 1
         # (b"%d" % count is encode_value(count): the same JSON.)
-        _write(txn, name, ((id_key, entry), (index_key, b""), (COUNT_KEY, b"%d" % count)))
+        _write(txn, name, ((id_key, entry), (index_key, b""), (COUNT_KEY, b"%d" % count)), hint)
         return 1
     old_ts = _decode_entry(old).ts
     if old_ts != ts:
-        _write(txn, name, ((_index_key(old_ts, raw_id), None), (id_key, entry), (index_key, b"")))
+        old_index_key = _index_key(old_ts, raw_id)
+        _write(txn, name, ((old_index_key, None), (id_key, entry), (index_key, b"")), hint)
     else:
-        _write(txn, name, ((id_key, entry), (index_key, b"")))
+        _write(txn, name, ((id_key, entry), (index_key, b"")), hint)
     return 0
 
 
-def _write(txn: Any, name: str, items: tuple[tuple[bytes, bytes | None], ...]) -> None:
-    """``txn.put`` of each item, in one call when the writer can (a Transaction)."""
-    put_all = txn.put_all if type(txn) is Transaction else getattr(txn, "put_all", None)
+def _write(
+    txn: Any, name: str, items: tuple[tuple[bytes, bytes | None], ...], hint: Any = NO_HINT
+) -> None:
+    """``txn.put`` of each item, in one call when the writer can; a Transaction is left
+    with ``hint`` for the namespace, if given."""
+    if type(txn) is Transaction:
+        txn.put_all(name, items, hint)
+        return
+    put_all = getattr(txn, "put_all", None)
     if put_all is not None:
         put_all(name, items)
     else:

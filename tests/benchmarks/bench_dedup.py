@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -290,7 +291,6 @@ def write_input(spark, path: str, parts: list[Part], chunk_records: int, scratch
     (split over the partitions, in offset order), one file per partition per commit, so
     that ``maxFilesPerTrigger`` sets SSS's micro-batch size. Each chunk goes through a
     Parquet file written with pyarrow (no large Spark tasks). Returns the commits written."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
     from lakestate.io.logtable import LOG_SCHEMA
 
@@ -412,9 +412,10 @@ def measure_worker(args: argparse.Namespace, part: Part, tmp: Path) -> dict[str,
     pdf.insert(0, "input_index", np.int32(0))
     pdf.insert(0, "task", np.int32(part.partition))
     pdf.insert(0, "sub", np.int32(0))
+    table = pa.Table.from_pandas(pdf, preserve_index=False)
     task_id = f"0_{part.partition}"
 
-    def run(profile: cProfile.Profile | None, records: pd.DataFrame = pdf) -> tuple[float, int]:
+    def run(profile: cProfile.Profile | None, records: pa.Table = table) -> tuple[float, int]:
         state_dir = tempfile.mkdtemp(prefix="worker-", dir=tmp)
         try:
             ctx = BatchContext(
@@ -432,12 +433,12 @@ def measure_worker(args: argparse.Namespace, part: Part, tmp: Path) -> dict[str,
                 if profile is None
                 else profile.runcall(process_task, records, ctx)
             )
-            return time.perf_counter() - started, len(out)
+            return time.perf_counter() - started, out.num_rows
         finally:
             shutil.rmtree(state_dir, ignore_errors=True)
 
     log(f"worker: process_task on {n:,} records of partition {part.partition} (RocksDB)")
-    run(None, pdf.head(1000))  # warm: the app module, imports
+    run(None, table.slice(0, 1000))  # warm: the app module, imports
     seconds, rows = run(None)
     profile = cProfile.Profile()
     prof_s, _ = run(profile)

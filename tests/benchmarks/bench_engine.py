@@ -680,7 +680,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
             "key",
             "value",
             "headers",
-        ).toPandas()
+        ).toArrow()
         ctx = BatchContext(
             APP_PATH,
             APP_NAME,
@@ -690,7 +690,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
             {OUTPUT_TOPIC: PARTITIONS},
             {"0_0": {INPUT_TOPIC: start}},
         )
-        process_task(pdf.head(100), ctx)  # load the app, warm imports (not profiled)
+        process_task(pdf.slice(0, 100), ctx)  # load the app, warm imports (not profiled)
         shutil.rmtree(dst)
         shutil.copytree(src, dst)
         profile = cProfile.Profile()
@@ -699,11 +699,11 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
         seconds = time.perf_counter() - started
         profile.disable()
         return {
-            "records": len(pdf),
+            "records": pdf.num_rows,
             "keys_in_store": keys_in_store,
-            "output_rows": len(out),
+            "output_rows": out.num_rows,
             "seconds_profiled": round(seconds, 3),
-            "us_per_record_profiled": round(seconds / max(len(pdf), 1) * 1e6, 1),
+            "us_per_record_profiled": round(seconds / max(pdf.num_rows, 1) * 1e6, 1),
             "top_tottime": top_stats(profile, "tottime", 20, False),
             "top_cumulative_lakestate": top_stats(profile, "cumulative", 20, True),
             "unprofiled_seconds": _unprofiled(process_task, pdf, ctx, src, dst),

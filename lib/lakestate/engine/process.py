@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakestate.app import App, load_app
 from lakestate.engine import local
@@ -122,6 +124,25 @@ def _in_order(columns: dict[str, list]) -> list[int]:
             nxt = queues[n][pos + 1]
             heapq.heappush(heap, (timestamps[nxt], inputs[nxt], pos + 1, n))
     return order
+
+
+def process_partition(
+    batches: Iterator[pa.RecordBatch], ctx: BatchContext
+) -> Iterator[pa.RecordBatch]:
+    """Process the records of one Spark partition: every task they belong to, one task
+    at a time, in task order (a partition usually holds one task)."""
+    table = pa.Table.from_batches(list(batches))
+    if table.num_rows == 0:
+        return
+    sub_column, task_column = table.column("sub"), table.column("task")
+    tasks = sorted(set(zip(sub_column.to_pylist(), task_column.to_pylist(), strict=True)))
+    for sub, partition in tasks:
+        if len(tasks) == 1:
+            records = table
+        else:
+            mask = pc.and_(pc.equal(sub_column, sub), pc.equal(task_column, partition))
+            records = table.filter(mask)
+        yield from process_task(records, ctx).to_batches()
 
 
 def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:

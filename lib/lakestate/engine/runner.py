@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +34,9 @@ from lakestate.engine.batches import CommitRecord
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.plan import BatchPlan, plan_batch
-from lakestate.engine.process import OUT_SCHEMA, BatchContext, process_task
+from lakestate.engine.process import OUT_SCHEMA, BatchContext, process_partition
 from lakestate.engine.recovery import recover
+from lakestate.engine.routing import route_column
 from lakestate.errors import StreamsException
 from lakestate.io import logtable
 from lakestate.state.base import isolation_for
@@ -44,6 +47,8 @@ from lakestate.state.constants import (
 from lakestate.warehouse import Warehouse
 
 STATE_DIR_ENV = "LAKESTATE_STATE_DIR"
+# Delta commits of one batch (sinks, state tables) that run at once.
+COMMIT_THREADS = 4
 DEFAULT_STATE_DIR = "state"
 
 
@@ -212,14 +217,13 @@ class _Runner:
             dict(self.layout.outputs),
             starts,
         )
-        # One Spark partition per task: tasks run in parallel (a hash shuffle, which AQE
-        # may also coalesce, can put several tasks in one partition, to run one after another).
-        n_tasks = len({(t.subtopology, t.partition) for t in plan.tasks})
+        # One Spark partition per task, so that tasks run in parallel (grouping by task
+        # would hash tasks into shared partitions that AQE may coalesce further).
+        tasks = sorted({(t.subtopology, t.partition) for t in plan.tasks})
         result = (
             self._read(plan)
-            .repartitionByRange(max(n_tasks, 1), "sub", "task")
-            .groupBy("sub", "task")
-            .applyInArrow(_task_function(ctx), OUT_SCHEMA)
+            .repartition(len(tasks), route_column(tasks))
+            .mapInArrow(_partition_function(ctx), OUT_SCHEMA)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
@@ -254,29 +258,48 @@ class _Runner:
                     int(p): n for p, n in per_partition.items()
                 }
         n_out = sum(sum(info["outputs"].values()) for info in infos.values())
+        # Every table's commit is independent of the others (each carries the batch's txn
+        # and is skipped on replay), so they run at once: most of a Delta commit's time is
+        # planning and log work in the driver. The batch is committed only once all are.
+        writes: list[tuple[str, Callable[[], None] | None]] = []
         for topic in sorted(self.layout.outputs):
+            append = None
             if per_topic.get(topic):
-                rows = outputs.where(F.col("topic") == topic)
-                sinks.append_output(
-                    self.spark, self.layout, topic, rows, per_topic[topic], self.app.name, batch_id
+                append = functools.partial(
+                    sinks.append_output,
+                    self.spark,
+                    self.layout,
+                    topic,
+                    outputs.where(F.col("topic") == topic),
+                    per_topic[topic],
+                    self.app.name,
+                    batch_id,
                 )
-            faults.maybe_fail(f"after_sink:{topic}", batch_id)
+            writes.append((f"after_sink:{topic}", append))
         state_rows = result.where(F.col("kind") == "state")
-        versions = {}
         for sub in sorted(self.layout.inputs):
             tasks = [p for (s, p) in infos if s == sub]
+            if not tasks:
+                continue
             for store in self.layout.stores_of(sub):
-                path = self.layout.state_path(store)
-                if not tasks:
-                    versions[store] = state_tables.table_version(self.spark, path)
-                    continue
-                kind = self.app.topology.stores[store].kind
-                changes = state_rows.where((F.col("store") == store) & (F.col("sub") == sub))
-                state_tables.merge_changes(
-                    self.spark, path, kind, changes, batch_id, tasks, self.app.name
+                merge = functools.partial(
+                    state_tables.merge_changes,
+                    # A session of its own: MERGE takes its txn through session confs.
+                    self.spark.newSession(),
+                    self.layout.state_path(store),
+                    self.app.topology.stores[store].kind,
+                    state_rows.where((F.col("store") == store) & (F.col("sub") == sub)),
+                    batch_id,
+                    tasks,
+                    self.app.name,
                 )
-                faults.maybe_fail(f"after_state:{store}", batch_id)
-                versions[store] = state_tables.table_version(self.spark, path)
+                writes.append((f"after_state:{store}", merge))
+        _run_all(writes, batch_id)
+        versions = {
+            store: state_tables.table_version(self.spark, self.wh, self.layout.state_path(store))
+            for sub in sorted(self.layout.inputs)
+            for store in self.layout.stores_of(sub)
+        }
         offsets = {t: dict(p) for t, p in log.committed_offsets.items()}
         stream_times = dict(log.last_commit.stream_times) if log.last_commit else {}
         records = 0
@@ -314,11 +337,27 @@ class _Runner:
         return commit
 
 
-def _task_function(ctx: BatchContext):
-    """The per-task function for applyInArrow (a plain function: Spark inspects it)."""
+def _run_all(writes: list[tuple[str, Callable[[], None] | None]], batch_id: int) -> None:
+    """Run the Delta writes of a batch concurrently, each followed by its fault point; wait
+    for all, then raise the first failure (a batch with a failed write is not committed:
+    the next run replays it, and tables that hold it skip it)."""
 
-    def process(records):
-        return process_task(records, ctx)
+    def run(point: str, write: Callable[[], None] | None) -> None:
+        if write is not None:
+            write()
+        faults.maybe_fail(point, batch_id)
+
+    with ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="commit") as pool:
+        futures = [pool.submit(run, point, write) for point, write in writes]
+    for future in futures:
+        future.result()
+
+
+def _partition_function(ctx: BatchContext):
+    """The function for mapInArrow (a plain function: Spark inspects it)."""
+
+    def process(batches):
+        return process_partition(batches, ctx)
 
     return process
 

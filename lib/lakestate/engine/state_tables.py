@@ -19,7 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from lakestate.io import logtable
 from lakestate.state.registry import view_class
+from lakestate.warehouse import Warehouse
 
 TXN_APP = "lakestate-state"
 TXN_APP_CONF = "spark.databricks.delta.write.txnAppId"
@@ -53,8 +55,8 @@ def ensure_table(spark: SparkSession, path: str, store: str, kind: str) -> None:
     builder.execute()
 
 
-def table_version(spark: SparkSession, path: str) -> int:
-    return DeltaTable.forPath(spark, path).history(1).select("version").first()[0]
+def table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
+    return logtable.table_version(spark, warehouse, path)
 
 
 def merge_changes(

@@ -274,8 +274,9 @@ def _local_version(log: Path) -> int | None:
     return max(versions) if versions else None
 
 
-def _table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
-    """The table's latest version (from the log's file names on a local warehouse)."""
+def table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
+    """The latest version of the Delta table at ``path`` (on a local warehouse, from the
+    log's file names: no Spark job)."""
     log = _local_log(warehouse, path)
     version = _local_version(log) if log is not None else None
     if version is not None:
@@ -616,7 +617,7 @@ def append_records(
     rows = _normalize(records, n, labels)
     if not rows:
         return AppendResult(
-            topic, {}, skipped=False, version=_table_version(spark, warehouse, path)
+            topic, {}, skipped=False, version=table_version(spark, warehouse, path)
         )
 
     counts: dict[int, int] = {}
@@ -662,12 +663,12 @@ def append_frame(
         ends, seen = _end_offsets(spark, warehouse, path, n)
         before = seen
         if before is None and txn_app_id is not None:
-            before = _table_version(spark, warehouse, path)
+            before = table_version(spark, warehouse, path)
         writer = build(dict(ends)).write.format("delta").mode("append")
         if txn_app_id is not None:
             writer = writer.option("txnAppId", txn_app_id).option("txnVersion", txn_version)
         writer.save(path)
-        after = _table_version(spark, warehouse, path)
+        after = table_version(spark, warehouse, path)
         if before is not None and after == before:
             return AppendResult(topic, {}, skipped=True, version=after)
         written = {p: c for p, c in counts.items() if c}

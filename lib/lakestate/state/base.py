@@ -228,7 +228,7 @@ class Transaction:
         own = self._buffer_items(namespace, buffer, start, end, reverse) if buffer else None
         if own is None:
             return _live(committed)
-        return _merge([committed, own], reverse)
+        return _merge_own(committed, own, reverse)
 
     def _buffer_items(
         self,
@@ -391,6 +391,32 @@ def _chunked_items(
         else:
             keys = index.irange(last, end, (False, False))
         chunk = list(islice(keys, size))
+
+
+def _merge_own(
+    committed: Iterator[tuple[bytes, bytes | None]],
+    own: Iterator[tuple[bytes, bytes | None]],
+    reverse: bool,
+) -> Iterator[tuple[bytes, bytes]]:
+    """``_merge([committed, own], reverse)`` for the usual two sources, without heapq: own
+    writes win on equal keys, tombstones are dropped."""
+    a = next(committed, None)
+    b = next(own, None)
+    while b is not None:
+        if a is not None and (a[0] > b[0] if reverse else a[0] < b[0]):
+            if a[1] is not None:
+                yield a
+            a = next(committed, None)
+            continue
+        if a is not None and a[0] == b[0]:
+            a = next(committed, None)  # shadowed by the own write
+        if b[1] is not None:
+            yield b
+        b = next(own, None)
+    while a is not None:
+        if a[1] is not None:
+            yield a
+        a = next(committed, None)
 
 
 def _live(items: Iterator[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:

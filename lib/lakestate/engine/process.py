@@ -28,6 +28,20 @@ from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import is_index_only, view_class
 
+# The columns of a batch's input rows: the task (sub-topology, partition), which of the
+# task's inputs, and the log table's record.
+INPUT_COLUMNS = (
+    "sub",
+    "task",
+    "input_index",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "key",
+    "value",
+    "headers",
+)
 # One table for every kind of row a task returns: "out" (a record for a sink or repartition
 # topic; pseq numbers it within its topic partition), "state" (a changed store entry) and
 # "task" (offsets reached, stream time, metrics, output counts: JSON in ``info``).
@@ -147,19 +161,7 @@ def process_partition(
 
 def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     """Process the batch's records of one task (all rows share ``sub`` and ``task``)."""
-    columns = {
-        name: records.column(name).to_pylist()
-        for name in (
-            "input_index",
-            "topic",
-            "partition",
-            "offset",
-            "timestamp",
-            "key",
-            "value",
-            "headers",
-        )
-    }
+    columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     sub = records.column("sub")[0].as_py()
     partition = records.column("task")[0].as_py()
     del records  # the columns above are what is needed: free the Arrow buffers early

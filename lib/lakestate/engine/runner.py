@@ -34,7 +34,12 @@ from lakestate.engine.batches import CommitRecord
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.plan import BatchPlan, plan_batch
-from lakestate.engine.process import OUT_SCHEMA, BatchContext, process_partition
+from lakestate.engine.process import (
+    INPUT_COLUMNS,
+    OUT_SCHEMA,
+    BatchContext,
+    process_partition,
+)
 from lakestate.engine.recovery import recover
 from lakestate.engine.routing import route_column
 from lakestate.errors import StreamsException
@@ -192,12 +197,7 @@ class _Runner:
                         F.col("partition").alias("task"),
                         F.lit(index).cast("int").alias("input_index"),
                         F.lit(topic).alias("topic"),
-                        "partition",
-                        "offset",
-                        "timestamp",
-                        "key",
-                        "value",
-                        "headers",
+                        *INPUT_COLUMNS[4:],
                     )
                 )
         df = frames[0]

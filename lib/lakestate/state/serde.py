@@ -63,25 +63,17 @@ def _plainly_valid(value: Any, active: set[int]) -> bool:
         return True
     if t is float:
         return math.isfinite(value)
-    if t is dict:
+    if t is dict or t is list or t is tuple:
         if id(value) in active:
             return False
-        active.add(id(value))
-        for k, v in value.items():
-            if type(k) is not str:
+        if t is dict:
+            if any(type(k) is not str for k in value):
                 return False
-            tv = type(v)
-            if not (tv is str or tv is int or v is None or tv is bool) and not _plainly_valid(
-                v, active
-            ):
-                return False
-        active.discard(id(value))
-        return True
-    if t is list or t is tuple:
-        if id(value) in active:
-            return False
+            items = value.values()
+        else:
+            items = value
         active.add(id(value))
-        for v in value:
+        for v in items:
             tv = type(v)
             if not (tv is str or tv is int or v is None or tv is bool) and not _plainly_valid(
                 v, active

@@ -650,7 +650,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     task of a batch, minus Arrow transfer)."""
     from lakestate.app import load_app
     from lakestate.engine import local
-    from lakestate.engine.process import BatchContext, process_task
+    from lakestate.engine.process import INPUT_COLUMNS, BatchContext, process_task
     from lakestate.io import logtable
     from lakestate.state.base import IsolationLevel, TopicPartition, isolation_for
     from pyspark.sql import functions as F
@@ -674,12 +674,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
             F.col("partition").alias("task"),
             F.lit(0).cast("int").alias("input_index"),
             F.lit(INPUT_TOPIC).alias("topic"),
-            "partition",
-            "offset",
-            "timestamp",
-            "key",
-            "value",
-            "headers",
+            *INPUT_COLUMNS[4:],
         ).toArrow()
         ctx = BatchContext(
             APP_PATH,

@@ -71,8 +71,17 @@ def local_state(state_dir, app_name: str, task_id: str, store: str, kind: str) -
         s.close()
 
 
-def driver_outputs(app_file: str, records: list[dict], partitions: int, out_topics: list[str]):
-    """What the test driver outputs per input partition (each partition is one task)."""
+def driver_outputs(
+    app_file: str,
+    records: list[dict],
+    partitions: int,
+    out_topics: list[str],
+    *,
+    with_partition: bool = False,
+):
+    """What the test driver outputs per input partition (each partition is one task):
+    ``(key, value, timestamp)`` per output record, ``(partition, key, value, timestamp)``
+    ``with_partition``."""
     from lakestate.io.partitioner import partition_for
 
     app = load_app(APPS / app_file)
@@ -84,8 +93,7 @@ def driver_outputs(app_file: str, records: list[dict], partitions: int, out_topi
                 if partition_for(r["key"], partitions) == p:
                     topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
             for t in out_topics:
-                results[t].extend(
-                    (x.key, x.value, x.timestamp)
-                    for x in d.create_output_topic(t).read_records_to_list()
-                )
+                for x in d.create_output_topic(t).read_records_to_list():
+                    row = (x.key, x.value, x.timestamp)
+                    results[t].append((p, *row) if with_partition else row)
     return results

@@ -7,11 +7,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from engine_helpers import APPS, produce, topic_rows
-from lakestate.app import load_app
+from engine_helpers import APPS, driver_outputs, produce, topic_rows
 from lakestate.engine.runner import run_app
 from lakestate.io.partitioner import partition_for
-from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -26,22 +24,6 @@ def _random_events(n: int, seed: int) -> list[dict]:
         ts = 100_000 + i * 2_000 + rng.randrange(-25_000, 25_000)
         out.append({"key": key, "value": {"n": i}, "timestamp": max(ts, 0)})
     return out
-
-
-def _driver(records: list[dict], partitions: int) -> list[tuple]:
-    app = load_app(APPS / "dedup.py")
-    got = []
-    for p in range(partitions):
-        with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
-            topic = d.create_input_topic("events")
-            for r in records:
-                if partition_for(r["key"], partitions) == p:
-                    topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
-            got.extend(
-                (p, x.key, x.value, x.timestamp)
-                for x in d.create_output_topic("unique-events").read_records_to_list()
-            )
-    return got
 
 
 @pytest.mark.parametrize("max_records", [10_000, 14])
@@ -59,7 +41,8 @@ def test_engine_deduplicates_like_the_driver(spark, tmp_path, max_records):
     )
     assert (len(result.batches) == 1) == (max_records == 10_000)
     got = [(p, k, v, ts) for p, _, k, v, ts in topic_rows(spark, wh, "unique-events")]
-    assert got == _driver(records, 2)
+    expected = driver_outputs("dedup.py", records, 2, ["unique-events"], with_partition=True)
+    assert got == expected["unique-events"]
     # SQL users can ask which ids are held, and expired ids are gone from the table.
     df = spark.read.format("delta").load(wh.state_table_path("dedup", "seen-keys"))
     assert set(df.columns) >= {"task", "dedup_id", "ts", "offset"}

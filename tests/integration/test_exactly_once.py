@@ -54,6 +54,25 @@ def _run_in_subprocess(
     )
 
 
+def _run_together(codes: list[str]) -> list[tuple[int, str, str]]:
+    """Start one Python process per code snippet at once (each its own Spark on local[1]);
+    their (return code, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SPARK_CONF=json.dumps(FAST_TEST_CONF))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for code in codes
+    ]
+    return [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+
+
 def _results(spark, wh: Warehouse):
     return (
         topic_rows(spark, wh, "counts-out"),
@@ -104,25 +123,12 @@ def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
     records = events(60, seed=13)
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SPARK_CONF=json.dumps(FAST_TEST_CONF))
     code = (
         "from lakestate.engine.runner import run_app; "
         f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
         f"state_dir={str(tmp_path / 'state')!r}, max_records=20, until_caught_up=True)"
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            env=env,
-            cwd=REPO,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(2)
-    ]
-    outcomes = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+    outcomes = _run_together([code, code])
     codes = sorted(code for code, _, _ in outcomes)
     assert codes == [0, 1], outcomes
     loser = next(err for code, _, err in outcomes if code == 1)
@@ -149,26 +155,13 @@ def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
     records = events(60, seed=14)
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SPARK_CONF=json.dumps(FAST_TEST_CONF))
-    procs = []
-    for name in ("a", "b"):
-        code = (
-            "from lakestate.engine.runner import run_app; "
-            f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
-            f"state_dir={str(tmp_path / name)!r}, max_records=1000, max_batches=1)"
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", code],
-                env=env,
-                cwd=REPO,
-                text=True,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-        )
-    outcomes = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+    codes = [
+        "from lakestate.engine.runner import run_app; "
+        f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
+        f"state_dir={str(tmp_path / name)!r}, max_records=1000, max_batches=1)"
+        for name in ("a", "b")
+    ]
+    outcomes = _run_together(codes)
     positive = [r for r in records if r["value"]["amount"] > 0]
     assert len(topic_rows(spark, wh, "counts-out")) == len(positive), outcomes
     assert any(code == 0 for code, _, _ in outcomes), outcomes

@@ -18,3 +18,9 @@ def test_routes_give_each_slot_its_own_partition(n: int) -> None:
     found = routes(n)
     assert len(found) == n
     assert [spark_hash_int(r) % n for r in found] == list(range(n))
+
+
+def test_an_empty_spark_partition_yields_no_rows() -> None:
+    from lakestate.engine.process import process_partition
+
+    assert list(process_partition(iter([]), ctx=None)) == []

@@ -145,9 +145,10 @@ def process_partition(
 ) -> Iterator[pa.RecordBatch]:
     """Process the records of one Spark partition: every task they belong to, one task
     at a time, in task order (a partition usually holds one task)."""
-    table = pa.Table.from_batches(list(batches))
-    if table.num_rows == 0:
-        return
+    received = list(batches)
+    table = pa.Table.from_batches(received) if received else None
+    if table is None or table.num_rows == 0:
+        return  # an empty partition (Spark may pass no batch at all)
     sub_column, task_column = table.column("sub"), table.column("task")
     tasks = sorted(set(zip(sub_column.to_pylist(), task_column.to_pylist(), strict=True)))
     for sub, partition in tasks:

@@ -6,11 +6,19 @@ Kafka Streams. The result is a table: each update is forwarded as a Change.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record
+from lakestate.state.keys import encode_key
+from lakestate.state.serde import encode_value
+
+# Aggregates of these types are immutable: a chunk keeps them as they are between records.
+# Others are kept encoded and decoded for each use, as the store would give them.
+_KEPT_AS_IS = frozenset((int, str, bool, type(None)))
 
 
 class StreamAggregate(Processor):
@@ -29,9 +37,12 @@ class StreamAggregate(Processor):
         self.initializer = initializer
         self.aggregator = aggregator
 
+    chunked = True
+
     def init(self, context) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
+        self._pending: list[tuple[bytes, bytes | None]] = []
 
     def process(self, record: Record) -> None:
         if record.key is None or record.value is None:
@@ -50,6 +61,61 @@ class StreamAggregate(Processor):
         self.store.put(record.key, new_agg, timestamp)
         old_agg = None if old is None else old.value
         self.context.forward(Record(record.key, Change(new_agg, old_agg), timestamp))
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        store, aggregator, initializer = self.store, self.aggregator, self.initializer
+        # key -> [key, aggregate or its JSON, aggregate is encoded, timestamp]; a None
+        # aggregate is a deleted key.
+        latest: dict[Any, list] = {}
+        out: list[Record] = []
+        at: list[int] = []
+        dropped = 0
+        for i, record in enumerate(chunk.records):
+            key, value = record.key, record.value
+            if key is None or value is None:
+                dropped += 1
+                continue
+            slot = key if type(key) is str or type(key) is int else encode_key(key)
+            entry = latest.get(slot)
+            if entry is None:
+                old = store.get_with_timestamp(key)
+                old_agg, old_ts = (None, None) if old is None else old
+            else:
+                old_agg = _loads(entry[1]) if entry[2] else entry[1]
+                old_ts = None if old_agg is None else entry[3]
+            if old_agg is None:
+                timestamp = record.timestamp
+                if initializer is None:
+                    new_agg = value
+                else:
+                    new_agg = aggregator(key, value, initializer())
+            else:
+                timestamp = max(record.timestamp, old_ts)
+                new_agg = aggregator(key, value, old_agg)
+            if type(new_agg) in _KEPT_AS_IS:
+                latest[slot] = [key, new_agg, False, timestamp]
+            else:  # encoded now: a value the store cannot take fails at its record
+                latest[slot] = [key, encode_value(new_agg), True, timestamp]
+            out.append(Record(key, Change(new_agg, old_agg), timestamp))
+            at.append(chunk.at[i])
+        self._pending = [
+            store.encode_entry(key, agg, ts)
+            if not encoded
+            else (encode_key(key), b"[%b,%d]" % (agg, ts))  # what encode_entry makes of it
+            for key, agg, encoded, ts in latest.values()
+        ]
+        if dropped:
+            self.context.metric("dropped-records", dropped)
+        return chunk.with_records(out, at)
+
+    def finish_chunk(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            self.store.put_encoded(pending)
+
+
+def _loads(raw: bytes) -> Any:
+    return json.loads(raw)
 
 
 def reducer_as_aggregator(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:

@@ -8,9 +8,12 @@ Spark engine.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from lakestate.records import Record, RecordMetadata
+
+if TYPE_CHECKING:
+    from lakestate.processors.chunk import Chunk
 
 
 class ProcessorContext(Protocol):
@@ -50,13 +53,31 @@ class ProcessorContext(Protocol):
 
 
 class Processor(ABC):
-    """One node's per-task logic."""
+    """One node's per-task logic.
+
+    A processor may also take a whole chunk of records at once (``chunked = True``): its
+    ``process_chunk`` must forward (return) exactly what ``process`` would forward for each
+    record in turn, and leave the same metrics; it must not write its stores there, only
+    in ``finish_chunk``, which the task calls once every node of the chain has taken the
+    chunk (so a chunk that fails anywhere leaves nothing behind and is processed again
+    record by record, which names the record that fails). User functions are assumed pure,
+    as Kafka Streams assumes them: a chunk calls them in a different interleaving.
+    """
+
+    chunked: ClassVar[bool] = False
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
 
     @abstractmethod
     def process(self, record: Record) -> None: ...
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        """What ``process`` forwards for each record of ``chunk``, as one chunk."""
+        raise NotImplementedError(f"{type(self).__name__} does not process chunks")
+
+    def finish_chunk(self) -> None:  # noqa: B027 - optional hook, stateless processors hold nothing
+        """Write to the stores what the last ``process_chunk`` decided."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most processors hold nothing
         """Called when the task closes."""

@@ -36,8 +36,9 @@ from collections.abc import Callable
 from typing import Any
 
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Record
-from lakestate.state.dedup import source_tag
+from lakestate.state.dedup import DedupEntry, source_tag
 
 RECORDS_FORWARDED = "dedup-records-forwarded"
 DUPLICATES_DROPPED = "dedup-duplicates-dropped"
@@ -59,6 +60,8 @@ _SKIP = object()  # dedup_id() result: forward without deduplication
 class Deduplicate(Processor):
     """The deduplication step; subclasses say what the id is and what is forwarded."""
 
+    chunked = True
+
     def __init__(self, store_name: str, interval_ms: int) -> None:
         self.store_name = store_name
         self.interval_ms = interval_ms
@@ -69,6 +72,9 @@ class Deduplicate(Processor):
         self.store.ensure_index()
         self.context.metric(STORE_SIZE, self.store.size())
         self._tags: dict[str, int] = {}  # topic -> source_tag(topic)
+        # What the last chunk stores: id key -> (ts, offset, source); the cutoff it purges.
+        self._pending: dict[bytes, tuple[int, int, int]] = {}
+        self._pending_cutoff: int | None = None
 
     def dedup_id(self, record: Record) -> Any:
         """The record's deduplication id, or ``_SKIP`` to forward it as it is."""
@@ -113,6 +119,75 @@ class Deduplicate(Processor):
             return
         if store.put_keyed(id_key, timestamp, offset, source):
             context.metric(STORE_SIZE, 1)
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        """``process`` for each record, with the store's reads and writes kept in a dict
+        until ``finish_chunk``: an entry older than the current cutoff counts as purged
+        (``process`` would have purged it by then), and the purge runs once, at the last
+        record's cutoff, which removes the same entries (cutoffs only grow)."""
+        store, interval = self.store, self.interval_ms
+        offsets, stream_times, positions = chunk.offsets, chunk.stream_times, chunk.at
+        source = self._tags.get(chunk.topic)
+        if source is None:
+            source = self._tags[chunk.topic] = source_tag(chunk.topic)
+        seen: dict[bytes, DedupEntry | None] = {}  # id key -> entry (None: none held)
+        stored: dict[bytes, tuple[int, int, int]] = {}
+        dedup_id, output = self.dedup_id, self.output
+        out: list[Record] = []
+        at: list[int] = []
+        dropped = late = 0
+        cutoff = None
+        for i, record in enumerate(chunk.records):
+            p = positions[i]
+            cutoff = stream_times[p] - interval
+            the_id = dedup_id(record)
+            if the_id is _SKIP:
+                out.append(output(record))
+                at.append(p)
+                continue
+            offset = offsets[p]
+            id_key = store.id_key(the_id)
+            if id_key in seen:
+                entry = seen[id_key]
+            else:
+                entry = seen[id_key] = store.get_by_key(id_key)
+            timestamp = record.timestamp
+            if entry is not None and entry.ts >= cutoff:  # else purged by now
+                if entry.offset == offset and entry.source == source:
+                    out.append(output(record))  # processed again (replay): forwarded again
+                    at.append(p)
+                    continue
+                if abs(entry.ts - timestamp) <= interval:
+                    dropped += 1
+                    continue
+            out.append(output(record))
+            at.append(p)
+            if timestamp < cutoff:
+                late += 1
+                continue
+            seen[id_key] = DedupEntry(timestamp, offset, source)
+            stored[id_key] = (timestamp, offset, source)
+        self._pending, self._pending_cutoff = stored, cutoff
+        context = self.context
+        if out:
+            context.metric(RECORDS_FORWARDED, len(out))
+        if dropped:
+            context.metric(DUPLICATES_DROPPED, dropped)
+        if late:
+            context.metric(LATE_RECORDS_FORWARDED, late)
+        return chunk.with_records(out, at)
+
+    def finish_chunk(self) -> None:
+        store = self.store
+        pending, self._pending = self._pending, {}
+        cutoff, self._pending_cutoff = self._pending_cutoff, None
+        added = 0
+        for id_key, (timestamp, offset, source) in pending.items():
+            added += store.put_keyed(id_key, timestamp, offset, source)
+        if cutoff is not None:
+            added -= store.purge_expired(cutoff)
+        if added:
+            self.context.metric(STORE_SIZE, added)
 
     def _forward(self, record: Record) -> None:
         context = self.context
@@ -159,15 +234,22 @@ class DeduplicationIdSelect(Processor):
     """Before ``deduplicate``'s repartition: keys each record by its id, the original key
     and value wrapped in the value."""
 
+    chunked = True
+
     def __init__(self, id_selector: Callable[[Any, Any], Any]) -> None:
         self.id_selector = id_selector
 
     def process(self, record: Record) -> None:
+        self.context.forward(self._select(record))
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        return chunk.with_records([self._select(r) for r in chunk.records])
+
+    def _select(self, record: Record) -> Record:
         dedup_id = self.id_selector(record.key, record.value)
         wrapped = {WRAPPED_KEY: record.key, WRAPPED_VALUE: record.value}
         if dedup_id is None:
             wrapped[NO_ID] = True
             key = NO_ID_PARTITION_KEY if record.key is None else record.key
-            self.context.forward(Record(key, wrapped, record.timestamp, record.headers))
-        else:
-            self.context.forward(Record(dedup_id, wrapped, record.timestamp, record.headers))
+            return Record(key, wrapped, record.timestamp, record.headers)
+        return Record(dedup_id, wrapped, record.timestamp, record.headers)

@@ -9,25 +9,42 @@ from collections.abc import Callable
 from typing import Any
 
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record
 
 
 class PassThrough(Processor):
     """A source node: forwards what it reads."""
 
+    chunked = True
+
     def process(self, record: Record) -> None:
         self.context.forward(record)
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        return chunk
 
 
 class ChangeDecodingSource(Processor):
     """Source of a repartition topic that carries KTable changes as {"new", "old"}."""
 
+    chunked = True
+
     def process(self, record: Record) -> None:
-        value = record.value
-        self.context.forward(record.with_value(Change(value.get("new"), value.get("old"))))
+        self.context.forward(record.with_value(self._decode(record.value)))
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        decode = self._decode
+        return chunk.with_records([r.with_value(decode(r.value)) for r in chunk.records])
+
+    @staticmethod
+    def _decode(value: dict) -> Change:
+        return Change(value.get("new"), value.get("old"))
 
 
 class Filter(Processor):
+    chunked = True
+
     def __init__(self, predicate: Callable[[Any, Any], bool], negate: bool = False) -> None:
         self.predicate = predicate
         self.negate = negate
@@ -36,33 +53,59 @@ class Filter(Processor):
         if bool(self.predicate(record.key, record.value)) != self.negate:
             self.context.forward(record)
 
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        predicate, negate = self.predicate, self.negate
+        return chunk.select(
+            [i for i, r in enumerate(chunk.records) if bool(predicate(r.key, r.value)) != negate]
+        )
+
 
 class MapValues(Processor):
+    chunked = True
+
     def __init__(self, mapper: Callable[[Any], Any]) -> None:
         self.mapper = mapper
 
     def process(self, record: Record) -> None:
         self.context.forward(record.with_value(self.mapper(record.value)))
 
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        mapper = self.mapper
+        return chunk.with_records([r.with_value(mapper(r.value)) for r in chunk.records])
+
 
 class SelectKey(Processor):
+    chunked = True
+
     def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
         self.selector = selector
 
     def process(self, record: Record) -> None:
         self.context.forward(record.with_key(self.selector(record.key, record.value)))
 
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        selector = self.selector
+        return chunk.with_records([r.with_key(selector(r.key, r.value)) for r in chunk.records])
+
 
 class Map(Processor):
+    chunked = True
+
     def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.mapper = mapper
 
     def process(self, record: Record) -> None:
+        self.context.forward(self._map(record))
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        return chunk.with_records([self._map(r) for r in chunk.records])
+
+    def _map(self, record: Record) -> Record:
         result = self.mapper(record.key, record.value)
         if not isinstance(result, tuple) or len(result) != 2:
             raise TypeError(f"mapper must return a (key, value) tuple, got {result!r}")
         key, value = result
-        self.context.forward(Record(key, value, record.timestamp, record.headers))
+        return Record(key, value, record.timestamp, record.headers)
 
 
 class Peek(Processor):
@@ -81,6 +124,8 @@ class Sink(Processor):
     routed to the right partition, and Kafka Streams drops it there too.
     """
 
+    chunked = True
+
     def __init__(self, topic: str, drop_null_keys: bool = False, encode_changes: bool = False):
         self.topic = topic
         self.drop_null_keys = drop_null_keys
@@ -93,3 +138,9 @@ class Sink(Processor):
             change = record.value
             record = record.with_value({"new": change.new_value, "old": change.old_value})
         self.context.send(self.topic, record)
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        process = self.process
+        for record in chunk.records:
+            process(record)
+        return chunk.select([])

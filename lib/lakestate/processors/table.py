@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record
 
 
@@ -91,8 +92,13 @@ class TableMapValues(_MaterializingTableProcessor):
 class TableToStream(Processor):
     """Forwards each table update as a plain record carrying the new value."""
 
+    chunked = True
+
     def process(self, record: Record) -> None:
         self.context.forward(record.with_value(record.value.new_value))
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        return chunk.with_records([r.with_value(r.value.new_value) for r in chunk.records])
 
 
 class TableRepartitionMap(Processor):

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Record, RecordMetadata
 from lakestate.state.base import StateStore, TopicPartition, Transaction
 from lakestate.state.constants import (
@@ -133,6 +134,7 @@ class Task:
             self._contexts[name] = _NodeContext(self, name, node.children)
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
+        self._chain = self._chunk_chain()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
         self._committed_metrics = dict(self.metrics)
 
@@ -158,6 +160,69 @@ class Task:
             )
         self.stream_time = max(self.stream_time, record.timestamp)
         self.process_at(source, record)
+
+    def _chunk_chain(self) -> list[Processor] | None:
+        """The processors of a sub-topology that is one straight chain, source to sink, of
+        chunk-capable processors reading one topic; None for any other shape."""
+        nodes = self.topology.nodes
+        sources = [n for n in self.subtopology.nodes if nodes[n].kind == SOURCE]
+        if len(sources) != 1 or len(self._sources) != 1:
+            return None
+        chain: list[Processor] = []
+        name = sources[0]
+        while True:
+            processor = self._processors[name]
+            if not processor.chunked:
+                return None
+            chain.append(processor)
+            children = nodes[name].children
+            if not children:
+                break
+            if len(children) != 1:
+                return None
+            name = children[0]
+        return chain if len(chain) == len(self.subtopology.nodes) else None
+
+    def can_process_chunks(self, topic: str) -> bool:
+        """True when ``process_chunk`` applies to records of ``topic``."""
+        return self._chain is not None and topic in self._sources
+
+    def process_chunk(self, topic: str, offsets: list[int], records: list[Record]) -> bool:
+        """Process ``records`` (read from ``topic`` at ``offsets``, in offset order) node by
+        node, each node taking them all at once: the same state, output, metrics and stream
+        time as ``process`` on each in turn. Returns False, with nothing applied, when the
+        sub-topology is not a chain of chunk-capable processors or when a record fails; the
+        caller then processes the records one by one, which raises for the one that fails."""
+        if not self.can_process_chunks(topic):
+            return False
+        stream_time = self.stream_time
+        stream_times = []
+        for record in records:
+            timestamp = record.timestamp
+            if not isinstance(timestamp, int) or timestamp < 0:
+                return False
+            if timestamp > stream_time:
+                stream_time = timestamp
+            stream_times.append(stream_time)
+        if not records:
+            return True
+        output_mark = len(self._output)
+        metrics = dict(self.metrics)
+        chunk = Chunk(topic, offsets, stream_times, records, list(range(len(records))))
+        chain = self._chain
+        try:
+            for processor in chain:
+                chunk = processor.process_chunk(chunk)
+        except Exception:
+            # Nothing was written to the stores yet (finish_chunk does that): undo the rest.
+            del self._output[output_mark:]
+            self.metrics = metrics
+            return False
+        for processor in chain:
+            processor.finish_chunk()
+        self.stream_time = stream_time
+        self.current_metadata = RecordMetadata(topic, self.partition, offsets[-1])
+        return True
 
     def process_at(self, node: str, record: Record) -> None:
         try:

@@ -183,8 +183,17 @@ class DedupStore:
         """The stored key of ``dedup_id`` and its entry (None if absent): what ``get`` does,
         plus the key for a following ``put_keyed``."""
         id_key = ID_PREFIX + encode_key(dedup_id)
+        return id_key, self.get_by_key(id_key)
+
+    @staticmethod
+    def id_key(dedup_id: Any) -> bytes:
+        """The stored key of ``dedup_id`` (for ``get_by_key`` and ``put_keyed``)."""
+        return ID_PREFIX + encode_key(dedup_id)
+
+    def get_by_key(self, id_key: bytes) -> DedupEntry | None:
+        """The entry stored under ``id_key``, or None."""
         raw = self._source().get(self.name, id_key)
-        return id_key, None if raw is None else _decode_entry(raw)
+        return None if raw is None else _decode_entry(raw)
 
     def all(self) -> Iterator[tuple[Any, DedupEntry]]:
         """(id, entry) pairs in id order."""

@@ -48,9 +48,19 @@ class TimestampedKeyValueStore:
 
     def put(self, key: Any, value: Any, timestamp: int) -> None:
         """Store ``value`` at ``timestamp``; a None value deletes the key."""
+        self._writer().put(self.name, *self.encode_entry(key, value, timestamp))
+
+    @staticmethod
+    def encode_entry(key: Any, value: Any, timestamp: int) -> tuple[bytes, bytes | None]:
+        """The stored key and value of ``put(key, value, timestamp)``; raises for a key or
+        value that cannot be stored, before anything is written."""
         # The JSON of [value, timestamp], without walking a new list for each put.
         raw = None if value is None else b"[%b,%d]" % (encode_value(value), timestamp)
-        self._writer().put(self.name, encode_key(key), raw)
+        return encode_key(key), raw
+
+    def put_encoded(self, entries: list[tuple[bytes, bytes | None]]) -> None:
+        """Write entries made by ``encode_entry``, in order."""
+        self._writer().put_all(self.name, entries)
 
     def delete(self, key: Any) -> None:
         self._writer().put(self.name, encode_key(key), None)

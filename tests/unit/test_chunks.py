@@ -1,0 +1,246 @@
+"""Chunks (Task.process_chunk): a chain of processors taking many records at once gives
+exactly what processing them one by one gives — output (texts included), state (the local
+store's every entry, indexes too), metrics and stream time — however the records are cut
+into chunks; a chunk with a failing record applies nothing, and one by one the same record
+raises the same error."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lakestate import Materialized, StreamsBuilder
+from lakestate.errors import ProcessingException
+from lakestate.processors.task import Task
+from lakestate.records import Record
+from lakestate.state.base import TopicPartition
+from lakestate.state.memory import in_memory_store
+from lakestate.testing.driver import TestRecord, TopologyTestDriver
+
+SETTINGS = settings(max_examples=60, deadline=None, database=None)
+INTERVAL = timedelta(milliseconds=10)
+
+
+def _count(b: StreamsBuilder) -> None:
+    (
+        b.stream("in")
+        .filter(lambda k, v: v is None or v["n"] % 5 != 0)
+        .map_values(lambda v: v)
+        .group_by_key()
+        .count(Materialized.as_("store"))
+        .to_stream()
+        .to("out")
+    )
+
+
+def _aggregate_lists(b: StreamsBuilder) -> None:
+    # The aggregator mutates its aggregate in place: a chunk must hand it a fresh copy,
+    # as the store does.
+    def append(key, value, agg):
+        agg.append(value["n"])
+        return agg[-3:]
+
+    (
+        b.stream("in")
+        .group_by_key()
+        .aggregate(list, append, Materialized.as_("store"))
+        .to_stream()
+        .to("out")
+    )
+
+
+def _reduce_floats(b: StreamsBuilder) -> None:
+    (
+        b.stream("in")
+        .filter_not(lambda k, v: v is None)
+        .map_values(lambda v: v["n"] * 0.5)
+        .group_by_key()
+        .reduce(lambda agg, v: agg + v, Materialized.as_("store"))
+        .to_stream()
+        .to("out")
+    )
+
+
+def _rekeyed(b: StreamsBuilder) -> None:
+    (
+        b.stream("in")
+        .select_key(lambda k, v: None if v is None else v["n"] % 3)
+        .map(lambda k, v: (k, [k, v]))
+        .to("out")
+    )
+
+
+def _dedup_by_key(b: StreamsBuilder) -> None:
+    b.stream("in").deduplicate_by_key(INTERVAL).to("out")
+
+
+def _dedup_by_key_value(b: StreamsBuilder) -> None:
+    b.stream("in").deduplicate_by_key_value(
+        lambda k, v: None if v is None else v["n"] % 4, INTERVAL
+    ).to("out")
+
+
+TOPOLOGIES = {
+    "count": _count,
+    "aggregate-lists": _aggregate_lists,
+    "reduce-floats": _reduce_floats,
+    "rekeyed": _rekeyed,
+    "dedup-by-key": _dedup_by_key,
+    "dedup-by-key-value": _dedup_by_key_value,
+}
+
+KEYS = st.one_of(st.none(), st.sampled_from(["a", "b", "c", 7]))
+VALUES = st.one_of(st.none(), st.builds(lambda n: {"n": n}, st.integers(0, 20)))
+RECORDS = st.lists(st.tuples(KEYS, VALUES, st.integers(0, 60)), max_size=50)
+# Long chunks as often as short ones: what a chunk decides before its stores are written
+# matters most when many records share one.
+CUTS = st.lists(st.one_of(st.integers(1, 5), st.integers(20, 50)), min_size=1, max_size=10)
+
+
+def _task(name: str) -> Task:
+    b = StreamsBuilder()
+    TOPOLOGIES[name](b)
+    topology = b.build()
+    assert len(topology.subtopologies) == 1
+    task = Task(topology, 0, 0, in_memory_store("0_0"), {}, "app")
+    assert task.can_process_chunks("in"), name
+    return task
+
+
+def _state(task: Task) -> dict:
+    """Every committed entry of the task's store, by namespace."""
+    store = task.store
+    return {
+        ns: list(store.iterate(ns, None, None, False))
+        for ns in [*task.subtopology.stores, "__meta__", "__offsets__"]
+    }
+
+
+def _one_by_one(name: str, records: list[Record]) -> tuple:
+    task = _task(name)
+    for offset, record in enumerate(records):
+        task.process("in", offset, record)
+    out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
+    metrics, stream_time = dict(task.metrics), task.stream_time
+    task.commit({TopicPartition("in", 0): len(records)})
+    return out, _state(task), metrics, stream_time
+
+
+def _in_chunks(name: str, records: list[Record], cuts: list[int]) -> tuple:
+    task = _task(name)
+    position, n = 0, 0
+    while position < len(records):
+        size = cuts[n % len(cuts)]
+        n += 1
+        part = records[position : position + size]
+        assert task.process_chunk("in", list(range(position, position + len(part))), part)
+        position += len(part)
+    out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
+    metrics, stream_time = dict(task.metrics), task.stream_time
+    task.commit({TopicPartition("in", 0): len(records)})
+    return out, _state(task), metrics, stream_time
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+@SETTINGS
+@given(rows=RECORDS, cuts=CUTS)
+def test_chunks_give_what_one_by_one_gives(name, rows, cuts):
+    records = [Record(k, v, ts) for k, v, ts in rows]
+    assert _in_chunks(name, records, cuts) == _one_by_one(name, records)
+
+
+def test_an_entry_expired_within_a_chunk_is_not_a_duplicate():
+    # a@0 is purged once b@15 moves stream time to 15 (cutoff 5); the late a@3 then finds no
+    # duplicate and is forwarded (not stored).
+    records = [Record("a", {"n": 1}, 0), Record("b", {"n": 1}, 15), Record("a", {"n": 1}, 3)]
+    chunked = _in_chunks("dedup-by-key", records, [3])
+    assert chunked == _one_by_one("dedup-by-key", records)
+    assert [ts for _, _, ts in chunked[0]] == [0, 15, 3]
+
+
+def test_a_chunk_of_one_record_per_record_matches_the_seed_dedup_example():
+    # KIP-655's by-key example: interval 10; A@0 forwarded, A@5 dropped, A@11 (|11-0| > 10)
+    # forwarded, B@12 forwarded, A@20 dropped (|20-11| <= 10).
+    records = [Record("A", {"n": 1}, 0), Record("A", {"n": 2}, 5), Record("A", {"n": 3}, 11)]
+    records += [Record("B", {"n": 4}, 12), Record("A", {"n": 5}, 20)]
+    out, _, metrics, _ = _in_chunks("dedup-by-key", records, [5])
+    assert [(k, v) for k, v, _ in out] == [('"A"', '{"n":1}'), ('"A"', '{"n":3}'), ('"B"', '{"n":4}')]
+    assert metrics["dedup-duplicates-dropped"] == 2
+
+
+def test_a_failing_record_leaves_the_chunk_unapplied_and_fails_one_by_one():
+    b = StreamsBuilder()
+    (
+        b.stream("in")
+        .map_values(lambda v: 10 // v)
+        .group_by_key()
+        .count(Materialized.as_("store"))
+        .to_stream()
+        .to("out")
+    )
+    task = Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app")
+    good = [Record("a", 1, 1), Record("b", 2, 2)]
+    assert task.process_chunk("in", [0, 1], good)
+    before = (list(task.pending_output_text()), dict(task.metrics), task.stream_time)
+    staged = list(task.transaction.changes())
+    bad = [Record("a", 5, 3), Record("c", 0, 9), Record("d", 1, 4)]
+    assert not task.process_chunk("in", [2, 3, 4], bad)
+    assert (list(task.pending_output_text()), dict(task.metrics), task.stream_time) == before
+    assert list(task.transaction.changes()) == staged
+    task.process("in", 2, bad[0])
+    with pytest.raises(ProcessingException, match=r"offset 3.*ZeroDivisionError"):
+        task.process("in", 3, bad[1])
+
+
+def test_an_aggregate_the_store_cannot_hold_fails_the_chunk():
+    b = StreamsBuilder()
+    b.stream("in").group_by_key().reduce(lambda agg, v: agg * v, Materialized.as_("s")).to_stream().to("o")
+    task = Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app")
+    # inf * 0 is nan, which JSON cannot hold; the next record makes it finite again, so
+    # only a check at every record (as the store's put does) catches it.
+    records = [Record("a", 1e308, 1), Record("a", 1e308, 2), Record("a", 0, 3), Record("b", 1, 4)]
+    assert not task.process_chunk("in", [0, 1, 2, 3], records)
+    assert list(task.transaction.changes()) == []
+
+
+def test_branching_topologies_and_peek_are_not_chunked():
+    b = StreamsBuilder()
+    s = b.stream("in")
+    s.to("x")
+    s.to("y")
+    assert not Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app").can_process_chunks("in")
+    b = StreamsBuilder()
+    b.stream("in").peek(print).to("x")
+    assert not Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app").can_process_chunks("in")
+
+
+@SETTINGS
+@given(rows=RECORDS)
+def test_driver_record_lists_equal_records_piped_one_by_one(rows):
+    b = StreamsBuilder()
+    _count(b)
+    topology = b.build()
+    with TopologyTestDriver(topology) as one, TopologyTestDriver(topology) as listed:
+        for k, v, ts in rows:
+            one.create_input_topic("in").pipe_input(k, v, ts)
+        listed.create_input_topic("in").pipe_record_list(TestRecord(k, v, ts) for k, v, ts in rows)
+        assert (
+            listed.create_output_topic("out").read_records_to_list()
+            == one.create_output_topic("out").read_records_to_list()
+        )
+        assert listed.metrics() == one.metrics()
+        assert list(listed.get_key_value_store("store").all()) == list(
+            one.get_key_value_store("store").all()
+        )
+
+
+def test_driver_record_list_with_a_failing_record_keeps_the_records_before_it():
+    b = StreamsBuilder()
+    b.stream("in").map_values(lambda v: 10 // v).to("out")
+    with TopologyTestDriver(b.build()) as d:
+        records = [TestRecord("a", 1, 1), TestRecord("b", 0, 2), TestRecord("c", 2, 3)]
+        with pytest.raises(ProcessingException, match="ZeroDivisionError"):
+            d.create_input_topic("in").pipe_record_list(records)
+        assert d.create_output_topic("out").read_values_to_list() == [10]

@@ -12,8 +12,9 @@ What it measures (all on one SparkSession, ``local[2]`` by default, production c
 
 1. **Engine throughput**: the demo app (``jobs/demo.py``: events -> filter(amount > 0) ->
    group_by_key().count() -> event-counts) over N input records in 2 partitions with 10k
-   keys, ``run_app(until_caught_up=True, max_records=N/4 per task)``: input records per
-   second of wall time (prepare, recovery, every batch and commit included).
+   keys, ``run_app(until_caught_up=True)`` with the app's default bounds (or ``--max-records``
+   per task): input records per second of wall time (prepare, recovery, every batch and
+   commit included).
 2. **Plain Spark** on the same log table in the same run: read -> filter amount > 0
    (``get_json_object``) -> groupBy(key).count() -> Delta overwrite; its records/s and the
    ratio engine/plain (target >= 0.5). The engine's result is checked against it.
@@ -885,7 +886,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--state-keys", type=int, help="keys of the big state (default 1M; quick 100k)")
     p.add_argument("--batch-records", type=int, help="records per measured batch (default 50k)")
     p.add_argument("--measure-batches", type=int, help="measured batches per state (default 3)")
-    p.add_argument("--max-records", type=int, help="engine max_records per task (default N/4)")
+    p.add_argument(
+        "--max-records", type=int, help="engine max_records per task (default: the app's bounds)"
+    )
     p.add_argument("--master", default="local[2]")
     p.add_argument("--driver-memory", help="spark.driver.memory (default: Spark's, 1g)")
     p.add_argument(
@@ -904,7 +907,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.state_keys = args.state_keys or (100_000 if args.quick else 1_000_000)
     args.batch_records = args.batch_records or (20_000 if args.quick else 50_000)
     args.measure_batches = args.measure_batches or 3
-    args.max_records = args.max_records or max(1, args.records // (2 * PARTITIONS))
     return args
 
 
@@ -984,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
             plain_1, plain_cpu_1 = plain_spark(spark, topic1.path, plain_path)
             log(f"plain Spark #1: {plain_1:.2f}s ({plain_cpu_1:.1f} CPU s)")
         with sampler.in_phase("engine-throughput"):
-            log(f"engine: {args.records:,} records, max_records={args.max_records:,} per task")
+            log(f"engine: {args.records:,} records, max_records={args.max_records} per task")
             engine = run_engine(
                 wh1.root,
                 sd1,
@@ -1056,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.master,
                     timer,
                     until_caught_up=True,
-                    max_records=max(args.max_records, args.state_keys // (2 * PARTITIONS)),
+                    max_records=max(args.max_records or 0, args.state_keys // (2 * PARTITIONS)),
                 )
                 build["records_per_s"] = round(rate(build["records"], build["wall_s"]))
                 state["build"] = build

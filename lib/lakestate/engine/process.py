@@ -75,7 +75,7 @@ OUT_SCHEMA = (
 _KEY_CACHE_LIMIT = 100_000
 _IMMUTABLE = frozenset((str, int, bool, float, type(None)))
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
-CHUNK_RECORDS = 8192
+CHUNK_RECORDS = 50_000
 _MISSING = object()
 
 _apps: dict[str, App] = {}
@@ -202,7 +202,7 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             "stream_time": task.stream_time,
             "metrics": task.metrics,
         }
-        rows.add(kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
+        rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
         task.close()
     finally:
         store.close()
@@ -290,69 +290,103 @@ class _Decoder:
 
 
 class _Rows:
-    """Column lists of the rows a task returns, built into one Arrow table."""
+    """The rows a task returns, gathered by kind as column lists, built into one Arrow
+    table (columns a kind does not use are null)."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list] = {name: [] for name in OUT_COLUMNS}
+        self.parts: list[tuple[int, dict[str, Any]]] = []
 
-    def add(self, **values: Any) -> None:
-        for name, column in self.columns.items():
-            column.append(values.get(name))
+    def add(self, n: int, **columns: Any) -> None:
+        """``n`` rows: each column a list of ``n`` values or one value for all of them."""
+        if n:
+            self.parts.append((n, columns))
 
     def table(self) -> pa.Table:
-        return pa.Table.from_pydict(self.columns, schema=OUT_ARROW_SCHEMA)
+        tables = []
+        for n, columns in self.parts:
+            arrays = []
+            for name, type_ in OUT_FIELDS:
+                values = columns.get(name)
+                if values is None:
+                    arrays.append(pa.nulls(n, type_))
+                elif isinstance(values, list):
+                    arrays.append(pa.array(values, type_))
+                else:
+                    arrays.append(pa.repeat(pa.scalar(values, type_), n))
+            tables.append(pa.Table.from_arrays(arrays, schema=OUT_ARROW_SCHEMA))
+        if not tables:
+            return OUT_ARROW_SCHEMA.empty_table()
+        return pa.concat_tables(tables)
 
 
 def _output_rows(
     rows: _Rows, task: Task, sub: int, partition: int, ctx: BatchContext
 ) -> dict[str, dict[int, int]]:
     """Add the task's output records; returns their count per topic and partition."""
-    c = rows.columns
     counts: dict[str, dict[int, int]] = {}
     partition_of: dict[tuple[str, str | None], int] = {}
-    for seq, out in enumerate(task.pending_output_text()):
+    output = task.pending_output_text()
+    targets, pseqs = [], []
+    for out in output:
         where = (out.topic, out.key_text)
         target = partition_of.get(where)
         if target is None:
             target = partition_of_text(out.key_text, ctx.topic_partitions[out.topic])
             if len(partition_of) < _KEY_CACHE_LIMIT:
                 partition_of[where] = target
-        per_topic = counts.setdefault(out.topic, {})
+        per_topic = counts.get(out.topic)
+        if per_topic is None:
+            per_topic = counts[out.topic] = {}
         pseq = per_topic.get(target, 0)
         per_topic[target] = pseq + 1
-        c["kind"].append("out")
-        c["sub"].append(sub)
-        c["task"].append(partition)
-        c["seq"].append(seq)
-        c["topic"].append(out.topic)
-        c["partition"].append(target)
-        c["pseq"].append(pseq)
-        c["timestamp"].append(out.record.timestamp)
-        c["key"].append(out.key_text)
-        c["value"].append(out.value_text)
-        c["headers"].append(out.headers_text)
-        for name in ("store", "raw_key", "raw_value", "row_json", "info"):
-            c[name].append(None)
+        targets.append(target)
+        pseqs.append(pseq)
+    rows.add(
+        len(output),
+        kind="out",
+        sub=sub,
+        task=partition,
+        seq=list(range(len(output))),
+        topic=[o.topic for o in output],
+        partition=targets,
+        pseq=pseqs,
+        timestamp=[o.record.timestamp for o in output],
+        key=[o.key_text for o in output],
+        value=[o.value_text for o in output],
+        headers=[o.headers_text for o in output],
+    )
     return counts
 
 
 def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> None:
+    seqs, stores, raw_keys, raw_values, typed = [], [], [], [], []
+    kinds: dict[str, str] = {}
+    dumps = json.dumps
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
             continue
-        spec = app.topology.stores[namespace]
-        if is_index_only(spec.kind, raw_key):
+        kind = kinds.get(namespace)
+        if kind is None:
+            kind = kinds[namespace] = app.topology.stores[namespace].kind
+        if is_index_only(kind, raw_key):
             continue  # a local-only entry (e.g. a dedup store's time index): no Delta row
-        typed = None
-        if raw_value is not None:
-            typed = json.dumps(view_class(spec.kind).changelog_row(raw_key, raw_value))
-        rows.add(
-            kind="state",
-            sub=sub,
-            task=partition,
-            seq=seq,
-            store=namespace,
-            raw_key=raw_key,
-            raw_value=raw_value,
-            row_json=typed,
+        seqs.append(seq)
+        stores.append(namespace)
+        raw_keys.append(raw_key)
+        raw_values.append(raw_value)
+        typed.append(
+            None
+            if raw_value is None
+            else dumps(view_class(kind).changelog_row(raw_key, raw_value))
         )
+    rows.add(
+        len(seqs),
+        kind="state",
+        sub=sub,
+        task=partition,
+        seq=seqs,
+        store=stores,
+        raw_key=raw_keys,
+        raw_value=raw_values,
+        row_json=typed,
+    )

@@ -64,9 +64,9 @@ class StreamAggregate(Processor):
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         store, aggregator, initializer = self.store, self.aggregator, self.initializer
-        # key -> [key, aggregate or its JSON, aggregate is encoded, timestamp]; a None
+        # key -> (key, aggregate or its JSON, aggregate is encoded, timestamp); a None
         # aggregate is a deleted key.
-        latest: dict[Any, list] = {}
+        latest: dict[Any, tuple] = {}
         out: list[Record] = []
         at: list[int] = []
         dropped = 0
@@ -93,9 +93,9 @@ class StreamAggregate(Processor):
                 timestamp = max(record.timestamp, old_ts)
                 new_agg = aggregator(key, value, old_agg)
             if type(new_agg) in _KEPT_AS_IS:
-                latest[slot] = [key, new_agg, False, timestamp]
+                latest[slot] = (key, new_agg, False, timestamp)
             else:  # encoded now: a value the store cannot take fails at its record
-                latest[slot] = [key, encode_value(new_agg), True, timestamp]
+                latest[slot] = (key, encode_value(new_agg), True, timestamp)
             out.append(Record(key, Change(new_agg, old_agg), timestamp))
             at.append(chunk.at[i])
         self._pending = [

@@ -181,9 +181,7 @@ class Deduplicate(Processor):
         store = self.store
         pending, self._pending = self._pending, {}
         cutoff, self._pending_cutoff = self._pending_cutoff, None
-        added = 0
-        for id_key, (timestamp, offset, source) in pending.items():
-            added += store.put_keyed(id_key, timestamp, offset, source)
+        added = store.put_many((k, *entry) for k, entry in pending.items()) if pending else 0
         if cutoff is not None:
             added -= store.purge_expired(cutoff)
         if added:

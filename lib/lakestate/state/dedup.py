@@ -31,7 +31,7 @@ entry left behind by an overwritten or deleted id entry is simply dropped.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 from zlib import crc32
 
@@ -240,6 +240,42 @@ class DedupStore:
         added = _put(txn, name, id_key, ts, offset, source)
         if floor is not None:
             self._set_floor(txn, ts if ts < floor else floor)
+        return added
+
+    def put_many(self, entries: Iterable[tuple[bytes, int, int | None, int | None]]) -> int:
+        """``put_keyed`` of each (id key, ts, offset, source), the id keys all different, in
+        one write; returns the number of new ids."""
+        txn = self._writer()
+        name = self.name
+        floor = self._floor(txn)
+        get = txn.get
+        writes: list[tuple[bytes, bytes | None]] = []
+        added = 0
+        for id_key, ts, offset, source in entries:
+            raw_id = id_key[1:]
+            index_key = _index_key(ts, raw_id)  # checks ts before anything is written
+            old = get(name, id_key)
+            if old is None:
+                added += 1
+            else:
+                old_ts = _decode_entry(old).ts
+                if old_ts != ts:
+                    writes.append((_index_key(old_ts, raw_id), None))
+            writes.append((id_key, _encode_entry(ts, offset, source)))
+            writes.append((index_key, b""))
+            if floor is not None and ts < floor:
+                floor = ts
+        if added:
+            raw = get(name, COUNT_KEY)
+            count = (0 if raw is None else _decode_count(raw)) + added
+            writes.append((COUNT_KEY, b"%d" % count))  # encode_value(count): the same JSON
+        if floor is None:
+            _write(txn, name, tuple(writes))
+        elif type(txn) is Transaction:
+            _write(txn, name, tuple(writes), floor)
+        else:
+            _write(txn, name, tuple(writes))
+            self._set_floor(txn, floor)
         return added
 
     def delete(self, dedup_id: Any) -> int:

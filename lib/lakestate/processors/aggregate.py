@@ -49,21 +49,21 @@ class StreamAggregate(Processor):
             self.context.metric("dropped-records")
             return
         old = self.store.get_with_timestamp(record.key)
-        if old is None:
-            timestamp = record.timestamp
-            if self.initializer is None:
-                new_agg = record.value
-            else:
-                new_agg = self.aggregator(record.key, record.value, self.initializer())
-        else:
-            timestamp = max(record.timestamp, old.timestamp)
-            new_agg = self.aggregator(record.key, record.value, old.value)
+        old_agg, old_ts = (None, None) if old is None else old
+        new_agg, timestamp = self._fold(record, old_agg, old_ts)
         self.store.put(record.key, new_agg, timestamp)
-        old_agg = None if old is None else old.value
         self.context.forward(Record(record.key, Change(new_agg, old_agg), timestamp))
 
+    def _fold(self, record: Record, old_agg: Any, old_ts: int | None) -> tuple[Any, int]:
+        """The key's new aggregate and its timestamp, from its old one (None: none)."""
+        if old_agg is None:
+            if self.initializer is None:
+                return record.value, record.timestamp
+            return self.aggregator(record.key, record.value, self.initializer()), record.timestamp
+        return self.aggregator(record.key, record.value, old_agg), max(record.timestamp, old_ts)
+
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        store, aggregator, initializer = self.store, self.aggregator, self.initializer
+        store, fold = self.store, self._fold
         # key -> (key, aggregate or its JSON, aggregate is encoded, timestamp); a None
         # aggregate is a deleted key.
         latest: dict[Any, tuple] = {}
@@ -81,17 +81,9 @@ class StreamAggregate(Processor):
                 old = store.get_with_timestamp(key)
                 old_agg, old_ts = (None, None) if old is None else old
             else:
-                old_agg = _loads(entry[1]) if entry[2] else entry[1]
+                old_agg = json.loads(entry[1]) if entry[2] else entry[1]
                 old_ts = None if old_agg is None else entry[3]
-            if old_agg is None:
-                timestamp = record.timestamp
-                if initializer is None:
-                    new_agg = value
-                else:
-                    new_agg = aggregator(key, value, initializer())
-            else:
-                timestamp = max(record.timestamp, old_ts)
-                new_agg = aggregator(key, value, old_agg)
+            new_agg, timestamp = fold(record, old_agg, old_ts)
             if type(new_agg) in _KEPT_AS_IS:
                 latest[slot] = (key, new_agg, False, timestamp)
             else:  # encoded now: a value the store cannot take fails at its record
@@ -99,9 +91,7 @@ class StreamAggregate(Processor):
             out.append(Record(key, Change(new_agg, old_agg), timestamp))
             at.append(chunk.at[i])
         self._pending = [
-            store.encode_entry(key, agg, ts)
-            if not encoded
-            else (encode_key(key), b"[%b,%d]" % (agg, ts))  # what encode_entry makes of it
+            store.encode_json_entry(key, agg, ts) if encoded else store.encode_entry(key, agg, ts)
             for key, agg, encoded, ts in latest.values()
         ]
         if dropped:
@@ -112,10 +102,6 @@ class StreamAggregate(Processor):
         pending, self._pending = self._pending, []
         if pending:
             self.store.put_encoded(pending)
-
-
-def _loads(raw: bytes) -> Any:
-    return json.loads(raw)
 
 
 def reducer_as_aggregator(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:

@@ -55,6 +55,23 @@ NO_ID = "no_id"
 NO_ID_PARTITION_KEY = 0
 
 _SKIP = object()  # dedup_id() result: forward without deduplication
+# _verdict() results.
+_NEW, _REPLAY, _DUPLICATE = "new", "replay", "duplicate"
+
+
+def _verdict(
+    entry: DedupEntry | None, timestamp: int, offset: int | None, source: int | None, interval: int
+) -> str:
+    """A record against the entry its id holds (None: none, or purged): processed again
+    (the entry was stored at this record's offset of its topic; a record without an offset
+    never is), a duplicate (within the interval, both ends inclusive), or new."""
+    if entry is None:
+        return _NEW
+    if offset is not None and entry.offset == offset and entry.source == source:
+        return _REPLAY
+    if abs(entry.ts - timestamp) <= interval:
+        return _DUPLICATE
+    return _NEW
 
 
 class Deduplicate(Processor):
@@ -106,14 +123,13 @@ class Deduplicate(Processor):
                 source = self._tags[meta.topic] = source_tag(meta.topic)
         id_key, entry = store.get_keyed(dedup_id)
         timestamp = record.timestamp
-        if entry is not None:
-            if meta is not None and entry.offset == offset and entry.source == source:
-                self._forward(record)  # processed again (replay): forwarded again
-                return
-            if abs(entry.ts - timestamp) <= interval:
-                context.metric(DUPLICATES_DROPPED)
-                return
+        verdict = _verdict(entry, timestamp, offset, source, interval)
+        if verdict is _DUPLICATE:
+            context.metric(DUPLICATES_DROPPED)
+            return
         self._forward(record)
+        if verdict is _REPLAY:
+            return
         if timestamp < cutoff:
             context.metric(LATE_RECORDS_FORWARDED)
             return
@@ -152,16 +168,16 @@ class Deduplicate(Processor):
             else:
                 entry = seen[id_key] = store.get_by_key(id_key)
             timestamp = record.timestamp
-            if entry is not None and entry.ts >= cutoff:  # else purged by now
-                if entry.offset == offset and entry.source == source:
-                    out.append(output(record))  # processed again (replay): forwarded again
-                    at.append(p)
-                    continue
-                if abs(entry.ts - timestamp) <= interval:
-                    dropped += 1
-                    continue
+            if entry is not None and entry.ts < cutoff:
+                entry = None  # purged by now
+            verdict = _verdict(entry, timestamp, offset, source, interval)
+            if verdict is _DUPLICATE:
+                dropped += 1
+                continue
             out.append(output(record))
             at.append(p)
+            if verdict is _REPLAY:
+                continue
             if timestamp < cutoff:
                 late += 1
                 continue

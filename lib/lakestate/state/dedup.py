@@ -227,55 +227,26 @@ class DedupStore:
         self, id_key: bytes, ts: int, offset: int | None = None, source: int | None = None
     ) -> int:
         """``put`` by the stored key that ``get_keyed`` returned."""
+        return self.put_many(((id_key, ts, offset, source),))
+
+    def put_many(self, entries: Iterable[tuple[bytes, int, int | None, int | None]]) -> int:
+        """``put_keyed`` of each (id key, ts, offset, source), the id keys all different, in
+        one write; returns the number of new ids."""
         txn = self._source()
         name = self.name
         if type(txn) is Transaction:
             floor = txn.hint(name)
             if floor is None:
-                return _put(txn, name, id_key, ts, offset, source)
+                return _put(txn, name, entries)
             # The writes and the floor they leave, in one call.
-            return _put(txn, name, id_key, ts, offset, source, ts if ts < floor else floor)
+            entries = tuple(entries)
+            return _put(txn, name, entries, min([floor, *(e[1] for e in entries)]))
         self._check_writer(txn)
         floor = self._floor(txn)
-        added = _put(txn, name, id_key, ts, offset, source)
+        entries = tuple(entries)
+        added = _put(txn, name, entries)
         if floor is not None:
-            self._set_floor(txn, ts if ts < floor else floor)
-        return added
-
-    def put_many(self, entries: Iterable[tuple[bytes, int, int | None, int | None]]) -> int:
-        """``put_keyed`` of each (id key, ts, offset, source), the id keys all different, in
-        one write; returns the number of new ids."""
-        txn = self._writer()
-        name = self.name
-        floor = self._floor(txn)
-        get = txn.get
-        writes: list[tuple[bytes, bytes | None]] = []
-        added = 0
-        for id_key, ts, offset, source in entries:
-            raw_id = id_key[1:]
-            index_key = _index_key(ts, raw_id)  # checks ts before anything is written
-            old = get(name, id_key)
-            if old is None:
-                added += 1
-            else:
-                old_ts = _decode_entry(old).ts
-                if old_ts != ts:
-                    writes.append((_index_key(old_ts, raw_id), None))
-            writes.append((id_key, _encode_entry(ts, offset, source)))
-            writes.append((index_key, b""))
-            if floor is not None and ts < floor:
-                floor = ts
-        if added:
-            raw = get(name, COUNT_KEY)
-            count = (0 if raw is None else _decode_count(raw)) + added
-            writes.append((COUNT_KEY, b"%d" % count))  # encode_value(count): the same JSON
-        if floor is None:
-            _write(txn, name, tuple(writes))
-        elif type(txn) is Transaction:
-            _write(txn, name, tuple(writes), floor)
-        else:
-            _write(txn, name, tuple(writes))
-            self._set_floor(txn, floor)
+            self._set_floor(txn, min([floor, *(e[1] for e in entries)]))
         return added
 
     def delete(self, dedup_id: Any) -> int:
@@ -371,37 +342,39 @@ class DedupStore:
             _delete(txn, name, raw_key)
         else:
             entry = _decode_entry(raw_value)
-            _put(txn, name, raw_key, entry.ts, entry.offset, entry.source)
+            _put(txn, name, ((raw_key, entry.ts, entry.offset, entry.source),))
 
 
 def _put(
     txn: Any,
     name: str,
-    id_key: bytes,
-    ts: int,
-    offset: int | None,
-    source: int | None,
+    entries: Iterable[tuple[bytes, int, int | None, int | None]],
     hint: Any = NO_HINT,
 ) -> int:
-    """Set an id entry, its index entry and the count; a Transaction writer is left with
-    ``hint`` for the namespace, if given."""
-    raw_id = id_key[1:]
-    index_key = _index_key(ts, raw_id)  # checks ts before anything is written
-    entry = _encode_entry(ts, offset, source)
-    old = txn.get(name, id_key)
-    if old is None:
-        raw = txn.get(name, COUNT_KEY)
-        count = (0 if raw is None else _decode_count(raw)) + 1
-        # (b"%d" % count is encode_value(count): the same JSON.)
-        _write(txn, name, ((id_key, entry), (index_key, b""), (COUNT_KEY, b"%d" % count)), hint)
-        return 1
-    old_ts = _decode_entry(old).ts
-    if old_ts != ts:
-        old_index_key = _index_key(old_ts, raw_id)
-        _write(txn, name, ((old_index_key, None), (id_key, entry), (index_key, b"")), hint)
-    else:
-        _write(txn, name, ((id_key, entry), (index_key, b"")), hint)
-    return 0
+    """Set id entries (id key, ts, offset, source; the id keys all different), their index
+    entries and the count, in one write; returns the number of new ids. A Transaction
+    writer is left with ``hint`` for the namespace, if given."""
+    get = txn.get
+    writes: list[tuple[bytes, bytes | None]] = []
+    added = 0
+    for id_key, ts, offset, source in entries:
+        raw_id = id_key[1:]
+        index_key = _index_key(ts, raw_id)  # checks ts before anything is written
+        old = get(name, id_key)
+        if old is None:
+            added += 1
+        else:
+            old_ts = _decode_entry(old).ts
+            if old_ts != ts:
+                writes.append((_index_key(old_ts, raw_id), None))
+        writes.append((id_key, _encode_entry(ts, offset, source)))
+        writes.append((index_key, b""))
+    if added:
+        raw = get(name, COUNT_KEY)
+        count = (0 if raw is None else _decode_count(raw)) + added
+        writes.append((COUNT_KEY, b"%d" % count))  # encode_value(count): the same JSON
+    _write(txn, name, tuple(writes), hint)
+    return added
 
 
 def _write(

@@ -54,8 +54,16 @@ class TimestampedKeyValueStore:
     def encode_entry(key: Any, value: Any, timestamp: int) -> tuple[bytes, bytes | None]:
         """The stored key and value of ``put(key, value, timestamp)``; raises for a key or
         value that cannot be stored, before anything is written."""
+        value_json = None if value is None else encode_value(value)
+        return TimestampedKeyValueStore.encode_json_entry(key, value_json, timestamp)
+
+    @staticmethod
+    def encode_json_entry(
+        key: Any, value_json: bytes | None, timestamp: int
+    ) -> tuple[bytes, bytes | None]:
+        """``encode_entry`` of a value already encoded (``encode_value``; None deletes)."""
         # The JSON of [value, timestamp], without walking a new list for each put.
-        raw = None if value is None else b"[%b,%d]" % (encode_value(value), timestamp)
+        raw = None if value_json is None else b"[%b,%d]" % (value_json, timestamp)
         return encode_key(key), raw
 
     def put_encoded(self, entries: list[tuple[bytes, bytes | None]]) -> None:

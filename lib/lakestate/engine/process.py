@@ -27,6 +27,8 @@ from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import is_index_only, view_class
+from lakestate.state.serde import json_text
+from lakestate.state.serde import loads as serde_loads
 
 # The columns of a batch's input rows: the task (sub-topology, partition), which of the
 # task's inputs, and the log table's record.
@@ -269,7 +271,7 @@ class _Decoder:
         self.key_cache: dict[str, Any] = {}
 
     def __call__(self, i: int) -> Record:
-        loads = json.loads
+        loads = serde_loads
         try:
             key_text = self.keys[i]
             if key_text is None:
@@ -361,7 +363,6 @@ def _output_rows(
 def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> None:
     seqs, stores, raw_keys, raw_values, typed = [], [], [], [], []
     kinds: dict[str, str] = {}
-    dumps = json.dumps
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
             continue
@@ -377,7 +378,7 @@ def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -
         typed.append(
             None
             if raw_value is None
-            else dumps(view_class(kind).changelog_row(raw_key, raw_value))
+            else json_text(view_class(kind).changelog_row(raw_key, raw_value))
         )
     rows.add(
         len(seqs),

@@ -32,7 +32,6 @@ repeated appends and ``end_offsets`` calls skip their Spark job while nothing ch
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import zlib
@@ -49,6 +48,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from lakestate.io.partitioner import canonical_json, partition_for
+from lakestate.state.serde import loads
 from lakestate.warehouse import Warehouse
 
 __all__ = [
@@ -381,7 +381,7 @@ def read_range(
 
 def decode_json(text: str | None) -> Any:
     """The Python value of a key/value/headers column (NULL → None)."""
-    return None if text is None else json.loads(text)
+    return None if text is None else loads(text)
 
 
 def iter_records(df: DataFrame) -> Iterator[LogRecord]:
@@ -578,7 +578,6 @@ def append_lock(warehouse: Warehouse, topic: str) -> Iterator[None]:
             os.close(fd)
 
 
-
 def append_records(
     spark: SparkSession,
     warehouse: Warehouse,
@@ -616,9 +615,7 @@ def append_records(
     n = partitions(spark, warehouse, topic)
     rows = _normalize(records, n, labels)
     if not rows:
-        return AppendResult(
-            topic, {}, skipped=False, version=table_version(spark, warehouse, path)
-        )
+        return AppendResult(topic, {}, skipped=False, version=table_version(spark, warehouse, path))
 
     counts: dict[int, int] = {}
     for row in rows:

@@ -6,7 +6,6 @@ Kafka Streams. The result is a table: each update is forwarded as a Change.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +13,7 @@ from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record
 from lakestate.state.keys import encode_key
-from lakestate.state.serde import encode_value
+from lakestate.state.serde import decode_value, encode_value
 
 # Aggregates of these types are immutable: a chunk keeps them as they are between records.
 # Others are kept encoded and decoded for each use, as the store would give them.
@@ -81,7 +80,7 @@ class StreamAggregate(Processor):
                 old = store.get_with_timestamp(key)
                 old_agg, old_ts = (None, None) if old is None else old
             else:
-                old_agg = json.loads(entry[1]) if entry[2] else entry[1]
+                old_agg = decode_value(entry[1]) if entry[2] else entry[1]
                 old_ts = None if old_agg is None else entry[3]
             new_agg, timestamp = fold(record, old_agg, old_ts)
             if type(new_agg) in _KEPT_AS_IS:

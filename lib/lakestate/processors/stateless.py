@@ -140,7 +140,13 @@ class Sink(Processor):
         self.context.send(self.topic, record)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        process = self.process
-        for record in chunk.records:
-            process(record)
+        records = chunk.records
+        if self.drop_null_keys:
+            records = [r for r in records if r.key is not None]
+        if self.encode_changes:
+            records = [
+                r.with_value({"new": r.value.new_value, "old": r.value.old_value})
+                for r in records
+            ]
+        self.context.send_many(self.topic, records)
         return chunk.select([])

@@ -8,7 +8,7 @@ neither state changes nor output behind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
@@ -71,7 +71,10 @@ class _NodeContext:
             self._task.process_at(name, record)
 
     def send(self, topic: str, record: Record) -> None:
-        self._task.send(topic, record)
+        self._task.send_many(topic, (record,))
+
+    def send_many(self, topic: str, records: Sequence[Record]) -> None:
+        self._task.send_many(topic, records)
 
     def get_state_store(self, name: str) -> Any:
         return self._task.store_view(name)
@@ -253,18 +256,21 @@ class Task:
             f"record ({where}, key={record.key!r}, value={value}, timestamp={record.timestamp!r})"
         )
 
-    def send(self, topic: str, record: Record) -> None:
+    def send_many(self, topic: str, records: Sequence[Record]) -> None:
         # Encode now, once: a value that cannot be written fails at the sink, by name, and
         # the engine writes these texts as they are.
-        self._output.append(
-            Output(
-                topic,
-                record,
-                checked_json_text(record.key, "key"),
-                checked_json_text(record.value, "value"),
-                None if record.headers is None else checked_json_text(record.headers, "headers"),
+        append = self._output.append
+        for record in records:
+            headers = record.headers
+            append(
+                Output(
+                    topic,
+                    record,
+                    checked_json_text(record.key, "key"),
+                    checked_json_text(record.value, "value"),
+                    None if headers is None else checked_json_text(headers, "headers"),
+                )
             )
-        )
 
     def store_view(self, name: str) -> Any:
         view = self._views.get(name)

@@ -37,7 +37,7 @@ import struct
 from typing import Any
 
 from lakestate.errors import SerializationException
-from lakestate.state.serde import a_type, check_json
+from lakestate.state.serde import a_type, check_json, loads
 
 __all__ = [
     "decode_i64_be",
@@ -256,5 +256,5 @@ def _decode(raw: bytes, pos: int) -> tuple[Any, int]:
         return tuple(elements), pos + 1
     if tag == TAG_JSON:
         body, pos = _unescape(raw, pos)
-        return json.loads(body.decode("utf-8", "surrogatepass")), pos
+        return loads(body.decode("utf-8", "surrogatepass")), pos
     raise SerializationException(f"malformed key encoding {raw!r}: unknown type tag {tag:#04x}")

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lakestate.errors import SerializationException
 from lakestate.state.keys import (
+    TAG_TUPLE,
     decode_i64_be,
     decode_key,
     decode_u64_be,
@@ -237,3 +238,9 @@ def test_unencodable_keys_name_the_type(key: object, message: str) -> None:
 def test_malformed_encodings_raise(raw: bytes) -> None:
     with pytest.raises(SerializationException, match="malformed key"):
         decode_key(raw)
+
+
+@given(TEXT)
+def test_a_str_key_is_encoded_as_a_tuple_element_is(text: str) -> None:
+    # encode_key has a fast path for str keys; tuple elements take the general one.
+    assert encode_key((text,)) == bytes([TAG_TUPLE]) + encode_key(text) + b"\x00"

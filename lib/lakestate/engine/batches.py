@@ -133,9 +133,12 @@ def history(spark: SparkSession, path: str, limit: int = 20) -> list[CommitRecor
     return [CommitRecord.parse(r["batch_id"], r["run_id"], r["at_ms"], r["payload"]) for r in rows]
 
 
-def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: int) -> bool:
-    """Append one row with Delta's txn action; False when Delta skipped it because the
-    txn version was already committed for ``txn_app`` (another run wrote this batch)."""
+def _append(
+    spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: int, check: bool
+) -> bool:
+    """Append one row with Delta's txn action. With ``check``, returns False when Delta
+    skipped it because the txn version was already committed for ``txn_app`` (another run
+    wrote this batch); without, returns True without reading the table's history."""
     df = spark.createDataFrame([row], SCHEMA).coalesce(1)
     marker = f"{txn_app}:{batch_id}:{row[2]}"
     try:
@@ -154,6 +157,8 @@ def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: 
                 f"same time; this run stops without committing"
             ) from exc
         raise
+    if not check:
+        return True
     # A skipped write leaves no commit: the newest one is then not ours.
     latest = DeltaTable.forPath(spark, path).history(1).select("userMetadata").first()
     return latest is not None and latest[0] == marker
@@ -162,7 +167,7 @@ def _append(spark: SparkSession, path: str, row: tuple, txn_app: str, batch_id: 
 def write_plan(spark: SparkSession, path: str, plan: BatchPlan, run_id: str) -> None:
     """Record ``plan``; raises TaskMigratedException if another run owns this batch."""
     row = (plan.batch_id, "plan", run_id, _now_ms(), plan.to_json())
-    if not _append(spark, path, row, PLAN_TXN_APP, plan.batch_id):
+    if not _append(spark, path, row, PLAN_TXN_APP, plan.batch_id, check=True):
         raise TaskMigratedException(
             f"batch {plan.batch_id} was planned by another run; this run stops without committing"
         )
@@ -175,6 +180,9 @@ def write_commit(spark: SparkSession, path: str, record: CommitRecord) -> None:
         (record.batch_id, "commit", record.run_id, record.at_ms, record.payload()),
         COMMIT_TXN_APP,
         record.batch_id,
+        # A skipped commit row means this batch's commit row is in the log already (the
+        # same plan's, written before a crash): nothing to tell the caller, no read needed.
+        check=False,
     )
 
 

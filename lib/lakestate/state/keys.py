@@ -111,17 +111,24 @@ def encode_key(value: Any) -> bytes:
     # (One tuple, swapped whole: safe across threads.)
     global _last
     last = _last
-    if value is last[0] and type(value) in _MEMO_TYPES:
+    t = type(value)
+    if value is last[0] and t in _MEMO_TYPES:
         return last[1]
-    out = bytearray()
-    _encode(value, out, "key")
-    raw = bytes(out)
-    if type(value) in _MEMO_TYPES:
+    if t is str:  # the commonest key: what _encode writes, without its dispatch
+        raw = _STR_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
+        raw += _END_BYTE
+    else:
+        out = bytearray()
+        _encode(value, out, "key")
+        raw = bytes(out)
+    if t in _MEMO_TYPES:
         _last = (value, raw)
     return raw
 
 
 _MEMO_TYPES = frozenset((str, int))
+_STR_TAG = bytes([TAG_STR])
+_END_BYTE = bytes([_END])
 _last: tuple[Any, bytes] = (object(), b"")
 
 

@@ -41,8 +41,9 @@ _PLAIN = frozenset((str, int, bool, type(None), float))
 # where its answer is exactly the json module's, so texts and values never depend on which
 # one ran: it writes only values made of exact builtin types without floats (it formats
 # some floats differently), and whatever it refuses (ints beyond 64 bits, lone surrogates)
-# goes to json; it reads only texts without a long run of digits (it reads integers beyond
-# 64 bits as floats), and whatever it refuses goes to json.
+# goes to json; what it reads is read again by json when it holds a float and the text a
+# long run of digits (orjson reads integers beyond 64 bits as floats), and whatever it
+# refuses goes to json.
 _UNSORTED = orjson.OPT_PASSTHROUGH_SUBCLASS
 _SORTED = _UNSORTED | orjson.OPT_SORT_KEYS
 _ORJSON_MAX_DEPTH = 64
@@ -86,12 +87,14 @@ def _float_free(value: Any, depth: int) -> bool:
 
 def loads(text: str) -> Any:
     """``json.loads(text)``, faster: the same value, or the same error."""
-    if _LONG_NUMBER.search(text) is None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            # json has its own answer: NaN, 1e400 and lone surrogates are values to it.
-            return json.loads(text)
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # json has its own answer: NaN, 1e400 and lone surrogates are values to it.
+        return json.loads(text)
+    # A value without floats holds no integer that orjson turned into a float.
+    if _float_free(value, 0) or _LONG_NUMBER.search(text) is None:
+        return value
     return json.loads(text)
 
 

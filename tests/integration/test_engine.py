@@ -4,10 +4,12 @@ that commits nothing on bad input."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
 import pytest
+from delta.tables import DeltaTable
 from engine_helpers import (
     APPS,
     driver_outputs,
@@ -67,6 +69,18 @@ def test_engine_matches_driver(spark, warehouse, tmp_path):
             local_state(tmp_path / "state", "counts", task, "counts", "timestamped_key_value")
         )
     assert local == state_rows(spark, warehouse, "counts", "counts")
+    # A batch whose state changes are all keys new to the table appends them; a batch that
+    # changes keys the table holds merges. Each batch writes the table once.
+    history = (
+        DeltaTable.forPath(spark, warehouse.state_table_path("counts", "counts"))
+        .history()
+        .where("operation IN ('WRITE', 'MERGE')")
+        .orderBy("version")
+        .collect()
+    )
+    assert history[0]["operation"] == "WRITE"
+    assert "MERGE" in {h["operation"] for h in history[1:]}
+    assert [json.loads(h["userMetadata"])["batch_id"] for h in history] == result.batches
 
 
 def test_batch_boundaries_do_not_change_results(spark, tmp_path):

@@ -24,7 +24,7 @@ from lakestate.errors import ProcessingException, StreamsException
 from lakestate.io.partitioner import partition_of_text
 from lakestate.processors.task import Task
 from lakestate.records import Record
-from lakestate.state.base import IsolationLevel, TopicPartition
+from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import is_index_only, view_class
 from lakestate.state.serde import json_text
@@ -193,7 +193,8 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
         local.stage(ctx.state_dir, ctx.app_name, task_id, ctx.batch_id, writes, offsets)
         rows = _Rows()
         counts = _output_rows(rows, task, sub, partition, ctx)
-        _state_rows(rows, app, writes, sub, partition)
+        task.close()  # its transaction too: the store now reads what it held at the start
+        inserts_only = _state_rows(rows, app, store, writes, sub, partition)
         info = {
             "outputs": {topic: sum(per.values()) for topic, per in counts.items()},
             "output_partitions": {
@@ -203,9 +204,9 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             "processed": processed,
             "stream_time": task.stream_time,
             "metrics": task.metrics,
+            "state_inserts_only": inserts_only,
         }
         rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
-        task.close()
     finally:
         store.close()
     return rows.table()
@@ -360,9 +361,15 @@ def _output_rows(
     return counts
 
 
-def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> None:
+def _state_rows(
+    rows: _Rows, app: App, store: StateStore, writes: list, sub: int, partition: int
+) -> dict[str, bool]:
+    """Add the task's state-table rows; returns, per store with rows, whether every row is
+    a key the store did not hold at the batch's start (the Delta table, which holds what
+    the store holds then, can take them by an append instead of a MERGE)."""
     seqs, stores, raw_keys, raw_values, typed = [], [], [], [], []
     kinds: dict[str, str] = {}
+    inserts_only: dict[str, bool] = {}
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
             continue
@@ -371,6 +378,10 @@ def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -
             kind = kinds[namespace] = app.topology.stores[namespace].kind
         if is_index_only(kind, raw_key):
             continue  # a local-only entry (e.g. a dedup store's time index): no Delta row
+        if inserts_only.get(namespace, True):
+            inserts_only[namespace] = (
+                raw_value is not None and store.get(namespace, raw_key) is None
+            )
         seqs.append(seq)
         stores.append(namespace)
         raw_keys.append(raw_key)
@@ -391,3 +402,4 @@ def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -
         raw_value=raw_values,
         row_json=typed,
     )
+    return inserts_only

@@ -152,6 +152,10 @@ def spark_conf(
         # Delta rebuilds a table's snapshot from its log with this many tasks (default 50):
         # far too many for small tables on a small machine.
         "spark.databricks.delta.snapshotPartitions": shuffle_partitions,
+        # A batch's processed rows are cached once and read by every Delta write of the
+        # batch; compressing that cache cost more time than it saved (measured: building
+        # the cache of 1.4M rows took 3.4 s compressed, 1.2 s uncompressed).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # Times are epoch milliseconds everywhere; keep Spark's rendering stable too.

@@ -71,17 +71,7 @@ def merge_changes(
 ) -> None:
     """Apply one batch's changes (rows: task, raw_key, raw_value, row_json; raw_value null =
     delete) in one idempotent MERGE."""
-    typed = typed_schema(kind)
-    source = changes.select(
-        "task", "raw_key", "raw_value", F.from_json("row_json", typed).alias("t")
-    ).select(
-        "task",
-        *[F.col(f"t.`{f.name}`").alias(f.name) for f in typed.fields],
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
-        "raw_key",
-        "raw_value",
-    )
-    columns = ["task", *[f.name for f in typed.fields], "batch_id", "raw_key", "raw_value"]
+    source, columns = _table_rows(kind, changes, batch_id)
     assignments = {c: F.col(f"s.`{c}`") for c in columns}
     # The task list lets Delta prune to the partitions this batch touched.
     task_list = ", ".join(str(t) for t in sorted(tasks)) or "NULL"
@@ -93,7 +83,7 @@ def merge_changes(
     conf.set(SHUFFLE_PARTITIONS_CONF, str(max(1, min(int(shuffle_partitions), len(tasks)))))
     conf.set(TXN_APP_CONF, TXN_APP)
     conf.set(TXN_VERSION_CONF, str(batch_id))
-    conf.set(USER_METADATA_CONF, json.dumps({"app": app, "batch_id": batch_id}))
+    conf.set(USER_METADATA_CONF, _user_metadata(app, batch_id))
     try:
         (
             DeltaTable.forPath(spark, path)
@@ -109,6 +99,42 @@ def merge_changes(
         conf.unset(TXN_APP_CONF)
         conf.unset(TXN_VERSION_CONF)
         conf.unset(USER_METADATA_CONF)
+
+
+def append_changes(
+    spark: SparkSession, path: str, kind: str, changes: DataFrame, batch_id: int, app: str
+) -> None:
+    """Apply one batch's changes when every one inserts a key the table does not hold (the
+    tasks know: their stores hold what the table holds): one idempotent append, the same
+    rows a MERGE would insert, without its join against the whole table."""
+    rows, _ = _table_rows(kind, changes, batch_id)
+    (
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", TXN_APP)
+        .option("txnVersion", batch_id)
+        .option("userMetadata", _user_metadata(app, batch_id))
+        .save(path)
+    )
+
+
+def _table_rows(kind: str, changes: DataFrame, batch_id: int) -> tuple[DataFrame, list[str]]:
+    """The table's rows for ``changes``, and the table's columns."""
+    typed = typed_schema(kind)
+    rows = changes.select(
+        "task", "raw_key", "raw_value", F.from_json("row_json", typed).alias("t")
+    ).select(
+        "task",
+        *[F.col(f"t.`{f.name}`").alias(f.name) for f in typed.fields],
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+        "raw_key",
+        "raw_value",
+    )
+    return rows, ["task", *[f.name for f in typed.fields], "batch_id", "raw_key", "raw_value"]
+
+
+def _user_metadata(app: str, batch_id: int) -> str:
+    return json.dumps({"app": app, "batch_id": batch_id})
 
 
 def read_task_rows(spark: SparkSession, path: str, task: int, version: int) -> list[tuple]:

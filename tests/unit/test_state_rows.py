@@ -1,0 +1,63 @@
+"""The state-table rows a task hands the engine, and whether a batch may append them
+(every row a key the store did not hold) instead of merging them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from lakestate import App, Deduplicated, Materialized, StreamsBuilder
+from lakestate.engine.process import _Rows, _state_rows
+from lakestate.processors.task import Task
+from lakestate.records import Record
+from lakestate.state.base import TopicPartition
+from lakestate.state.memory import in_memory_store
+
+
+def _app() -> App:
+    b = StreamsBuilder()
+    b.stream("in").group_by_key().count(Materialized.as_("counts")).to_stream().to("out")
+    b.stream("ids").deduplicate_by_key(timedelta(hours=1), Deduplicated.as_("seen")).to("kept")
+    return App("rows", b.build(), {})
+
+
+def _batch(app: App, store, sub: int, topic: str, keys: list[str], start: int) -> dict:
+    """Process one batch of ``keys`` and return the inserts-only verdict of its rows; the
+    batch is then committed, as the engine's local apply would."""
+    task = Task(app.topology, sub, 0, store, app.config, app.name)
+    for i, key in enumerate(keys):
+        task.process(topic, start + i, Record(key, {"n": i}, 1_000 + start + i))
+    writes = list(task.transaction.changes())
+    task.close()
+    verdict = _state_rows(_Rows(), app, store, writes, sub, 0)
+    with store.new_transaction() as txn:
+        for namespace, key, value in writes:
+            txn.put(namespace, key, value)
+        txn.commit({TopicPartition(topic, 0): start + len(keys)})
+    return verdict
+
+
+def _sub(app: App, topic: str) -> int:
+    return app.topology.subtopology_for_topic(topic, app.name).id
+
+
+def test_new_keys_only_may_be_appended_and_an_update_must_be_merged() -> None:
+    app = _app()
+    store = in_memory_store("0_0")
+    sub = _sub(app, "in")
+    assert _batch(app, store, sub, "in", ["a", "b", "a"], 0) == {"counts": True}
+    assert _batch(app, store, sub, "in", ["c", "b"], 3) == {"counts": False}
+    assert _batch(app, store, sub, "in", ["d"], 5) == {"counts": True}
+
+
+def test_dedup_index_entries_do_not_count_and_new_ids_are_inserts() -> None:
+    app = _app()
+    store = in_memory_store("0_0")
+    sub = _sub(app, "ids")
+    assert _batch(app, store, sub, "ids", ["x", "y", "x"], 0) == {"seen": True}
+    # "x" again, within the interval: a duplicate, nothing written for it.
+    assert _batch(app, store, sub, "ids", ["x", "z"], 3) == {"seen": True}
+
+
+def test_a_batch_without_state_rows_has_no_verdict() -> None:
+    app = _app()
+    assert _state_rows(_Rows(), app, in_memory_store("0_0"), [], 0, 0) == {}

@@ -1066,7 +1066,7 @@ def report(r: dict[str, Any]) -> None:
         print()
     if e and e.get("batches"):
         print("Engine batches (seconds by phase; process = read + applyInPandas + collect):")
-        keys = list(e["batches"][0].get("phases", {}))
+        keys = list(dict.fromkeys(k for b in e["batches"] for k in b.get("phases", {})))
         print("  " + f"{'records':>9} {'outputs':>9}  " + "  ".join(f"{k:>10}" for k in keys))
         for b in e["batches"]:
             cells = "  ".join(f"{b.get('phases', {}).get(k, 0):>10.2f}" for k in keys)

@@ -199,6 +199,7 @@ class PhaseTimer:
     COMMIT_PARTS = (
         "sink_append",
         "state_merge",
+        "state_append",
         "state_version",
         "batch_log_commit",
         "local_apply",
@@ -226,6 +227,7 @@ class PhaseTimer:
             (batches, "write_commit", "batch_log_commit"),
             (sinks, "append_output", "sink_append"),
             (state_tables, "merge_changes", "state_merge"),
+            (state_tables, "append_changes", "state_append"),
             (state_tables, "table_version", "state_version"),
             (local, "apply_staged", "local_apply"),
         ]
@@ -574,7 +576,7 @@ def summarize(runs: list[dict[str, Any]], batch: int, pool: int) -> dict[str, An
         "min_batch_s": min(seconds) if seconds else None,
     }
     if batches and all("phases" in b for b in batches):
-        keys = batches[0]["phases"].keys()
+        keys = dict.fromkeys(k for b in batches for k in b["phases"])
         out["median_phases_s"] = {
             k: round(statistics.median(b["phases"].get(k, 0.0) for b in batches), 3) for k in keys
         }
@@ -1287,7 +1289,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
         if not run or not run.get("batches") or "phases" not in run["batches"][0]:
             return
         print(title)
-        keys = list(run["batches"][0]["phases"])
+        keys = list(dict.fromkeys(k for b in run["batches"] for k in b["phases"]))
         widths = [max(len(k), 7) for k in keys]
         print(
             "  "

@@ -282,31 +282,17 @@ class _Runner:
             if not tasks:
                 continue
             for store in self.layout.stores_of(sub):
-                changes = state_rows.where((F.col("store") == store) & (F.col("sub") == sub))
-                path = self.layout.state_path(store)
-                kind = self.app.topology.stores[store].kind
-                if all(infos[(sub, t)]["state_inserts_only"].get(store, True) for t in tasks):
-                    write = functools.partial(
-                        state_tables.append_changes,
-                        self.spark,
-                        path,
-                        kind,
-                        changes,
-                        batch_id,
-                        self.app.name,
-                    )
-                else:
-                    write = functools.partial(
-                        state_tables.merge_changes,
-                        # A session of its own: MERGE takes its txn through session confs.
-                        self.spark.newSession(),
-                        path,
-                        kind,
-                        changes,
-                        batch_id,
-                        tasks,
-                        self.app.name,
-                    )
+                write = functools.partial(
+                    state_tables.write_changes,
+                    self.spark,
+                    self.layout.state_path(store),
+                    self.app.topology.stores[store].kind,
+                    state_rows.where((F.col("store") == store) & (F.col("sub") == sub)),
+                    batch_id,
+                    tasks,
+                    self.app.name,
+                    all(infos[(sub, t)]["state_inserts_only"].get(store, True) for t in tasks),
+                )
                 writes.append((f"after_state:{store}", write))
         _run_all(writes, batch_id)
         versions = {

@@ -60,6 +60,26 @@ def table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
     return logtable.table_version(spark, warehouse, path)
 
 
+def write_changes(
+    spark: SparkSession,
+    path: str,
+    kind: str,
+    changes: DataFrame,
+    batch_id: int,
+    tasks: list[int],
+    app: str,
+    inserts_only: bool,
+) -> None:
+    """Write one batch's changes in one idempotent Delta commit: an append when every change
+    inserts a key the table does not hold (``inserts_only``: the tasks know, their stores
+    hold what the table holds), else a MERGE."""
+    if inserts_only:
+        append_changes(spark, path, kind, changes, batch_id, app)
+    else:
+        # A session of its own: MERGE takes its txn through session confs.
+        merge_changes(spark.newSession(), path, kind, changes, batch_id, tasks, app)
+
+
 def merge_changes(
     spark: SparkSession,
     path: str,
@@ -104,9 +124,8 @@ def merge_changes(
 def append_changes(
     spark: SparkSession, path: str, kind: str, changes: DataFrame, batch_id: int, app: str
 ) -> None:
-    """Apply one batch's changes when every one inserts a key the table does not hold (the
-    tasks know: their stores hold what the table holds): one idempotent append, the same
-    rows a MERGE would insert, without its join against the whole table."""
+    """Apply one batch's changes, every one a key the table does not hold, in one idempotent
+    append: the rows a MERGE would insert, without its join against the whole table."""
     rows, _ = _table_rows(kind, changes, batch_id)
     (
         rows.write.format("delta")

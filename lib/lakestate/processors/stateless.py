@@ -132,21 +132,18 @@ class Sink(Processor):
         self.encode_changes = encode_changes
 
     def process(self, record: Record) -> None:
-        if self.drop_null_keys and record.key is None:
-            return
-        if self.encode_changes:
-            change = record.value
-            record = record.with_value({"new": change.new_value, "old": change.old_value})
-        self.context.send(self.topic, record)
+        self.context.send_many(self.topic, self._outgoing([record]))
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        records = chunk.records
+        self.context.send_many(self.topic, self._outgoing(chunk.records))
+        return chunk.select([])
+
+    def _outgoing(self, records: list[Record]) -> list[Record]:
+        """What the sink writes of ``records``."""
         if self.drop_null_keys:
             records = [r for r in records if r.key is not None]
         if self.encode_changes:
             records = [
-                r.with_value({"new": r.value.new_value, "old": r.value.old_value})
-                for r in records
+                r.with_value({"new": r.value.new_value, "old": r.value.old_value}) for r in records
             ]
-        self.context.send_many(self.topic, records)
-        return chunk.select([])
+        return records

@@ -70,9 +70,6 @@ class _NodeContext:
         for name in targets:
             self._task.process_at(name, record)
 
-    def send(self, topic: str, record: Record) -> None:
-        self._task.send_many(topic, (record,))
-
     def send_many(self, topic: str, records: Sequence[Record]) -> None:
         self._task.send_many(topic, records)
 

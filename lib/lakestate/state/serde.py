@@ -201,6 +201,13 @@ def json_text(value: Any) -> str | None:
     values appear in log tables and state tables. ``value`` must be a JSON value."""
     if value is None:
         return None
+    text = _quick_text(value)
+    return _CANONICAL.encode(value) if text is None else text
+
+
+def _quick_text(value: Any) -> str | None:
+    """The canonical text of an int, or of a dict, list or tuple orjson may write (checked
+    on the way: only valid values pass); None for every other value."""
     t = type(value)
     if t is int:
         return int.__repr__(value)
@@ -208,7 +215,7 @@ def json_text(value: Any) -> str | None:
         data = _orjson_bytes(value, _SORTED)
         if data is not None:
             return data.decode()
-    return _CANONICAL.encode(value)
+    return None
 
 
 def checked_json_text(value: Any, path: str = "value") -> str | None:
@@ -217,14 +224,10 @@ def checked_json_text(value: Any, path: str = "value") -> str | None:
     if value is None:
         return None
     try:
-        t = type(value)
-        if t is int:
-            return int.__repr__(value)
-        if t is dict or t is list or t is tuple:
-            data = _orjson_bytes(value, _SORTED)
-            if data is not None:
-                return data.decode()
-        if t not in _PLAIN:
+        text = _quick_text(value)
+        if text is not None:
+            return text
+        if type(value) not in _PLAIN:
             check_json(value, path)
         return _CANONICAL.encode(value)
     except ValueError as e:

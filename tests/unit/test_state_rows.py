@@ -1,12 +1,14 @@
-"""The state-table rows a task hands the engine, and whether a batch may append them
-(every row a key the store did not hold) instead of merging them."""
+"""The state-table rows a task hands the engine (typed columns in one struct column per
+store kind), and whether a batch may append them (every row a key the store did not hold)
+instead of merging them."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+import pyarrow as pa
 from lakestate import App, Deduplicated, Materialized, StreamsBuilder
-from lakestate.engine.process import _Rows, _state_rows
+from lakestate.engine.process import _Rows, _state_rows, out_fields, state_column, store_kinds
 from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import TopicPartition
@@ -20,15 +22,18 @@ def _app() -> App:
     return App("rows", b.build(), {})
 
 
-def _batch(app: App, store, sub: int, topic: str, keys: list[str], start: int) -> dict:
-    """Process one batch of ``keys`` and return the inserts-only verdict of its rows; the
-    batch is then committed, as the engine's local apply would."""
+def _batch(
+    app: App, store, sub: int, topic: str, keys: list[str], start: int, rows: _Rows | None = None
+) -> dict:
+    """Process one batch of ``keys`` and return the inserts-only verdict of its rows (added
+    to ``rows``); the batch is then committed, as the engine's local apply would."""
     task = Task(app.topology, sub, 0, store, app.config, app.name)
     for i, key in enumerate(keys):
         task.process(topic, start + i, Record(key, {"n": i}, 1_000 + start + i))
     writes = list(task.transaction.changes())
     task.close()
-    verdict = _state_rows(_Rows(), app, store, writes, sub, 0)
+    rows = rows if rows is not None else _Rows(out_fields(store_kinds(app)))
+    verdict = _state_rows(rows, app, store, writes, sub, 0)
     with store.new_transaction() as txn:
         for namespace, key, value in writes:
             txn.put(namespace, key, value)
@@ -56,6 +61,40 @@ def test_dedup_index_entries_do_not_count_and_new_ids_are_inserts() -> None:
     assert _batch(app, store, sub, "ids", ["x", "y", "x"], 0) == {"seen": True}
     # "x" again, within the interval: a duplicate, nothing written for it.
     assert _batch(app, store, sub, "ids", ["x", "z"], 3) == {"seen": True}
+
+
+def _state_table(rows: _Rows, kind: str) -> list[dict]:
+    table: pa.Table = rows.table()
+    return [
+        {"store": s, **(t or {})}
+        for s, t in zip(
+            table.column("store").to_pylist(),
+            table.column(state_column(kind)).to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def test_rows_carry_each_store_kinds_typed_columns() -> None:
+    app = _app()
+    assert sorted(name for name, _ in out_fields(store_kinds(app))[-2:]) == [
+        state_column("dedup"),
+        state_column("timestamped_key_value"),
+    ]
+    store = in_memory_store("0_0")
+    rows = _Rows(out_fields(store_kinds(app)))
+    _batch(app, store, _sub(app, "in"), "in", ["a", "b", "a"], 0, rows)
+    assert _state_table(rows, "timestamped_key_value") == [
+        {"store": "counts", "key": '"a"', "value": "2", "ts": 1_002},
+        {"store": "counts", "key": '"b"', "value": "1", "ts": 1_001},
+    ]
+    rows = _Rows(out_fields(store_kinds(app)))
+    _batch(app, store, _sub(app, "ids"), "ids", ["x", "y", "x"], 10, rows)
+    # One row per id (not per index entry), with the first record's timestamp and offset.
+    assert _state_table(rows, "dedup") == [
+        {"store": "seen", "dedup_id": '"x"', "ts": 1_010, "offset": 10},
+        {"store": "seen", "dedup_id": '"y"', "ts": 1_011, "offset": 11},
+    ]
 
 
 def test_a_batch_without_state_rows_has_no_verdict() -> None:

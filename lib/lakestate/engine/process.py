@@ -3,7 +3,8 @@
 Runs the same Task and processors as the test driver against the task's local store, stages
 the resulting transaction beside the store, and returns rows for the driver to commit:
 ``out`` rows (records for sink and repartition topics, in emission order), ``state`` rows
-(the task's state changes, one per changed key, with the store's typed columns) and one
+(the task's state changes, one per changed key, with the store's typed columns in a struct
+column per store kind, so that they reach the Delta table without a JSON round trip) and one
 ``task`` row (offsets reached, stream time, metrics).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +28,7 @@ from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.registry import is_index_only, view_class
-from lakestate.state.serde import json_text
+from lakestate.state.registry import view_class
 from lakestate.state.serde import loads as serde_loads
 
 # The columns of a batch's input rows: the task (sub-topology, partition), which of the
@@ -45,8 +46,9 @@ INPUT_COLUMNS = (
     "headers",
 )
 # One table for every kind of row a task returns: "out" (a record for a sink or repartition
-# topic; pseq numbers it within its topic partition), "state" (a changed store entry) and
-# "task" (offsets reached, stream time, metrics, output counts: JSON in ``info``).
+# topic; pseq numbers it within its topic partition), "state" (a changed store entry; its
+# typed columns in the struct column ``state_column(kind)``) and "task" (offsets reached,
+# stream time, metrics, output counts: JSON in ``info``). Columns a kind does not use are null.
 OUT_FIELDS = (
     ("kind", pa.string()),
     ("sub", pa.int32()),
@@ -62,16 +64,16 @@ OUT_FIELDS = (
     ("store", pa.string()),
     ("raw_key", pa.binary()),
     ("raw_value", pa.binary()),
-    ("row_json", pa.string()),
     ("info", pa.string()),
 )
-OUT_COLUMNS = [name for name, _ in OUT_FIELDS]
-OUT_ARROW_SCHEMA = pa.schema([pa.field(name, type_) for name, type_ in OUT_FIELDS])
-OUT_SCHEMA = (
-    "kind string, sub int, task int, seq long, topic string, partition int, pseq long, "
-    "timestamp long, key string, value string, headers string, store string, "
-    "raw_key binary, raw_value binary, row_json string, info string"
-)
+# The Arrow type of each Spark SQL type that STATE_COLUMNS use.
+_ARROW_TYPES = {
+    "STRING": pa.string(),
+    "BIGINT": pa.int64(),
+    "INT": pa.int32(),
+    "DOUBLE": pa.float64(),
+    "BOOLEAN": pa.bool_(),
+}
 # Decoded keys are reused across the records of a batch (a few thousand keys usually carry
 # most records); only immutable ones, and only this many.
 _KEY_CACHE_LIMIT = 100_000
@@ -81,6 +83,56 @@ CHUNK_RECORDS = 50_000
 _MISSING = object()
 
 _apps: dict[str, App] = {}
+
+
+def state_column(kind: str) -> str:
+    """The out-row column holding a ``kind`` store's typed state-table columns."""
+    return "state_" + re.sub(r"\W", "_", kind)
+
+
+def store_kinds(app: App) -> list[str]:
+    return sorted({store.kind for store in app.topology.stores.values()})
+
+
+def out_fields(kinds: list[str]) -> tuple[tuple[str, pa.DataType], ...]:
+    """The out rows' columns for an app whose stores are of ``kinds``."""
+    typed = []
+    for kind in kinds:
+        fields = []
+        for name, sql_type in view_class(kind).STATE_COLUMNS:
+            arrow_type = _ARROW_TYPES.get(sql_type.upper())
+            if arrow_type is None:
+                raise StreamsException(
+                    f"store kind {kind!r}: state column {name!r} has type {sql_type!r}, "
+                    f"which the engine cannot carry (known: {', '.join(_ARROW_TYPES)})"
+                )
+            fields.append(pa.field(name, arrow_type))
+        typed.append((state_column(kind), pa.struct(fields)))
+    return OUT_FIELDS + tuple(typed)
+
+
+def out_schema(kinds: list[str]) -> str:
+    """``out_fields(kinds)`` as the Spark DDL schema of the batch's processing output."""
+    columns = []
+    for name, type_ in out_fields(kinds):
+        if pa.types.is_struct(type_):
+            inner = ", ".join(f"`{f.name}`: {_ddl_type(f.type)}" for f in type_)
+            columns.append(f"`{name}` struct<{inner}>")
+        else:
+            columns.append(f"`{name}` {_ddl_type(type_)}")
+    return ", ".join(columns)
+
+
+def _ddl_type(type_: pa.DataType) -> str:
+    simple = {
+        pa.string(): "string",
+        pa.binary(): "binary",
+        pa.int64(): "bigint",
+        pa.int32(): "int",
+        pa.float64(): "double",
+        pa.bool_(): "boolean",
+    }
+    return simple[type_]
 
 
 @dataclass(frozen=True)
@@ -191,7 +243,7 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
         task.transaction.set_stream_time(task.stream_time)
         writes = list(task.transaction.changes())
         local.stage(ctx.state_dir, ctx.app_name, task_id, ctx.batch_id, writes, offsets)
-        rows = _Rows()
+        rows = _Rows(out_fields(store_kinds(app)))
         counts = _output_rows(rows, task, sub, partition, ctx)
         task.close()  # its transaction too: the store now reads what it held at the start
         inserts_only = _state_rows(rows, app, store, writes, sub, partition)
@@ -296,7 +348,9 @@ class _Rows:
     """The rows a task returns, gathered by kind as column lists, built into one Arrow
     table (columns a kind does not use are null)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fields: tuple[tuple[str, pa.DataType], ...] = OUT_FIELDS) -> None:
+        self.fields = fields
+        self.schema = pa.schema([pa.field(name, type_) for name, type_ in fields])
         self.parts: list[tuple[int, dict[str, Any]]] = []
 
     def add(self, n: int, **columns: Any) -> None:
@@ -308,7 +362,7 @@ class _Rows:
         tables = []
         for n, columns in self.parts:
             arrays = []
-            for name, type_ in OUT_FIELDS:
+            for name, type_ in self.fields:
                 values = columns.get(name)
                 if values is None:
                     arrays.append(pa.nulls(n, type_))
@@ -316,9 +370,9 @@ class _Rows:
                     arrays.append(pa.array(values, type_))
                 else:
                     arrays.append(pa.repeat(pa.scalar(values, type_), n))
-            tables.append(pa.Table.from_arrays(arrays, schema=OUT_ARROW_SCHEMA))
+            tables.append(pa.Table.from_arrays(arrays, schema=self.schema))
         if not tables:
-            return OUT_ARROW_SCHEMA.empty_table()
+            return self.schema.empty_table()
         return pa.concat_tables(tables)
 
 
@@ -367,39 +421,41 @@ def _state_rows(
     """Add the task's state-table rows; returns, per store with rows, whether every row is
     a key the store did not hold at the batch's start (the Delta table, which holds what
     the store holds then, can take them by an append instead of a MERGE)."""
-    seqs, stores, raw_keys, raw_values, typed = [], [], [], [], []
-    kinds: dict[str, str] = {}
+    per_store: dict[str, tuple[list, list, list, list]] = {}
     inserts_only: dict[str, bool] = {}
+    views: dict[str, tuple[Any, Any]] = {}  # namespace -> (is_index_only or None, changelog_row)
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
             continue
-        kind = kinds.get(namespace)
-        if kind is None:
-            kind = kinds[namespace] = app.topology.stores[namespace].kind
-        if is_index_only(kind, raw_key):
+        view = views.get(namespace)
+        if view is None:
+            cls = view_class(app.topology.stores[namespace].kind)
+            view = views[namespace] = (getattr(cls, "is_index_only", None), cls.changelog_row)
+        index_only, changelog_row = view
+        if index_only is not None and index_only(raw_key):
             continue  # a local-only entry (e.g. a dedup store's time index): no Delta row
         if inserts_only.get(namespace, True):
             inserts_only[namespace] = (
                 raw_value is not None and store.get(namespace, raw_key) is None
             )
+        columns = per_store.get(namespace)
+        if columns is None:
+            columns = per_store[namespace] = ([], [], [], [])
+        seqs, raw_keys, raw_values, typed = columns
         seqs.append(seq)
-        stores.append(namespace)
         raw_keys.append(raw_key)
         raw_values.append(raw_value)
-        typed.append(
-            None
-            if raw_value is None
-            else json_text(view_class(kind).changelog_row(raw_key, raw_value))
+        typed.append(None if raw_value is None else changelog_row(raw_key, raw_value))
+    for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
+        rows.add(
+            len(seqs),
+            kind="state",
+            sub=sub,
+            task=partition,
+            seq=seqs,
+            store=namespace,
+            raw_key=raw_keys,
+            raw_value=raw_values,
+            **{state_column(app.topology.stores[namespace].kind): typed},
         )
-    rows.add(
-        len(seqs),
-        kind="state",
-        sub=sub,
-        task=partition,
-        seq=seqs,
-        store=stores,
-        raw_key=raw_keys,
-        raw_value=raw_values,
-        row_json=typed,
-    )
     return inserts_only

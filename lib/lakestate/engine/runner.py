@@ -36,9 +36,10 @@ from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.plan import BatchPlan, plan_batch
 from lakestate.engine.process import (
     INPUT_COLUMNS,
-    OUT_SCHEMA,
     BatchContext,
+    out_schema,
     process_partition,
+    store_kinds,
 )
 from lakestate.engine.recovery import recover
 from lakestate.engine.routing import route_column
@@ -223,7 +224,7 @@ class _Runner:
         result = (
             self._read(plan)
             .repartition(len(tasks), route_column(tasks))
-            .mapInArrow(_partition_function(ctx), OUT_SCHEMA)
+            .mapInArrow(_partition_function(ctx), out_schema(store_kinds(self.app)))
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:

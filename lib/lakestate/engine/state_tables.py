@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from lakestate.engine.process import state_column
 from lakestate.io import logtable
 from lakestate.state.registry import view_class
 from lakestate.warehouse import Warehouse
@@ -89,8 +90,8 @@ def merge_changes(
     tasks: list[int],
     app: str,
 ) -> None:
-    """Apply one batch's changes (rows: task, raw_key, raw_value, row_json; raw_value null =
-    delete) in one idempotent MERGE."""
+    """Apply one batch's changes (rows: task, raw_key, raw_value and the kind's typed struct
+    column, see ``process.state_column``; raw_value null = delete) in one idempotent MERGE."""
     source, columns = _table_rows(kind, changes, batch_id)
     assignments = {c: F.col(f"s.`{c}`") for c in columns}
     # The task list lets Delta prune to the partitions this batch touched.
@@ -140,11 +141,10 @@ def append_changes(
 def _table_rows(kind: str, changes: DataFrame, batch_id: int) -> tuple[DataFrame, list[str]]:
     """The table's rows for ``changes``, and the table's columns."""
     typed = typed_schema(kind)
+    struct = state_column(kind)
     rows = changes.select(
-        "task", "raw_key", "raw_value", F.from_json("row_json", typed).alias("t")
-    ).select(
         "task",
-        *[F.col(f"t.`{f.name}`").alias(f.name) for f in typed.fields],
+        *[F.col(f"`{struct}`.`{f.name}`").alias(f.name) for f in typed.fields],
         F.lit(batch_id).cast("bigint").alias("batch_id"),
         "raw_key",
         "raw_value",

@@ -6,8 +6,10 @@ text, as in log tables), ``batch_id`` (the batch that last wrote the row) and th
 exact bytes ``raw_key``/``raw_value``, from which the local store is restored. Partitioned
 by task. Change Data Feed is on: a local store that fell behind catches up from it.
 
-Each batch changes a table with one MERGE carrying Delta's txn action (the session confs
-``spark.databricks.delta.write.txnAppId/txnVersion``), so a replayed batch is skipped.
+Each batch changes a table in one commit carrying Delta's txn action, so a replayed batch
+is skipped: an append when every change is a key the table does not hold, else a MERGE (which
+takes the txn through the session confs ``spark.databricks.delta.write.txnAppId/txnVersion``).
+The typed columns reach Spark as one struct column per store kind (``process.state_column``).
 """
 
 from __future__ import annotations

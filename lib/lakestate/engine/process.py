@@ -28,7 +28,7 @@ from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.registry import view_class
+from lakestate.state.registry import index_only_check, view_class
 from lakestate.state.serde import loads as serde_loads
 
 # The columns of a batch's input rows: the task (sub-topology, partition), which of the
@@ -66,7 +66,8 @@ OUT_FIELDS = (
     ("raw_value", pa.binary()),
     ("info", pa.string()),
 )
-# The Arrow type of each Spark SQL type that STATE_COLUMNS use.
+# The Arrow type of each Spark SQL type that STATE_COLUMNS use, and back (binary too, for
+# the out rows' own columns).
 _ARROW_TYPES = {
     "STRING": pa.string(),
     "BIGINT": pa.int64(),
@@ -74,6 +75,7 @@ _ARROW_TYPES = {
     "DOUBLE": pa.float64(),
     "BOOLEAN": pa.bool_(),
 }
+_DDL_TYPES = {arrow: sql.lower() for sql, arrow in _ARROW_TYPES.items()} | {pa.binary(): "binary"}
 # Decoded keys are reused across the records of a batch (a few thousand keys usually carry
 # most records); only immutable ones, and only this many.
 _KEY_CACHE_LIMIT = 100_000
@@ -116,23 +118,11 @@ def out_schema(kinds: list[str]) -> str:
     columns = []
     for name, type_ in out_fields(kinds):
         if pa.types.is_struct(type_):
-            inner = ", ".join(f"`{f.name}`: {_ddl_type(f.type)}" for f in type_)
+            inner = ", ".join(f"`{f.name}`: {_DDL_TYPES[f.type]}" for f in type_)
             columns.append(f"`{name}` struct<{inner}>")
         else:
-            columns.append(f"`{name}` {_ddl_type(type_)}")
+            columns.append(f"`{name}` {_DDL_TYPES[type_]}")
     return ", ".join(columns)
-
-
-def _ddl_type(type_: pa.DataType) -> str:
-    simple = {
-        pa.string(): "string",
-        pa.binary(): "binary",
-        pa.int64(): "bigint",
-        pa.int32(): "int",
-        pa.float64(): "double",
-        pa.bool_(): "boolean",
-    }
-    return simple[type_]
 
 
 @dataclass(frozen=True)
@@ -429,8 +419,8 @@ def _state_rows(
             continue
         view = views.get(namespace)
         if view is None:
-            cls = view_class(app.topology.stores[namespace].kind)
-            view = views[namespace] = (getattr(cls, "is_index_only", None), cls.changelog_row)
+            kind = app.topology.stores[namespace].kind
+            view = views[namespace] = (index_only_check(kind), view_class(kind).changelog_row)
         index_only, changelog_row = view
         if index_only is not None and index_only(raw_key):
             continue  # a local-only entry (e.g. a dedup store's time index): no Delta row

@@ -40,9 +40,15 @@ def view_class(kind: str) -> type:
 # raw_key, raw_value)`` applies a state-table row to a local store, rebuilding those entries.
 
 
+def index_only_check(kind: str) -> Callable[[bytes], bool] | None:
+    """The ``is_index_only`` of a ``kind`` store, None when it keeps no local-only entries
+    (resolved once, for callers that check many entries)."""
+    return getattr(view_class(kind), "is_index_only", None)
+
+
 def is_index_only(kind: str, raw_key: bytes) -> bool:
     """True when the entry ``raw_key`` of a ``kind`` store is local-only: no Delta row."""
-    check = getattr(view_class(kind), "is_index_only", None)
+    check = index_only_check(kind)
     return check is not None and check(raw_key)
 
 

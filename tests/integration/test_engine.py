@@ -69,8 +69,9 @@ def test_engine_matches_driver(spark, warehouse, tmp_path):
             local_state(tmp_path / "state", "counts", task, "counts", "timestamped_key_value")
         )
     assert local == state_rows(spark, warehouse, "counts", "counts")
-    # A batch whose state changes are all keys new to the table appends them; a batch that
-    # changes keys the table holds merges. Each batch writes the table once.
+    # A batch whose state changes are all keys new to the table appends them; one whose
+    # changes are all keys the table holds merges without an insert clause; a mix merges
+    # with one. Each batch writes the table once.
     history = (
         DeltaTable.forPath(spark, warehouse.state_table_path("counts", "counts"))
         .history()
@@ -83,11 +84,32 @@ def test_engine_matches_driver(spark, warehouse, tmp_path):
     assert [json.loads(h["userMetadata"])["batch_id"] for h in history] == result.batches
 
 
+def _state_writes(spark, wh, store: str) -> list[str]:
+    """How each batch wrote the state table: "append", "update" (a MERGE without an insert
+    clause) or "merge"."""
+    history = (
+        DeltaTable.forPath(spark, wh.state_table_path("counts", store))
+        .history()
+        .where("operation IN ('WRITE', 'MERGE')")
+        .orderBy("version")
+        .collect()
+    )
+    return [
+        "append"
+        if h["operation"] == "WRITE"
+        else "merge"
+        if json.loads(h["operationParameters"]["notMatchedPredicates"])
+        else "update"
+        for h in history
+    ]
+
+
 def test_batch_boundaries_do_not_change_results(spark, tmp_path):
     from lakestate.warehouse import Warehouse
 
-    records = events(N, seed=2)
-    outcomes = []
+    # Enough keys that later batches bring new ones beside known ones.
+    records = events(N, keys=40, seed=2)
+    outcomes, writes = [], {}
     for name, max_records in (("one", 10_000), ("many", 6)):
         wh = Warehouse(tmp_path / name)
         produce(spark, wh, "events", records, partitions=2)
@@ -101,9 +123,13 @@ def test_batch_boundaries_do_not_change_results(spark, tmp_path):
                 state_rows(spark, wh, "counts", "sums"),
             )
         )
+        writes[name] = _state_writes(spark, wh, "counts")
     (one_batches, *one), (many_batches, *many) = outcomes
     assert one_batches == 1 and many_batches >= 10
     assert one == many
+    # The same state, whichever way each batch wrote it.
+    assert writes["one"] == ["append"]
+    assert writes["many"][0] == "append" and {"update", "merge"} <= set(writes["many"])
 
 
 def test_repartition_runs_as_a_second_subtopology(spark, warehouse, tmp_path):

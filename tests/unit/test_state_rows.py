@@ -1,6 +1,6 @@
 """The state-table rows a task hands the engine (typed columns in one struct column per
-store kind), and whether a batch may append them (every row a key the store did not hold)
-instead of merging them."""
+store kind), and how a batch may write them: an append (every row a key the store did not
+hold), a MERGE without inserts (every row a key it held) or a full MERGE."""
 
 from __future__ import annotations
 
@@ -8,7 +8,17 @@ from datetime import timedelta
 
 import pyarrow as pa
 from lakestate import App, Deduplicated, Materialized, StreamsBuilder
-from lakestate.engine.process import _Rows, _state_rows, out_fields, state_column, store_kinds
+from lakestate.engine.process import (
+    STATE_APPEND,
+    STATE_MERGE,
+    STATE_UPDATE,
+    _Rows,
+    _state_rows,
+    out_fields,
+    state_column,
+    store_kinds,
+)
+from lakestate.engine.state_tables import write_mode
 from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import TopicPartition
@@ -25,8 +35,8 @@ def _app() -> App:
 def _batch(
     app: App, store, sub: int, topic: str, keys: list[str], start: int, rows: _Rows | None = None
 ) -> dict:
-    """Process one batch of ``keys`` and return the inserts-only verdict of its rows (added
-    to ``rows``); the batch is then committed, as the engine's local apply would."""
+    """Process one batch of ``keys`` and return the write verdict of its rows (added to
+    ``rows``); the batch is then committed, as the engine's local apply would."""
     task = Task(app.topology, sub, 0, store, app.config, app.name)
     for i, key in enumerate(keys):
         task.process(topic, start + i, Record(key, {"n": i}, 1_000 + start + i))
@@ -45,22 +55,49 @@ def _sub(app: App, topic: str) -> int:
     return app.topology.subtopology_for_topic(topic, app.name).id
 
 
-def test_new_keys_only_may_be_appended_and_an_update_must_be_merged() -> None:
+def test_new_keys_are_appended_held_keys_updated_and_a_mix_merged() -> None:
     app = _app()
     store = in_memory_store("0_0")
     sub = _sub(app, "in")
-    assert _batch(app, store, sub, "in", ["a", "b", "a"], 0) == {"counts": True}
-    assert _batch(app, store, sub, "in", ["c", "b"], 3) == {"counts": False}
-    assert _batch(app, store, sub, "in", ["d"], 5) == {"counts": True}
+    assert _batch(app, store, sub, "in", ["a", "b", "a"], 0) == {"counts": STATE_APPEND}
+    assert _batch(app, store, sub, "in", ["c", "b"], 3) == {"counts": STATE_MERGE}
+    assert _batch(app, store, sub, "in", ["d"], 5) == {"counts": STATE_APPEND}
+    assert _batch(app, store, sub, "in", ["a", "d", "a"], 6) == {"counts": STATE_UPDATE}
+
+
+def test_deleting_a_held_key_is_an_update_and_an_unheld_key_gives_no_row() -> None:
+    app = _app()
+    store = in_memory_store("0_0")
+    _batch(app, store, _sub(app, "in"), "in", ["a"], 0)
+    [(held_key, _)] = list(store.iterate("counts"))
+    rows = _Rows(out_fields(store_kinds(app)))
+    writes = [("counts", held_key, None), ("counts", held_key + b"-never-written", None)]
+    assert _state_rows(rows, app, store, writes, 0, 0) == {"counts": STATE_UPDATE}
+    table = rows.table()
+    assert table.column("raw_key").to_pylist() == [held_key]
+    assert table.column("raw_value").to_pylist() == [None]
+    assert table.column(state_column("timestamped_key_value")).to_pylist() == [None]
+    rows = _Rows(out_fields(store_kinds(app)))
+    assert _state_rows(rows, app, store, writes[1:], 0, 0) == {}
+    assert rows.table().num_rows == 0
+
+
+def test_a_store_is_written_the_way_every_task_with_rows_allows() -> None:
+    assert write_mode([]) == write_mode([None, None]) == STATE_APPEND  # an empty append
+    assert write_mode([None, STATE_APPEND, STATE_APPEND]) == STATE_APPEND
+    assert write_mode([STATE_UPDATE, None, STATE_UPDATE]) == STATE_UPDATE
+    assert write_mode([STATE_APPEND, STATE_UPDATE]) == STATE_MERGE
+    assert write_mode([STATE_MERGE, STATE_APPEND]) == STATE_MERGE
+    assert write_mode([STATE_UPDATE, STATE_MERGE]) == STATE_MERGE
 
 
 def test_dedup_index_entries_do_not_count_and_new_ids_are_inserts() -> None:
     app = _app()
     store = in_memory_store("0_0")
     sub = _sub(app, "ids")
-    assert _batch(app, store, sub, "ids", ["x", "y", "x"], 0) == {"seen": True}
+    assert _batch(app, store, sub, "ids", ["x", "y", "x"], 0) == {"seen": STATE_APPEND}
     # "x" again, within the interval: a duplicate, nothing written for it.
-    assert _batch(app, store, sub, "ids", ["x", "z"], 3) == {"seen": True}
+    assert _batch(app, store, sub, "ids", ["x", "z"], 3) == {"seen": STATE_APPEND}
 
 
 def _state_table(rows: _Rows, kind: str) -> list[dict]:

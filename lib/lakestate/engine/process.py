@@ -80,6 +80,14 @@ _DDL_TYPES = {arrow: sql.lower() for sql, arrow in _ARROW_TYPES.items()} | {pa.b
 # most records); only immutable ones, and only this many.
 _KEY_CACHE_LIMIT = 100_000
 _IMMUTABLE = frozenset((str, int, bool, float, type(None)))
+# How a batch writes a store's rows to its Delta table, which holds what the task's store
+# held at the batch's start: APPEND when every row is a key the store did not hold; UPDATE
+# when every row is a key it held (a MERGE without an insert clause, which Delta runs as an
+# inner join of the changes with the table instead of an outer join over all of it);
+# MERGE otherwise.
+STATE_APPEND = "append"
+STATE_UPDATE = "update"
+STATE_MERGE = "merge"
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
 CHUNK_RECORDS = 50_000
 _MISSING = object()
@@ -236,7 +244,7 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
         rows = _Rows(out_fields(store_kinds(app)))
         counts = _output_rows(rows, task, sub, partition, ctx)
         task.close()  # its transaction too: the store now reads what it held at the start
-        inserts_only = _state_rows(rows, app, store, writes, sub, partition)
+        state_writes = _state_rows(rows, app, store, writes, sub, partition)
         info = {
             "outputs": {topic: sum(per.values()) for topic, per in counts.items()},
             "output_partitions": {
@@ -246,7 +254,7 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             "processed": processed,
             "stream_time": task.stream_time,
             "metrics": task.metrics,
-            "state_inserts_only": inserts_only,
+            "state_writes": state_writes,
         }
         rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
     finally:
@@ -407,12 +415,13 @@ def _output_rows(
 
 def _state_rows(
     rows: _Rows, app: App, store: StateStore, writes: list, sub: int, partition: int
-) -> dict[str, bool]:
-    """Add the task's state-table rows; returns, per store with rows, whether every row is
-    a key the store did not hold at the batch's start (the Delta table, which holds what
-    the store holds then, can take them by an append instead of a MERGE)."""
+) -> dict[str, str]:
+    """Add the task's state-table rows; returns, per store with rows, how the batch may
+    write them (STATE_APPEND, STATE_UPDATE or STATE_MERGE), judged against what ``store``
+    (the task's store at the batch's start, which the Delta table holds too) held. Deleting
+    a key the store did not hold changes nothing, so it gives no row."""
     per_store: dict[str, tuple[list, list, list, list]] = {}
-    inserts_only: dict[str, bool] = {}
+    held_keys: dict[str, set[bool]] = {}  # namespace -> whether rows' keys were held
     views: dict[str, tuple[Any, Any]] = {}  # namespace -> (is_index_only or None, changelog_row)
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
@@ -424,13 +433,14 @@ def _state_rows(
         index_only, changelog_row = view
         if index_only is not None and index_only(raw_key):
             continue  # a local-only entry (e.g. a dedup store's time index): no Delta row
-        if inserts_only.get(namespace, True):
-            inserts_only[namespace] = (
-                raw_value is not None and store.get(namespace, raw_key) is None
-            )
+        held = store.get(namespace, raw_key) is not None
+        if raw_value is None and not held:
+            continue
         columns = per_store.get(namespace)
         if columns is None:
             columns = per_store[namespace] = ([], [], [], [])
+            held_keys[namespace] = set()
+        held_keys[namespace].add(held)
         seqs, raw_keys, raw_values, typed = columns
         seqs.append(seq)
         raw_keys.append(raw_key)
@@ -448,4 +458,7 @@ def _state_rows(
             raw_value=raw_values,
             **{state_column(app.topology.stores[namespace].kind): typed},
         )
-    return inserts_only
+    return {
+        namespace: STATE_MERGE if len(held) > 1 else STATE_UPDATE if True in held else STATE_APPEND
+        for namespace, held in held_keys.items()
+    }

@@ -292,7 +292,9 @@ class _Runner:
                     batch_id,
                     tasks,
                     self.app.name,
-                    all(infos[(sub, t)]["state_inserts_only"].get(store, True) for t in tasks),
+                    state_tables.write_mode(
+                        infos[(sub, t)]["state_writes"].get(store) for t in tasks
+                    ),
                 )
                 writes.append((f"after_state:{store}", write))
         _run_all(writes, batch_id)

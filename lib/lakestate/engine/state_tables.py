@@ -7,21 +7,23 @@ exact bytes ``raw_key``/``raw_value``, from which the local store is restored. P
 by task. Change Data Feed is on: a local store that fell behind catches up from it.
 
 Each batch changes a table in one commit carrying Delta's txn action, so a replayed batch
-is skipped: an append when every change is a key the table does not hold, else a MERGE (which
-takes the txn through the session confs ``spark.databricks.delta.write.txnAppId/txnVersion``).
+is skipped: an append when every change is a key the table does not hold, a MERGE without an
+insert clause when every change is a key it holds, else a full MERGE (a MERGE takes the txn
+through the session confs ``spark.databricks.delta.write.txnAppId/txnVersion``).
 The typed columns reach Spark as one struct column per store kind (``process.state_column``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakestate.engine.process import state_column
+from lakestate.engine.process import STATE_APPEND, STATE_MERGE, STATE_UPDATE, state_column
 from lakestate.io import logtable
 from lakestate.state.registry import view_class
 from lakestate.warehouse import Warehouse
@@ -63,6 +65,16 @@ def table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
     return logtable.table_version(spark, warehouse, path)
 
 
+def write_mode(task_modes: Iterable[str | None]) -> str:
+    """How a batch writes a store's table, from each task's verdict on its rows
+    (``process._state_rows``; None for a task without rows): the tasks' common mode, or
+    STATE_MERGE when they differ; STATE_APPEND (an empty append) when no task has rows."""
+    modes = {m for m in task_modes if m is not None}
+    if not modes:
+        return STATE_APPEND
+    return modes.pop() if len(modes) == 1 else STATE_MERGE
+
+
 def write_changes(
     spark: SparkSession,
     path: str,
@@ -71,16 +83,17 @@ def write_changes(
     batch_id: int,
     tasks: list[int],
     app: str,
-    inserts_only: bool,
+    mode: str,
 ) -> None:
-    """Write one batch's changes in one idempotent Delta commit: an append when every change
-    inserts a key the table does not hold (``inserts_only``: the tasks know, their stores
-    hold what the table holds), else a MERGE."""
-    if inserts_only:
+    """Write one batch's changes in one idempotent Delta commit, as ``mode`` says
+    (``write_mode``): an append, a MERGE that only updates and deletes, or a full MERGE."""
+    if mode == STATE_APPEND:
         append_changes(spark, path, kind, changes, batch_id, app)
     else:
         # A session of its own: MERGE takes its txn through session confs.
-        merge_changes(spark.newSession(), path, kind, changes, batch_id, tasks, app)
+        merge_changes(
+            spark.newSession(), path, kind, changes, batch_id, tasks, app, mode != STATE_UPDATE
+        )
 
 
 def merge_changes(
@@ -91,9 +104,12 @@ def merge_changes(
     batch_id: int,
     tasks: list[int],
     app: str,
+    inserts: bool = True,
 ) -> None:
     """Apply one batch's changes (rows: task, raw_key, raw_value and the kind's typed struct
-    column, see ``process.state_column``; raw_value null = delete) in one idempotent MERGE."""
+    column, see ``process.state_column``; raw_value null = delete) in one idempotent MERGE.
+    ``inserts=False``: every change is a key the table holds, so the MERGE has no insert
+    clause (Delta then joins the changes with the table's rows instead of outer-joining)."""
     source, columns = _table_rows(kind, changes, batch_id)
     assignments = {c: F.col(f"s.`{c}`") for c in columns}
     # The task list lets Delta prune to the partitions this batch touched.
@@ -108,15 +124,16 @@ def merge_changes(
     conf.set(TXN_VERSION_CONF, str(batch_id))
     conf.set(USER_METADATA_CONF, _user_metadata(app, batch_id))
     try:
-        (
+        merge = (
             DeltaTable.forPath(spark, path)
             .alias("t")
             .merge(source.alias("s"), condition)
             .whenMatchedDelete("s.raw_value IS NULL")
             .whenMatchedUpdate(set=assignments)
-            .whenNotMatchedInsert("s.raw_value IS NOT NULL", values=assignments)
-            .execute()
         )
+        if inserts:
+            merge = merge.whenNotMatchedInsert("s.raw_value IS NOT NULL", values=assignments)
+        merge.execute()
     finally:
         conf.set(SHUFFLE_PARTITIONS_CONF, shuffle_partitions)
         conf.unset(TXN_APP_CONF)

@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from delta.tables import DeltaTable
 from lakestate import cli
 from lakestate.io import logtable as lt
 from lakestate.io.partitioner import canonical_json, murmur2, partition_for
@@ -158,6 +159,46 @@ def test_offsets_are_dense_per_partition_across_appends(spark, warehouse):
         ("d", {"x": [1, None]}, 13),
         ("g", None, 22),
     ]
+
+
+@pytest.mark.integration
+def test_end_offsets_come_from_the_appends_commits_without_a_scan(spark, warehouse, monkeypatch):
+    scans = []
+    real_scan = lt._scan_end_offsets
+
+    def counting_scan(spark_, path, n):
+        scans.append(path)
+        return real_scan(spark_, path, n)
+
+    def end_offsets_in_a_new_process():
+        lt._ends_cache.clear()
+        return lt.end_offsets(spark, warehouse, "ends")
+
+    monkeypatch.setattr(lt, "_scan_end_offsets", counting_scan)
+    lt.create_topic(spark, warehouse, "ends", 2)
+    path = warehouse.topic_path("ends")
+    assert end_offsets_in_a_new_process() == {0: 0, 1: 0}
+    lt.append_records(spark, warehouse, "ends", [("a", 1, 10, 0), ("b", 2, 11, 1), ("c", 3, 12, 1)])
+    lt.append_records(spark, warehouse, "ends", [("d", 4, 13, 1)])
+    assert end_offsets_in_a_new_process() == {0: 1, 1: 3}
+    newest = DeltaTable.forPath(spark, path).history(1).first()
+    assert json.loads(newest["userMetadata"]) == {lt.ENDS_METADATA_KEY: {"0": 1, "1": 3}}
+    # OPTIMIZE changes no data: the appends' record still holds.
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    assert DeltaTable.forPath(spark, path).history(1).first()["operation"] == "OPTIMIZE"
+    assert end_offsets_in_a_new_process() == {0: 1, 1: 3}
+    assert scans == []
+    # Another writer (plain Spark) records nothing: the offsets are scanned once, and the
+    # next append records them again.
+    spark.createDataFrame([(1, 3, 30, '"x"', "1", None)], lt.LOG_SCHEMA).write.format("delta").mode(
+        "append"
+    ).save(path)
+    assert end_offsets_in_a_new_process() == {0: 1, 1: 4}
+    assert len(scans) == 1
+    assert lt.append_records(spark, warehouse, "ends", [("y", 1, 31, 1)]).ranges == {1: (4, 5)}
+    assert end_offsets_in_a_new_process() == {0: 1, 1: 5}
+    assert len(scans) == 1
+    assert _offsets(spark, warehouse, "ends") == {0: [0], 1: [0, 1, 2, 3, 4]}
 
 
 @pytest.mark.integration

@@ -23,15 +23,19 @@ append replayed with a version already committed for that app id is skipped by D
 Writers that number records themselves (the engine's sinks) do so under ``append_lock``.
 
 End offsets are ``max(offset) + 1`` per partition, so records are never deleted from a log
-table (a partition emptied by a delete would number from 0 again). On a local warehouse the
-partition count and the end offsets are cached in-process, each entry checked against the
-Delta log's files before use (the table version; the identity of its first commit), so
-repeated appends and ``end_offsets`` calls skip their Spark job while nothing changed.
+table (a partition emptied by a delete would number from 0 again). Every append records the
+end offsets it leaves in its commit's metadata (Delta ``commitInfo.userMetadata``, JSON under
+``ENDS_METADATA_KEY``), so that on a local warehouse they are read from the newest commit
+file (past commits that change no data, e.g. OPTIMIZE) instead of by a Spark job that scans
+the whole topic; a commit by another writer that changed data falls back to the scan. The
+partition count and the end offsets are also cached in-process, each entry checked against
+the Delta log's files before use (the table version; the identity of its first commit).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 import zlib
@@ -53,6 +57,7 @@ from lakestate.warehouse import Warehouse
 
 __all__ = [
     "LOG_SCHEMA",
+    "ENDS_METADATA_KEY",
     "PARTITIONS_PROPERTY",
     "AppendResult",
     "LogRecord",
@@ -72,6 +77,10 @@ __all__ = [
 ]
 
 PARTITIONS_PROPERTY = "lakestate.partitions"
+#: The key, in an append's commit metadata (JSON), of the end offsets the append leaves.
+ENDS_METADATA_KEY = "lakestate.end_offsets"
+# Commit files read back, at most, to find the newest recorded end offsets.
+_ENDS_LOOKBACK = 100
 
 LOG_SCHEMA = StructType(
     [
@@ -300,6 +309,17 @@ def _end_offsets(
             cached = _ends_cache.get(path)
         if cached is not None and cached[0] == (identity, seen):
             return dict(cached[1]), seen
+    ends = _recorded_ends(log, seen, num_partitions) if seen is not None else None
+    if ends is None:
+        ends = _scan_end_offsets(spark, path, num_partitions)
+    if seen is not None and _local_version(log) == seen:
+        _remember_ends(path, identity, seen, ends)
+        return ends, seen
+    return ends, None
+
+
+def _scan_end_offsets(spark: SparkSession, path: str, num_partitions: int) -> dict[int, int]:
+    """End offsets by a Spark job over the whole table: ``max(offset) + 1`` per partition."""
     ends = dict.fromkeys(range(num_partitions), 0)
     rows = (
         spark.read.format("delta")
@@ -310,10 +330,40 @@ def _end_offsets(
     )
     for row in rows:
         ends[row["partition"]] = row["last"] + 1
-    if seen is not None and _local_version(log) == seen:
-        _remember_ends(path, identity, seen, ends)
-        return ends, seen
-    return ends, None
+    return ends
+
+
+def _recorded_ends(log: Path, version: int, num_partitions: int) -> dict[int, int] | None:
+    """The end offsets at ``version`` from the commit files alone: those the newest append
+    recorded (``ENDS_METADATA_KEY``) if no later commit changed data, zeros if no commit
+    ever did. None when the files cannot tell (a commit by another writer that changed
+    data, a commit file cleaned up, more than ``_ENDS_LOOKBACK`` commits to read)."""
+    for v in range(version, max(-1, version - _ENDS_LOOKBACK), -1):
+        try:
+            lines = (log / f"{v:020d}.json").read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return None
+        changed_data = False
+        for line in lines:
+            action = json.loads(line) if line.strip() else {}
+            metadata = action.get("commitInfo", {}).get("userMetadata")
+            if metadata:
+                try:
+                    recorded = json.loads(metadata).get(ENDS_METADATA_KEY)
+                except (ValueError, AttributeError):
+                    recorded = None
+                if isinstance(recorded, dict):
+                    return {p: int(recorded.get(str(p), 0)) for p in range(num_partitions)}
+            for kind in ("add", "remove", "cdc"):
+                if kind in action and action[kind].get("dataChange", True):
+                    changed_data = True
+        if changed_data:
+            return None
+    return dict.fromkeys(range(num_partitions), 0) if version < _ENDS_LOOKBACK else None
+
+
+def _ends_metadata(ends: Mapping[int, int]) -> str:
+    return json.dumps({ENDS_METADATA_KEY: {str(p): n for p, n in sorted(ends.items())}})
 
 
 def _remember_ends(
@@ -661,7 +711,13 @@ def append_frame(
         before = seen
         if before is None and txn_app_id is not None:
             before = table_version(spark, warehouse, path)
-        writer = build(dict(ends)).write.format("delta").mode("append")
+        new_ends = {p: ends[p] + counts.get(p, 0) for p in ends}
+        writer = (
+            build(dict(ends))
+            .write.format("delta")
+            .mode("append")
+            .option("userMetadata", _ends_metadata(new_ends))
+        )
         if txn_app_id is not None:
             writer = writer.option("txnAppId", txn_app_id).option("txnVersion", txn_version)
         writer.save(path)
@@ -669,7 +725,6 @@ def append_frame(
         if before is not None and after == before:
             return AppendResult(topic, {}, skipped=True, version=after)
         written = {p: c for p, c in counts.items() if c}
-        new_ends = {p: ends[p] + written.get(p, 0) for p in ends}
         if seen is not None and after == seen + 1:  # the one commit since `seen` is ours
             log = _local_log(warehouse, path)
             identity = _first_commit_identity(log) if log is not None else None

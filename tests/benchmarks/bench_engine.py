@@ -389,6 +389,7 @@ def write_events(
     """Append ``counts[p]`` records to partition p of the log table, offsets from
     ``starts[p]``; keys drawn from the first ``key_pool[p]`` keys of partition p (at random,
     or each in turn with ``sequential``); values ``{"amount":A,"user":KEY}``."""
+    from lakestate.io import logtable
     from pyspark.sql import functions as F
 
     frames = []
@@ -420,7 +421,14 @@ def write_events(
         ).alias("value"),
         F.lit(None).cast("string").alias("headers"),
     )
-    out.repartition(PARTITIONS, "partition").write.format("delta").mode("append").save(topic_path)
+    ends = {p: starts[p] + counts.get(p, 0) for p in starts}
+    (
+        out.repartition(PARTITIONS, "partition")
+        .write.format("delta")
+        .mode("append")
+        .option("userMetadata", logtable.ends_metadata(ends))  # as lakestate's appends do
+        .save(topic_path)
+    )
 
 
 class Topic:

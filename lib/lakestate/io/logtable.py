@@ -63,6 +63,7 @@ __all__ = [
     "LogRecord",
     "append_lock",
     "append_records",
+    "ends_metadata",
     "collect_records",
     "create_topic",
     "decode_json",
@@ -362,7 +363,10 @@ def _recorded_ends(log: Path, version: int, num_partitions: int) -> dict[int, in
     return dict.fromkeys(range(num_partitions), 0) if version < _ENDS_LOOKBACK else None
 
 
-def _ends_metadata(ends: Mapping[int, int]) -> str:
+def ends_metadata(ends: Mapping[int, int]) -> str:
+    """The commit metadata that records ``ends`` (partition -> end offset after the commit):
+    for writers that append to a log table with Spark themselves, as DataFrameWriter option
+    ``userMetadata``, so that readers need not scan the table for its end offsets."""
     return json.dumps({ENDS_METADATA_KEY: {str(p): n for p, n in sorted(ends.items())}})
 
 
@@ -716,7 +720,7 @@ def append_frame(
             build(dict(ends))
             .write.format("delta")
             .mode("append")
-            .option("userMetadata", _ends_metadata(new_ends))
+            .option("userMetadata", ends_metadata(new_ends))
         )
         if txn_app_id is not None:
             writer = writer.option("txnAppId", txn_app_id).option("txnVersion", txn_version)

@@ -216,3 +216,48 @@ def test_log_table_without_key_column_is_rejected_by_name(spark, warehouse, tmp_
     )
     with pytest.raises(StreamsException, match=r"topic 'events'.*key"):
         _run(warehouse, tmp_path / "state")
+
+
+def test_the_batch_log_reads_the_same_from_its_commit_files_as_from_the_table(
+    spark, warehouse, monkeypatch
+):
+    from lakestate.engine.plan import BatchPlan, TaskPlan
+    from lakestate.errors import TaskMigratedException
+
+    path = warehouse.batches_path("logged")
+    batches.ensure_table(spark, path)
+
+    def read():
+        """The log from the commit files alone (no Spark session), checked against the
+        log read from the table with Spark."""
+        fast = batches.read_log(None, path)
+        with monkeypatch.context() as m:
+            m.setattr(batches, "_local_log", lambda _path: None)
+            assert batches.read_log(spark, path) == fast
+        return fast
+
+    assert read() == batches.BatchLog(None, None, None)
+    plan1 = BatchPlan(1, [TaskPlan(0, 0, {"events": (0, 5)}), TaskPlan(0, 1, {"events": (0, 2)})])
+    batches.write_plan(spark, path, plan1, "run-a")
+    log = read()
+    assert log.last_commit is None and log.pending_run_id == "run-a"
+    assert log.pending_plan.to_json() == plan1.to_json()
+    commit1 = batches.CommitRecord(
+        1, "run-a", 1_234, {"events": {0: 5, 1: 2}}, {"0_0": 99}, {"counts": 3}, {"records": 7}
+    )
+    batches.write_commit(spark, path, commit1)
+    assert read() == batches.BatchLog(commit1, None, None)
+    plan2 = BatchPlan(2, [TaskPlan(0, 0, {"events": (5, 9)})])
+    batches.write_plan(spark, path, plan2, "run-b")
+    # Another run planning the same batch is skipped by Delta (txn) and told so.
+    with pytest.raises(TaskMigratedException):
+        batches.write_plan(spark, path, plan2, "run-c")
+    log = read()
+    assert log.last_commit == commit1 and log.pending_run_id == "run-b"
+    assert log.pending_plan.to_json() == plan2.to_json()
+    # A row written without its metadata (another writer): the table is read instead.
+    commit2 = batches.CommitRecord(2, "run-x", 5_678, {"events": {0: 9, 1: 2}})
+    spark.createDataFrame(
+        [(2, "commit", "run-x", 5_678, commit2.payload())], batches.SCHEMA
+    ).write.format("delta").mode("append").save(path)
+    assert batches.read_log(spark, path) == batches.BatchLog(commit2, None, None)

@@ -6,13 +6,20 @@ offsets of every input partition, each task's stream time and the state tables' 
 A plan without a commit row is a batch to replay. Each row is written with Delta's txn
 action (app id per row kind, version = batch id), so a replayed write is skipped and two runs
 cannot both plan the same batch.
+
+Each row's commit also carries the row in its metadata (``userMetadata``, JSON), so on a
+local file system ``read_log`` reads the newest commit files back to the last commit row and
+needs no Spark job; a commit without such a row (another writer, an older lakestate) falls
+back to reading the table.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -33,6 +40,8 @@ SCHEMA = StructType(
     ]
 )
 PLAN_TXN_APP = "lakestate-plan"
+#: The key, in a batch-log commit's metadata (JSON), of the row the commit wrote.
+ROW_METADATA_KEY = "lakestate.batch_log_row"
 COMMIT_TXN_APP = "lakestate-commit"
 
 
@@ -100,25 +109,101 @@ def ensure_table(spark: SparkSession, path: str) -> None:
 
 
 def read_log(spark: SparkSession, path: str) -> BatchLog:
-    table = spark.read.format("delta").load(path)
-    newest = table.agg(F.max("batch_id")).first()[0]
-    if newest is None:
-        return BatchLog(None, None, None)
-    # The newest batch and the one before are all a restart needs.
-    rows = table.where(F.col("batch_id") >= newest - 1).collect()
-    commits = [r for r in rows if r["kind"] == "commit"]
-    last = max(commits, key=lambda r: r["batch_id"], default=None)
-    last_commit = (
-        None
-        if last is None
-        else CommitRecord.parse(last["batch_id"], last["run_id"], last["at_ms"], last["payload"])
-    )
+    """The last commit row and the plan after it, if any."""
+    log = _local_log(path)
+    rows = _rows_from_commits(log) if log is not None else None
+    if rows is None:
+        table = spark.read.format("delta").load(path)
+        newest = table.agg(F.max("batch_id")).first()[0]
+        if newest is None:
+            return BatchLog(None, None, None)
+        # The newest batch and the one before are all a restart needs.
+        rows = [
+            (r["batch_id"], r["kind"], r["run_id"], r["at_ms"], r["payload"])
+            for r in table.where(F.col("batch_id") >= newest - 1).collect()
+        ]
+    commits = [r for r in rows if r[1] == "commit"]
+    last = max(commits, key=lambda r: r[0], default=None)
+    last_commit = None if last is None else CommitRecord.parse(last[0], last[2], last[3], last[4])
     committed = 0 if last_commit is None else last_commit.batch_id
-    plans = [r for r in rows if r["kind"] == "plan" and r["batch_id"] > committed]
-    plan = max(plans, key=lambda r: r["batch_id"], default=None)
+    plans = [r for r in rows if r[1] == "plan" and r[0] > committed]
+    plan = max(plans, key=lambda r: r[0], default=None)
     if plan is None:
         return BatchLog(last_commit, None, None)
-    return BatchLog(last_commit, BatchPlan.from_json(plan["payload"]), plan["run_id"])
+    return BatchLog(last_commit, BatchPlan.from_json(plan[4]), plan[2])
+
+
+def _local_log(path: str) -> Path | None:
+    """The ``_delta_log`` folder of a table on the local file system, else None."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return Path(path.removeprefix("file://")) / "_delta_log"
+
+
+def _versions(log: Path) -> list[int]:
+    """The table's commit versions, newest first (commit files ``<20 digits>.json``)."""
+    try:
+        names = os.listdir(log)
+    except OSError:
+        return []
+    return sorted(
+        (int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()),
+        reverse=True,
+    )
+
+
+def _commit_metadata(log: Path, version: int) -> str | None:
+    """The ``userMetadata`` of a commit, if its file says one."""
+    try:
+        lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        info = (json.loads(line) if line.strip() else {}).get("commitInfo")
+        if info is not None:
+            return info.get("userMetadata")
+    return None
+
+
+def _commit_row(log: Path, version: int) -> tuple | None | bool:
+    """The batch-log row a commit carries in its metadata; None for a commit that changed no
+    data (table creation); False when it cannot tell (no such file, or a commit that changed
+    data without a row)."""
+    try:
+        lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return False
+    changed_data = False
+    for line in lines:
+        action = json.loads(line) if line.strip() else {}
+        metadata = action.get("commitInfo", {}).get("userMetadata")
+        if metadata:
+            try:
+                row = json.loads(metadata).get(ROW_METADATA_KEY)
+            except (ValueError, AttributeError):
+                row = None
+            if isinstance(row, list) and len(row) == len(SCHEMA.fields):
+                return tuple(row)
+        if "add" in action or "remove" in action:
+            changed_data = True
+    return False if changed_data else None
+
+
+def _rows_from_commits(log: Path) -> list[tuple] | None:
+    """The rows of the newest commits back to the last commit row (all rows if there is
+    none), from their metadata; None when a commit cannot tell (read the table instead)."""
+    versions = _versions(log)
+    rows = []
+    for version in versions:
+        row = _commit_row(log, version)
+        if row is False:
+            return None
+        if row is not None:
+            rows.append(row)
+            if row[1] == "commit":
+                return rows
+    # No commit row: every row there is, if the log still starts at version 0.
+    return rows if versions and versions[-1] == 0 else None
 
 
 def history(spark: SparkSession, path: str, limit: int = 20) -> list[CommitRecord]:
@@ -140,7 +225,9 @@ def _append(
     skipped it because the txn version was already committed for ``txn_app`` (another run
     wrote this batch); without, returns True without reading the table's history."""
     df = spark.createDataFrame([row], SCHEMA).coalesce(1)
-    marker = f"{txn_app}:{batch_id}:{row[2]}"
+    # The row itself, for read_log; with the txn app and run id it also tells this write's
+    # commit from any other.
+    marker = json.dumps({"txn": txn_app, ROW_METADATA_KEY: list(row)})
     try:
         (
             df.write.format("delta")
@@ -160,6 +247,10 @@ def _append(
     if not check:
         return True
     # A skipped write leaves no commit: the newest one is then not ours.
+    log = _local_log(path)
+    versions = _versions(log) if log is not None else []
+    if versions:
+        return _commit_metadata(log, versions[0]) == marker
     latest = DeltaTable.forPath(spark, path).history(1).select("userMetadata").first()
     return latest is not None and latest[0] == marker
 

@@ -232,7 +232,7 @@ def test_the_batch_log_reads_the_same_from_its_commit_files_as_from_the_table(
         log read from the table with Spark."""
         fast = batches.read_log(None, path)
         with monkeypatch.context() as m:
-            m.setattr(batches, "_local_log", lambda _path: None)
+            m.setattr(batches.delta_log, "local_log", lambda _path: None)
             assert batches.read_log(spark, path) == fast
         return fast
 

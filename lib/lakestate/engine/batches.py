@@ -16,7 +16,6 @@ back to reading the table.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from lakestate.engine.plan import BatchPlan, Offsets
 from lakestate.errors import TaskMigratedException
+from lakestate.io import delta_log
 
 SCHEMA = StructType(
     [
@@ -110,7 +110,7 @@ def ensure_table(spark: SparkSession, path: str) -> None:
 
 def read_log(spark: SparkSession, path: str) -> BatchLog:
     """The last commit row and the plan after it, if any."""
-    log = _local_log(path)
+    log = delta_log.local_log(path)
     rows = _rows_from_commits(log) if log is not None else None
     if rows is None:
         table = spark.read.format("delta").load(path)
@@ -133,66 +133,23 @@ def read_log(spark: SparkSession, path: str) -> BatchLog:
     return BatchLog(last_commit, BatchPlan.from_json(plan[4]), plan[2])
 
 
-def _local_log(path: str) -> Path | None:
-    """The ``_delta_log`` folder of a table on the local file system, else None."""
-    if "://" in path and not path.startswith("file://"):
-        return None
-    return Path(path.removeprefix("file://")) / "_delta_log"
-
-
-def _versions(log: Path) -> list[int]:
-    """The table's commit versions, newest first (commit files ``<20 digits>.json``)."""
-    try:
-        names = os.listdir(log)
-    except OSError:
-        return []
-    return sorted(
-        (int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()),
-        reverse=True,
-    )
-
-
-def _commit_metadata(log: Path, version: int) -> str | None:
-    """The ``userMetadata`` of a commit, if its file says one."""
-    try:
-        lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        info = (json.loads(line) if line.strip() else {}).get("commitInfo")
-        if info is not None:
-            return info.get("userMetadata")
-    return None
-
-
 def _commit_row(log: Path, version: int) -> tuple | None | bool:
     """The batch-log row a commit carries in its metadata; None for a commit that changed no
     data (table creation); False when it cannot tell (no such file, or a commit that changed
     data without a row)."""
-    try:
-        lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
-    except OSError:
+    commit = delta_log.read_commit(log, version)
+    if commit is None:
         return False
-    changed_data = False
-    for line in lines:
-        action = json.loads(line) if line.strip() else {}
-        metadata = action.get("commitInfo", {}).get("userMetadata")
-        if metadata:
-            try:
-                row = json.loads(metadata).get(ROW_METADATA_KEY)
-            except (ValueError, AttributeError):
-                row = None
-            if isinstance(row, list) and len(row) == len(SCHEMA.fields):
-                return tuple(row)
-        if "add" in action or "remove" in action:
-            changed_data = True
-    return False if changed_data else None
+    row = commit.metadata_value(ROW_METADATA_KEY)
+    if isinstance(row, list) and len(row) == len(SCHEMA.fields):
+        return tuple(row)
+    return False if commit.changes_data else None
 
 
 def _rows_from_commits(log: Path) -> list[tuple] | None:
     """The rows of the newest commits back to the last commit row (all rows if there is
     none), from their metadata; None when a commit cannot tell (read the table instead)."""
-    versions = _versions(log)
+    versions = delta_log.versions(log)
     rows = []
     for version in versions:
         row = _commit_row(log, version)
@@ -247,10 +204,11 @@ def _append(
     if not check:
         return True
     # A skipped write leaves no commit: the newest one is then not ours.
-    log = _local_log(path)
-    versions = _versions(log) if log is not None else []
+    log = delta_log.local_log(path)
+    versions = delta_log.versions(log) if log is not None else []
     if versions:
-        return _commit_metadata(log, versions[0]) == marker
+        newest = delta_log.read_commit(log, versions[0])
+        return newest is not None and newest.user_metadata == marker
     latest = DeltaTable.forPath(spark, path).history(1).select("userMetadata").first()
     return latest is not None and latest[0] == marker
 

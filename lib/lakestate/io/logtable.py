@@ -51,6 +51,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from lakestate.io import delta_log
 from lakestate.io.partitioner import canonical_json, partition_for
 from lakestate.state.serde import loads
 from lakestate.warehouse import Warehouse
@@ -270,18 +271,9 @@ def partitions(spark: SparkSession, warehouse: Warehouse, topic: str) -> int:
 
 
 def _local_version(log: Path) -> int | None:
-    """The latest version of a local table: its highest commit file
-    ``_delta_log/<20-digit version>.json`` (the Delta protocol's names). No Spark job."""
-    try:
-        names = os.listdir(log)
-    except OSError:
-        return None
-    versions = [
-        int(name[:20])
-        for name in names
-        if len(name) == 25 and name.endswith(".json") and name[:20].isdigit()
-    ]
-    return max(versions) if versions else None
+    """The latest version of a local table, from its commit files' names. No Spark job."""
+    found = delta_log.versions(log)
+    return found[0] if found else None
 
 
 def table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
@@ -340,25 +332,13 @@ def _recorded_ends(log: Path, version: int, num_partitions: int) -> dict[int, in
     ever did. None when the files cannot tell (a commit by another writer that changed
     data, a commit file cleaned up, more than ``_ENDS_LOOKBACK`` commits to read)."""
     for v in range(version, max(-1, version - _ENDS_LOOKBACK), -1):
-        try:
-            lines = (log / f"{v:020d}.json").read_text(encoding="utf-8").splitlines()
-        except OSError:
+        commit = delta_log.read_commit(log, v)
+        if commit is None:
             return None
-        changed_data = False
-        for line in lines:
-            action = json.loads(line) if line.strip() else {}
-            metadata = action.get("commitInfo", {}).get("userMetadata")
-            if metadata:
-                try:
-                    recorded = json.loads(metadata).get(ENDS_METADATA_KEY)
-                except (ValueError, AttributeError):
-                    recorded = None
-                if isinstance(recorded, dict):
-                    return {p: int(recorded.get(str(p), 0)) for p in range(num_partitions)}
-            for kind in ("add", "remove", "cdc"):
-                if kind in action and action[kind].get("dataChange", True):
-                    changed_data = True
-        if changed_data:
+        recorded = commit.metadata_value(ENDS_METADATA_KEY)
+        if isinstance(recorded, dict):
+            return {p: int(recorded.get(str(p), 0)) for p in range(num_partitions)}
+        if commit.changes_data:
             return None
     return dict.fromkeys(range(num_partitions), 0) if version < _ENDS_LOOKBACK else None
 

@@ -57,18 +57,18 @@ from lakestate.state.serde import loads
 from lakestate.warehouse import Warehouse
 
 __all__ = [
-    "LOG_SCHEMA",
     "ENDS_METADATA_KEY",
+    "LOG_SCHEMA",
     "PARTITIONS_PROPERTY",
     "AppendResult",
     "LogRecord",
     "append_lock",
     "append_records",
-    "ends_metadata",
     "collect_records",
     "create_topic",
     "decode_json",
     "end_offsets",
+    "ends_metadata",
     "iter_records",
     "partitions",
     "read_range",
@@ -236,7 +236,7 @@ _cache_guard = threading.Lock()
 
 
 def _local_log(warehouse: Warehouse, path: str) -> Path | None:
-    return Path(path.removeprefix("file://")) / "_delta_log" if warehouse.is_local else None
+    return delta_log.local_log(path) if warehouse.is_local else None
 
 
 def _first_commit_identity(log: Path) -> _Identity | None:

@@ -289,6 +289,15 @@ def test_read_range_boundaries(spark, warehouse):
     assert read({1: (0, 1)}) == [(1, 0)]  # other partitions are not read
     df = lt.read_range(spark, warehouse, "r", {0: (0, 2)})
     assert df.columns == ["partition", "offset", "timestamp", "key", "value", "headers"]
+    # Unordered: the same records, and no sort in the plan (the engine orders each task's).
+    unordered = lt.read_range(spark, warehouse, "r", {1: (2, 100), 0: (0, 5)}, ordered=False)
+    assert sorted((r.partition, r.offset) for r in lt.collect_records(unordered)) == [
+        *[(0, o) for o in range(5)],
+        (1, 2),
+    ]
+    assert unordered.columns == df.columns
+    assert "Sort" not in unordered._jdf.queryExecution().executedPlan().toString()
+    assert "Sort" in df._jdf.queryExecution().executedPlan().toString()
     for bad in [{0: (3, 1)}, {0: (-1, 2)}, {0: (0,)}, {-1: (0, 1)}]:
         with pytest.raises(ValueError, match="read_range"):
             lt.read_range(spark, warehouse, "r", bad)

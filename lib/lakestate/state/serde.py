@@ -92,8 +92,9 @@ def loads(text: str) -> Any:
     except orjson.JSONDecodeError:
         # json has its own answer: NaN, 1e400 and lone surrogates are values to it.
         return json.loads(text)
-    # A value without floats holds no integer that orjson turned into a float.
-    if _float_free(value, 0) or _LONG_NUMBER.search(text) is None:
+    # orjson turns only integers of 19+ digits into floats, so a text without such a run
+    # of digits (checked first: a scan in C) or a value without floats reads as json reads.
+    if _LONG_NUMBER.search(text) is None or _float_free(value, 0):
         return value
     return json.loads(text)
 

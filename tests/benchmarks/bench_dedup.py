@@ -42,7 +42,7 @@ What it measures, printed as a table and written to ``tests/benchmarks/results/d
 Memory (RSS of the process tree) and the load average are sampled throughout: other jobs
 on the machine inflate every timing, so the load is printed with the results. Everything
 lives in a temporary directory that is removed at the end (``--keep`` keeps it).
-Helpers (memory sampler, phase timer, vectorized murmur2, table printing) come from
+Helpers (memory sampler, phase timer, table printing) come from
 ``tests/benchmarks/bench_engine.py``.
 """
 
@@ -180,8 +180,8 @@ def make_part(partition: int, n: int, spec: Spec, seed: int) -> Part:
 
 def assign_ids(parts: list[Part]) -> None:
     """Give every partition's fresh ids numbers whose key ``"id-<number>"`` Kafka's
-    partitioner sends to that partition (vectorized murmur2 from bench_engine, spot-checked
-    against ``lakestate.io.partitioner.partition_for``)."""
+    partitioner sends to that partition (``partitions_of_texts``, spot-checked against
+    ``lakestate.io.partitioner.partition_for``)."""
     from lakestate.io.partitioner import partition_for
 
     needed = {p.partition: p.fresh for p in parts}

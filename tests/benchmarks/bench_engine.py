@@ -313,46 +313,11 @@ def breakdown(batch: dict[str, float]) -> dict[str, float]:
 # -- input generation -------------------------------------------------------------------------
 
 
-def murmur2_rows(data: np.ndarray) -> np.ndarray:
-    """Kafka's murmur2 of every row of ``data`` (uint8, shape (n, length)), as uint32."""
-    m = np.uint32(0x5BD1E995)
-    n, length = data.shape
-    h = np.full(n, (0x9747B28C ^ length) & 0xFFFFFFFF, dtype=np.uint32)
-    end = length - length % 4
-    d = data.astype(np.uint32)
-    for i in range(0, end, 4):
-        k = d[:, i] | (d[:, i + 1] << 8) | (d[:, i + 2] << 16) | (d[:, i + 3] << 24)
-        k = k * m
-        k ^= k >> 24
-        k = k * m
-        h = h * m
-        h ^= k
-    rest = length % 4
-    if rest == 3:
-        h ^= d[:, end + 2] << 16
-    if rest >= 2:
-        h ^= d[:, end + 1] << 8
-    if rest >= 1:
-        h ^= d[:, end]
-        h = h * m
-    h ^= h >> 13
-    h = h * m
-    h ^= h >> 15
-    return h
-
-
 def partitions_of(json_keys: list[str], num_partitions: int) -> np.ndarray:
-    """``partition_for`` of every key (given as its canonical JSON text, ASCII), vectorized."""
-    out = np.empty(len(json_keys), dtype=np.int32)
-    by_length: dict[int, list[int]] = {}
-    for i, text in enumerate(json_keys):
-        by_length.setdefault(len(text), []).append(i)
-    for length, rows in by_length.items():
-        idx = np.asarray(rows)
-        raw = "".join(json_keys[i] for i in rows).encode("ascii")
-        data = np.frombuffer(raw, dtype=np.uint8).reshape(len(rows), length)
-        out[idx] = ((murmur2_rows(data) & np.uint32(0x7FFFFFFF)) % num_partitions).astype(np.int32)
-    return out
+    """``partition_for`` of every key (given as its canonical JSON text), vectorized."""
+    from lakestate.io.partitioner import partitions_of_texts
+
+    return np.asarray(partitions_of_texts(json_keys, num_partitions), dtype=np.int32)
 
 
 def write_keymap(spark, path: str, n_keys: int) -> dict[int, int]:

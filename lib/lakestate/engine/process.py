@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from lakestate.app import App, load_app
 from lakestate.engine import local
 from lakestate.errors import ProcessingException, StreamsException
-from lakestate.io.partitioner import partition_of_text
+from lakestate.io.partitioner import partitions_of_texts
 from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
@@ -379,22 +379,28 @@ def _output_rows(
 ) -> dict[str, dict[int, int]]:
     """Add the task's output records; returns their count per topic and partition."""
     counts: dict[str, dict[int, int]] = {}
-    partition_of: dict[tuple[str, str | None], int] = {}
     output = task.pending_output_text()
-    targets, pseqs = [], []
-    for out in output:
-        where = (out.topic, out.key_text)
-        target = partition_of.get(where)
-        if target is None:
-            target = partition_of_text(out.key_text, ctx.topic_partitions[out.topic])
-            if len(partition_of) < _KEY_CACHE_LIMIT:
-                partition_of[where] = target
-        per_topic = counts.get(out.topic)
+    topics = [o.topic for o in output]
+    targets = [0] * len(output)
+    by_topic: dict[str, list[int]] = {}
+    for i, topic in enumerate(topics):
+        rows_of = by_topic.get(topic)
+        if rows_of is None:
+            rows_of = by_topic[topic] = []
+        rows_of.append(i)
+    for topic, rows_of in by_topic.items():
+        found = partitions_of_texts(
+            [output[i].key_text for i in rows_of], ctx.topic_partitions[topic]
+        )
+        for i, target in zip(rows_of, found, strict=True):
+            targets[i] = target
+    pseqs = []
+    for topic, target in zip(topics, targets, strict=True):
+        per_topic = counts.get(topic)
         if per_topic is None:
-            per_topic = counts[out.topic] = {}
+            per_topic = counts[topic] = {}
         pseq = per_topic.get(target, 0)
         per_topic[target] = pseq + 1
-        targets.append(target)
         pseqs.append(pseq)
     rows.add(
         len(output),
@@ -402,7 +408,7 @@ def _output_rows(
         sub=sub,
         task=partition,
         seq=list(range(len(output))),
-        topic=[o.topic for o in output],
+        topic=topics,
         partition=targets,
         pseq=pseqs,
         timestamp=[o.record.timestamp for o in output],

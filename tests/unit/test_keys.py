@@ -233,7 +233,8 @@ def test_unencodable_keys_name_the_type(key: object, message: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "raw", [b"", b"\x09", b"\x03\x00", b"\x05abc", b"\x07\x03", b"\x02\x05", b"\x01\x01"]
+    "raw",
+    [b"", b"\x09", b"\x03\x00", b"\x05abc", b"\x05\xff\x00", b"\x07\x03", b"\x02\x05", b"\x01\x01"],
 )
 def test_malformed_encodings_raise(raw: bytes) -> None:
     with pytest.raises(SerializationException, match="malformed key"):

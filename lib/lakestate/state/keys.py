@@ -134,6 +134,13 @@ _last: tuple[Any, bytes] = (object(), b"")
 
 def decode_key(raw: bytes) -> Any:
     """The key whose encoding is ``raw``; the inverse of ``encode_key``."""
+    if raw[:1] == _STR_TAG and raw.find(b"\x00") == len(raw) - 1:
+        # The commonest key, a str without NUL: its body is all that lies between the tag
+        # and the terminator.
+        try:
+            return raw[1:-1].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError as e:
+            raise SerializationException(f"malformed key encoding {raw!r}: {e}") from e
     try:
         value, pos = _decode(raw, 0)
     except SerializationException:

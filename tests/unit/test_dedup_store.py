@@ -83,6 +83,30 @@ def test_put_get_delete_and_size(store_factory):
     assert s.size() == 1 and list(s.by_time()) == [(20, ("k", 2))]
 
 
+def test_put_many_with_the_held_entries_writes_what_it_writes_after_reading_them(
+    store_factory,
+):
+    def run(pass_held: bool) -> dict[bytes, bytes]:
+        store = store_factory()
+        h = Holder(store)
+        s = h.view()
+        s.put("a", 10, 0, None)
+        s.put("b", 20, 1, None)
+        h.commit()
+        keys = [s.id_key(k) for k in ("a", "b", "c")]
+        held = {k: s.get_by_key(k) for k in keys} if pass_held else None
+        # "a" moves in time (its old index entry goes), "b" keeps its ts, "c" is new.
+        entries = zip(keys, (15, 20, 30), (2, 3, 4), (None,) * 3, strict=True)
+        assert s.put_many(entries, held) == 1
+        h.commit()
+        assert s.size() == 3
+        return raw(store)
+
+    with_held = run(True)
+    assert with_held == run(False)
+    assert TIME_PREFIX + encode_i64_be(10) + encode_key("a") not in with_held
+
+
 def test_layout_of_the_namespace(store_factory):
     store = store_factory()
     h = Holder(store)

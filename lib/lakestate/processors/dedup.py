@@ -89,8 +89,11 @@ class Deduplicate(Processor):
         self.store.ensure_index()
         self.context.metric(STORE_SIZE, self.store.size())
         self._tags: dict[str, int] = {}  # topic -> source_tag(topic)
-        # What the last chunk stores: id key -> (ts, offset, source); the cutoff it purges.
+        # What the last chunk stores: id key -> (ts, offset, source); the entries its ids
+        # held before (read in process_chunk, so put_many need not read them again); the
+        # cutoff it purges.
         self._pending: dict[bytes, tuple[int, int, int]] = {}
+        self._pending_held: dict[bytes, DedupEntry | None] = {}
         self._pending_cutoff: int | None = None
 
     def dedup_id(self, record: Record) -> Any:
@@ -146,7 +149,8 @@ class Deduplicate(Processor):
         source = self._tags.get(chunk.topic)
         if source is None:
             source = self._tags[chunk.topic] = source_tag(chunk.topic)
-        seen: dict[bytes, DedupEntry | None] = {}  # id key -> entry (None: none held)
+        held: dict[bytes, DedupEntry | None] = {}  # id key -> stored entry (None: none)
+        seen: dict[bytes, DedupEntry | None] = {}  # id key -> entry as of this record
         stored: dict[bytes, tuple[int, int, int]] = {}
         dedup_id, output = self.dedup_id, self.output
         out: list[Record] = []
@@ -166,7 +170,7 @@ class Deduplicate(Processor):
             if id_key in seen:
                 entry = seen[id_key]
             else:
-                entry = seen[id_key] = store.get_by_key(id_key)
+                entry = seen[id_key] = held[id_key] = store.get_by_key(id_key)
             timestamp = record.timestamp
             if entry is not None and entry.ts < cutoff:
                 entry = None  # purged by now
@@ -183,7 +187,7 @@ class Deduplicate(Processor):
                 continue
             seen[id_key] = DedupEntry(timestamp, offset, source)
             stored[id_key] = (timestamp, offset, source)
-        self._pending, self._pending_cutoff = stored, cutoff
+        self._pending, self._pending_held, self._pending_cutoff = stored, held, cutoff
         context = self.context
         if out:
             context.metric(RECORDS_FORWARDED, len(out))
@@ -196,8 +200,11 @@ class Deduplicate(Processor):
     def finish_chunk(self) -> None:
         store = self.store
         pending, self._pending = self._pending, {}
+        held, self._pending_held = self._pending_held, {}
         cutoff, self._pending_cutoff = self._pending_cutoff, None
-        added = store.put_many((k, *entry) for k, entry in pending.items()) if pending else 0
+        added = (
+            store.put_many(((k, *entry) for k, entry in pending.items()), held) if pending else 0
+        )
         if cutoff is not None:
             added -= store.purge_expired(cutoff)
         if added:

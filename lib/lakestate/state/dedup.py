@@ -31,7 +31,7 @@ entry left behind by an overwritten or deleted id entry is simply dropped.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 from zlib import crc32
 
@@ -56,6 +56,8 @@ _SIGN = 1 << 63
 _U64 = struct.Struct(">Q")
 # The floor of an index that holds nothing: no valid cutoff passes it.
 _NO_ENTRIES = _I64_MAX
+_NOTHING_HELD: dict[bytes, Any] = {}
+_UNKNOWN = object()  # an id key _put must read
 
 
 class DedupEntry(NamedTuple):
@@ -229,22 +231,27 @@ class DedupStore:
         """``put`` by the stored key that ``get_keyed`` returned."""
         return self.put_many(((id_key, ts, offset, source),))
 
-    def put_many(self, entries: Iterable[tuple[bytes, int, int | None, int | None]]) -> int:
+    def put_many(
+        self,
+        entries: Iterable[tuple[bytes, int, int | None, int | None]],
+        held: Mapping[bytes, DedupEntry | None] | None = None,
+    ) -> int:
         """``put_keyed`` of each (id key, ts, offset, source), the id keys all different, in
-        one write; returns the number of new ids."""
+        one write; returns the number of new ids. ``held``: what ``get_by_key`` returned for
+        some of these id keys, with no write to the store since; they are not read again."""
         txn = self._source()
         name = self.name
         if type(txn) is Transaction:
             floor = txn.hint(name)
             if floor is None:
-                return _put(txn, name, entries)
+                return _put(txn, name, entries, held=held)
             # The writes and the floor they leave, in one call.
             entries = tuple(entries)
-            return _put(txn, name, entries, min([floor, *(e[1] for e in entries)]))
+            return _put(txn, name, entries, min([floor, *(e[1] for e in entries)]), held)
         self._check_writer(txn)
         floor = self._floor(txn)
         entries = tuple(entries)
-        added = _put(txn, name, entries)
+        added = _put(txn, name, entries, held=held)
         if floor is not None:
             self._set_floor(txn, min([floor, *(e[1] for e in entries)]))
         return added
@@ -350,21 +357,27 @@ def _put(
     name: str,
     entries: Iterable[tuple[bytes, int, int | None, int | None]],
     hint: Any = NO_HINT,
+    held: Mapping[bytes, DedupEntry | None] | None = None,
 ) -> int:
     """Set id entries (id key, ts, offset, source; the id keys all different), their index
     entries and the count, in one write; returns the number of new ids. A Transaction
-    writer is left with ``hint`` for the namespace, if given."""
+    writer is left with ``hint`` for the namespace, if given. ``held``: the current
+    entries of some of the id keys (None: none), known to the caller (see put_many)."""
     get = txn.get
+    known = _NOTHING_HELD if held is None else held
     writes: list[tuple[bytes, bytes | None]] = []
     added = 0
     for id_key, ts, offset, source in entries:
         raw_id = id_key[1:]
         index_key = _index_key(ts, raw_id)  # checks ts before anything is written
-        old = get(name, id_key)
+        old = known.get(id_key, _UNKNOWN)
+        if old is _UNKNOWN:
+            raw = get(name, id_key)
+            old = None if raw is None else _decode_entry(raw)
         if old is None:
             added += 1
         else:
-            old_ts = _decode_entry(old).ts
+            old_ts = old.ts
             if old_ts != ts:
                 writes.append((_index_key(old_ts, raw_id), None))
         writes.append((id_key, _encode_entry(ts, offset, source)))

@@ -24,6 +24,7 @@ from lakestate.app import App, load_app
 from lakestate.engine import local
 from lakestate.errors import ProcessingException, StreamsException
 from lakestate.io.partitioner import partitions_of_texts
+from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
@@ -215,7 +216,13 @@ def process_partition(
 
 
 def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
-    """Process the batch's records of one task (all rows share ``sub`` and ``task``)."""
+    """Process the batch's records of one task (all rows share ``sub`` and ``task``), with
+    the cyclic garbage collector paused (see processors/gc_pause.py)."""
+    with cyclic_gc_paused():
+        return _process_task(records, ctx)
+
+
+def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     sub = records.column("sub")[0].as_py()
     partition = records.column("task")[0].as_py()

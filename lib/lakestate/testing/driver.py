@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from lakestate.errors import StreamsException
+from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Task
 from lakestate.records import Record, to_millis
 from lakestate.state.base import StateStore, TopicPartition, isolation_for
@@ -286,7 +287,12 @@ class TopologyTestDriver:
         """``_pipe`` of each (key, value, timestamp, headers). A topology of one straight
         chain of chunk-capable processors takes them as one chunk and one commit, which
         nobody can tell from one commit per record: no other task runs in between and a
-        failing record makes them go one by one."""
+        failing record makes them go one by one. The cyclic garbage collector is paused
+        meanwhile (see processors/gc_pause.py)."""
+        with cyclic_gc_paused():
+            self._pipe_items(topic, items)
+
+    def _pipe_items(self, topic: str, items: list[tuple[Any, Any, Any, Any]]) -> None:
         if not items:
             return
         task = self._task_by_topic.get(topic)

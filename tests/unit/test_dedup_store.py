@@ -400,3 +400,22 @@ def test_put_below_the_floor_lowers_it(store_factory):
     assert [k for k, _ in s.all()] == ["a"]
     assert s.delete("a") == -1
     assert s.purge_expired(11) == 0 and s.size() == 0
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        DedupEntry(0, 0, 0),
+        DedupEntry(-5, None, None),
+        DedupEntry(1_700_000_000_000, 123, source_tag("in")),
+        DedupEntry(2**63 - 1, 2**70, 2**32 - 1),  # an offset beyond 64 bits: json reads it
+        DedupEntry(7, None, 3),
+    ],
+)
+def test_entries_read_back_as_written(entry):
+    from lakestate.state.dedup import _decode_entry, _encode_entry
+
+    raw = _encode_entry(*entry)
+    assert _decode_entry(raw) == entry
+    assert [type(f) for f in _decode_entry(raw)] == [type(f) for f in entry]
+    assert _decode_entry(b"[1, 2, null]") == DedupEntry(1, 2, None)  # any JSON spelling

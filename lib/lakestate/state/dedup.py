@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 from zlib import crc32
 
+import orjson
+
 from lakestate.errors import InvalidStateStoreException
 from lakestate.state.base import NO_HINT, Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
@@ -105,18 +107,20 @@ def _encode_entry(ts: int, offset: int | None, source: int | None) -> bytes:
 
 
 def _decode_entry(raw: bytes) -> DedupEntry:
-    fields = raw[1:-1].split(b",")
-    if len(fields) == 3 and raw[:1] == b"[" and raw[-1:] == b"]":
+    """The entry ``_encode_entry`` wrote: orjson reads the usual ``[int, int|null,
+    int|null]`` (it reads ints of 64 bits exactly; anything else is left to decode_value)."""
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        fields = None
+    if type(fields) is list and len(fields) == 3:
         ts, offset, source = fields
-        if ts.isdigit() or (ts[:1] == b"-" and ts[1:].isdigit()):
-            try:
-                return DedupEntry(
-                    int(ts),
-                    None if offset == b"null" else int(offset),
-                    None if source == b"null" else int(source),
-                )
-            except ValueError:
-                pass
+        if (
+            type(ts) is int
+            and (offset is None or type(offset) is int)
+            and (source is None or type(source) is int)
+        ):
+            return DedupEntry(ts, offset, source)
     ts, offset, source = decode_value(raw)
     return DedupEntry(ts, offset, source)
 

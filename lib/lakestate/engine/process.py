@@ -286,7 +286,7 @@ def _process_records(task: Task, columns: dict[str, list]) -> tuple[dict[str, in
         topic = topics[order[position]]
         if single_topic and task.can_process_chunks(topic):
             rows = order[position : position + _chunk_length(task)]
-            records = [decode(i) for i in rows]
+            records = decode.many(rows)
             chunk_offsets = [offsets[i] for i in rows]
             if task.process_chunk(topic, chunk_offsets, records):
                 reached[topic] = chunk_offsets[-1] + 1
@@ -329,24 +329,39 @@ class _Decoder:
         self.key_cache: dict[str, Any] = {}
 
     def __call__(self, i: int) -> Record:
-        loads = serde_loads
+        return self.many([i])[0]
+
+    def many(self, rows: list[int]) -> list[Record]:
+        """The records of rows ``rows``, in that order."""
+        loads, cache, missing = serde_loads, self.key_cache, _MISSING
+        keys, values, headers, timestamps = self.keys, self.values, self.headers, self.timestamps
+        records = []
+        append = records.append
+        i = -1
         try:
-            key_text = self.keys[i]
-            if key_text is None:
-                key = None
-            else:
-                key = self.key_cache.get(key_text, _MISSING)
-                if key is _MISSING:
-                    key = loads(key_text)
-                    if type(key) in _IMMUTABLE and len(self.key_cache) < _KEY_CACHE_LIMIT:
-                        self.key_cache[key_text] = key
-            value_text = self.values[i]
-            value = None if value_text is None else loads(value_text)
-            header_text = self.headers[i]
-            header = None if header_text is None else loads(header_text)
+            for i in rows:
+                key_text = keys[i]
+                if key_text is None:
+                    key = None
+                else:
+                    key = cache.get(key_text, missing)
+                    if key is missing:
+                        key = loads(key_text)
+                        if type(key) in _IMMUTABLE and len(cache) < _KEY_CACHE_LIMIT:
+                            cache[key_text] = key
+                value_text = values[i]
+                header_text = headers[i]
+                append(
+                    Record(
+                        key,
+                        None if value_text is None else loads(value_text),
+                        timestamps[i],
+                        None if header_text is None else loads(header_text),
+                    )
+                )
         except (TypeError, ValueError):
             raise _bad_json(self.columns, i) from None
-        return Record(key, value, self.timestamps[i], header)
+        return records
 
 
 class _Rows:

@@ -12,6 +12,8 @@ import os
 import pickle
 import shutil
 from collections.abc import Mapping
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition, Write
@@ -94,8 +96,9 @@ def apply_staged(
     with open(path, "rb") as f:
         staged = pickle.load(f)
     with store.new_transaction() as txn:
-        for namespace, key, value in staged["writes"]:
-            txn.put(namespace, key, value)
+        # The writes come by namespace (Transaction.changes): one put_all per namespace.
+        for namespace, writes in groupby(staged["writes"], key=itemgetter(0)):
+            txn.put_all(namespace, ((key, value) for _, key, value in writes))
         namespace, key, value = batch_marker(batch_id)
         txn.put(namespace, key, value)
         txn.commit(staged["offsets"])

@@ -21,7 +21,8 @@ What it measures, printed as a table and written to ``tests/benchmarks/results/d
 
 1. **Driver**: records/s of the app through ``lakestate.testing.TopologyTestDriver``
    (in-memory backend) on 200k records piped as one list (``pipe_record_list``; target >=
-   300k records/s), and piped one ``pipe_input`` call at a time; the output checked
+   300k records/s), and piped one ``pipe_input`` call at a time; the same list through a
+   pass-through topology (``stream -> to``, no operator: the driver's own cost); the output checked
    against a reference implementation of the KIP-655 semantics, and a cProfile of the
    driver per record (top functions by own time, lakestate functions by cumulative time).
    Also the engine's worker function (``process_task``, RocksDB store, one task, no Spark)
@@ -344,12 +345,15 @@ def run_driver(
     stamps: list,
     profile: cProfile.Profile | None = None,
     one_by_one: bool = False,
+    topology: Any = None,
 ):
     """Pipes the records through TopologyTestDriver: as one list (``pipe_record_list``, the
-    TestRecords built before the clock starts) or one ``pipe_input`` call per record."""
+    TestRecords built before the clock starts) or one ``pipe_input`` call per record; through
+    the app's topology, or ``topology`` (same input and output topics)."""
     from lakestate.testing import TestRecord, TopologyTestDriver
 
-    with TopologyTestDriver(APP.app.topology, {"application.id": APP.app.name}) as driver:
+    topology = APP.app.topology if topology is None else topology
+    with TopologyTestDriver(topology, {"application.id": APP.app.name}) as driver:
         topic = driver.create_input_topic(APP.INPUT_TOPIC)
         records = (
             None
@@ -408,6 +412,19 @@ def measure_driver(args: argparse.Namespace) -> dict[str, Any]:
         "same_as_list": one_outputs == outputs and one_metrics == metrics,
     }
     log(f"driver, pipe_input per record: {result['one_by_one']['records_per_s']:,} records/s")
+    # The driver's own cost, no operator: the same list through stream -> to.
+    import lakestate as ls
+
+    builder = ls.StreamsBuilder()
+    builder.stream(APP.INPUT_TOPIC).to(APP.OUTPUT_TOPIC)
+    pass_s, pass_outputs, _ = run_driver(keys, values, stamps, topology=builder.build())
+    result["passthrough"] = {
+        "seconds": round(pass_s, 3),
+        "records_per_s": round(part.n / pass_s),
+        "us_per_record": round(pass_s / part.n * 1e6, 2),
+        "outputs": pass_outputs,
+    }
+    log(f"driver, pass-through (no operator): {result['passthrough']['records_per_s']:,} records/s")
     n = min(args.profile_records, part.n)
     log(f"driver: cProfile on {n:,} records")
     profile = cProfile.Profile()
@@ -954,6 +971,15 @@ def report(r: dict[str, Any]) -> None:
                 ("  driver records/s, one pipe_input per record", f"{one['records_per_s']:,}", ""),
                 ("  same output and metrics as the list", str(one["same_as_list"]), "True"),
             ]
+        passthrough = d.get("passthrough")
+        if passthrough:
+            rows.append(
+                (
+                    "  driver records/s, pass-through (stream -> to, no operator)",
+                    f"{passthrough['records_per_s']:,}",
+                    f"({passthrough['us_per_record']} us/record)",
+                )
+            )
     w = r.get("worker")
     if w:
         rows.append(

@@ -22,7 +22,8 @@ What it measures, printed as a table and written to ``tests/benchmarks/results/d
 1. **Driver**: records/s of the app through ``lakestate.testing.TopologyTestDriver``
    (in-memory backend) on 200k records piped as one list (``pipe_record_list``; target >=
    300k records/s), and piped one ``pipe_input`` call at a time; the same list through a
-   pass-through topology (``stream -> to``, no operator: the driver's own cost); the output checked
+   pass-through topology (``stream -> to``, no operator: the driver's own cost), and a bare
+   Python loop of the least work per record (``bare_loop``); the output checked
    against a reference implementation of the KIP-655 semantics, and a cProfile of the
    driver per record (top functions by own time, lakestate functions by cumulative time).
    Also the engine's worker function (``process_task``, RocksDB store, one task, no Spark)
@@ -376,6 +377,44 @@ def run_driver(
         return seconds, len(out), driver.metrics()
 
 
+def bare_loop(keys: list, values: list, stamps: list) -> tuple[float, int]:
+    """The least per-record work of the driver's job, as one plain Python loop with the
+    cyclic collector off: TestRecords in and out, a dict of id -> ts and a heap of (ts, id)
+    for the store and its time index (no transaction, no purge), the key and value encoded
+    as the sink must. What it forwards is not checked (the driver's output is)."""
+    import gc
+    import heapq
+
+    import orjson
+    from lakestate.records import Record
+    from lakestate.testing import TestRecord
+
+    encode_key = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+    records = [TestRecord(k, v, ts) for k, v, ts in zip(keys, values, stamps, strict=True)]
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        held: dict[Any, int] = {}
+        index: list[tuple[int, Any]] = []
+        out = []
+        stream_time = 0
+        for r in records:
+            key, value, ts = r.key, r.value, r.timestamp
+            stream_time = max(stream_time, ts)
+            seen = held.get(key)
+            if seen is not None and abs(seen - ts) <= INTERVAL_MS:
+                continue
+            record = Record(key, value, ts, None)
+            encode_key(key), orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            if ts >= stream_time - INTERVAL_MS:
+                held[key] = ts
+                heapq.heappush(index, (ts, key))
+            out.append(TestRecord(record.key, record.value, record.timestamp, None))
+        return time.perf_counter() - started, len(out)
+    finally:
+        gc.enable()
+
+
 def per_record(rows: list[dict[str, Any]], records: int) -> list[dict[str, Any]]:
     for row in rows:
         for key in ("tottime_s", "cumtime_s"):
@@ -425,6 +464,14 @@ def measure_driver(args: argparse.Namespace) -> dict[str, Any]:
         "outputs": pass_outputs,
     }
     log(f"driver, pass-through (no operator): {result['passthrough']['records_per_s']:,} records/s")
+    bare_s, bare_outputs = bare_loop(keys, values, stamps)
+    result["bare_loop"] = {
+        "seconds": round(bare_s, 3),
+        "records_per_s": round(part.n / bare_s),
+        "us_per_record": round(bare_s / part.n * 1e6, 2),
+        "outputs": bare_outputs,
+    }
+    log(f"driver floor, a bare Python loop: {result['bare_loop']['records_per_s']:,} records/s")
     n = min(args.profile_records, part.n)
     log(f"driver: cProfile on {n:,} records")
     profile = cProfile.Profile()
@@ -971,6 +1018,15 @@ def report(r: dict[str, Any]) -> None:
                 ("  driver records/s, one pipe_input per record", f"{one['records_per_s']:,}", ""),
                 ("  same output and metrics as the list", str(one["same_as_list"]), "True"),
             ]
+        bare = d.get("bare_loop")
+        if bare:
+            rows.append(
+                (
+                    "  a bare Python loop of the least per-record work (see bare_loop)",
+                    f"{bare['records_per_s']:,}",
+                    f"({bare['us_per_record']} us/record)",
+                )
+            )
         passthrough = d.get("passthrough")
         if passthrough:
             rows.append(

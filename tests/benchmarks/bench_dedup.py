@@ -377,6 +377,14 @@ def run_driver(
         return seconds, len(out), driver.metrics()
 
 
+def _rate(seconds: float, records: int) -> dict[str, Any]:
+    return {
+        "seconds": round(seconds, 3),
+        "records_per_s": round(records / seconds),
+        "us_per_record": round(seconds / records * 1e6, 2),
+    }
+
+
 def bare_loop(keys: list, values: list, stamps: list) -> tuple[float, int]:
     """The least per-record work of the driver's job, as one plain Python loop with the
     cyclic collector off: TestRecords in and out, a dict of id -> ts and a heap of (ts, id)
@@ -445,9 +453,7 @@ def measure_driver(args: argparse.Namespace) -> dict[str, Any]:
     log(f"driver: {result['records_per_s']:,} records/s ({result['us_per_record']} us/record)")
     one_s, one_outputs, one_metrics = run_driver(keys, values, stamps, one_by_one=True)
     result["one_by_one"] = {
-        "seconds": round(one_s, 3),
-        "records_per_s": round(part.n / one_s),
-        "us_per_record": round(one_s / part.n * 1e6, 2),
+        **_rate(one_s, part.n),
         "same_as_list": one_outputs == outputs and one_metrics == metrics,
     }
     log(f"driver, pipe_input per record: {result['one_by_one']['records_per_s']:,} records/s")
@@ -457,20 +463,10 @@ def measure_driver(args: argparse.Namespace) -> dict[str, Any]:
     builder = ls.StreamsBuilder()
     builder.stream(APP.INPUT_TOPIC).to(APP.OUTPUT_TOPIC)
     pass_s, pass_outputs, _ = run_driver(keys, values, stamps, topology=builder.build())
-    result["passthrough"] = {
-        "seconds": round(pass_s, 3),
-        "records_per_s": round(part.n / pass_s),
-        "us_per_record": round(pass_s / part.n * 1e6, 2),
-        "outputs": pass_outputs,
-    }
+    result["passthrough"] = {**_rate(pass_s, part.n), "outputs": pass_outputs}
     log(f"driver, pass-through (no operator): {result['passthrough']['records_per_s']:,} records/s")
     bare_s, bare_outputs = bare_loop(keys, values, stamps)
-    result["bare_loop"] = {
-        "seconds": round(bare_s, 3),
-        "records_per_s": round(part.n / bare_s),
-        "us_per_record": round(bare_s / part.n * 1e6, 2),
-        "outputs": bare_outputs,
-    }
+    result["bare_loop"] = {**_rate(bare_s, part.n), "outputs": bare_outputs}
     log(f"driver floor, a bare Python loop: {result['bare_loop']['records_per_s']:,} records/s")
     n = min(args.profile_records, part.n)
     log(f"driver: cProfile on {n:,} records")

@@ -20,9 +20,10 @@ __all__ = ["cyclic_gc_paused"]
 
 @contextmanager
 def cyclic_gc_paused() -> Iterator[None]:
-    """Run the block with the cyclic garbage collector paused, as it was before after it.
-    Nested blocks leave it to the outermost one; a collector paused by someone else stays
-    paused."""
+    """Run the block with the cyclic garbage collector paused, and enable it again after
+    the block only if it was enabled before (so nested blocks, and a pause of someone
+    else's, are left alone). The collector is one per process: another thread's block
+    ending early only lets collections resume sooner."""
     if not gc.isenabled():
         yield
         return

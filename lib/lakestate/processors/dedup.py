@@ -136,7 +136,8 @@ class Deduplicate(Processor):
         if timestamp < cutoff:
             context.metric(LATE_RECORDS_FORWARDED)
             return
-        if store.put_keyed(id_key, timestamp, offset, source):
+        # The entry just read is what the id holds: put_many need not read it again.
+        if store.put_many(((id_key, timestamp, offset, source),), {id_key: entry}):
             context.metric(STORE_SIZE, 1)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:

@@ -110,19 +110,18 @@ class Warehouse:
         """The folder of app ``app`` (its state tables, offsets, batch history)."""
         return self._join("apps", validate_name("app", app))
 
-    def state_dir(self, app: str) -> str:
-        return self._join("apps", validate_name("app", app), "state")
+    def changelog_path(self, app: str, store: str) -> str:
+        """The changelog table of store ``store`` of app ``app``."""
+        return self._join(
+            "apps", validate_name("app", app), "changelog", validate_name("store", store)
+        )
 
-    def state_table_path(self, app: str, store: str) -> str:
-        """The Delta table of store ``store`` of app ``app``."""
-        return self._join("apps", validate_name("app", app), "state", validate_name("store", store))
+    def progress_path(self, app: str) -> str:
+        """The app's progress table: a row per task per batch (written by the engine)."""
+        return self._join("apps", validate_name("app", app), "_progress")
 
-    def offsets_path(self, app: str) -> str:
-        """The app's committed-offsets table (written by the engine)."""
-        return self._join("apps", validate_name("app", app), "_offsets")
-
-    def batches_path(self, app: str) -> str:
-        """The app's batch-history table (written by the engine)."""
+    def old_format_path(self, app: str) -> str:
+        """The batch log of lakestate's first state format (MERGE-based state tables)."""
         return self._join("apps", validate_name("app", app), "_batches")
 
     def list_apps(self) -> list[str]:
@@ -133,13 +132,13 @@ class Warehouse:
         return sorted(p.name for p in base.iterdir() if p.is_dir())
 
     def list_state_tables(self, app: str | None = None) -> list[StateTable]:
-        """The state tables (``<app>/state/<store>`` holding a ``_delta_log``), sorted by
-        app then store; only ``app``'s when given."""
+        """The changelog tables (``<app>/changelog/<store>`` holding a ``_delta_log``),
+        sorted by app then store; only ``app``'s when given."""
         apps = [validate_name("app", app)] if app is not None else self.list_apps()
         base = self._local_root() / "apps"
         found: list[StateTable] = []
         for name in apps:
-            state = base / name / "state"
+            state = base / name / "changelog"
             if not state.is_dir():
                 continue
             for store in sorted(state.iterdir()):

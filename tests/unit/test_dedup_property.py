@@ -28,7 +28,7 @@ from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.state.base import TopicPartition
 from lakestate.state.memory import in_memory_store
-from lakestate.state.registry import is_index_only, restore_entry
+from lakestate.state.registry import restore_entry, view_class
 from lakestate.testing.driver import TestRecord, TopologyTestDriver
 
 BACKENDS = {"memory": {}, "rocksdb": {"lakestate.state.backend": "rocksdb"}}
@@ -163,7 +163,7 @@ def _run(task, records, first_offset):
 def _rows(store):
     """The state-table rows of each dedup store (what Delta holds): its id entries."""
     return {
-        name: {k: v for k, v in store.iterate(name) if not is_index_only("dedup", k)}
+        name: {k: v for k, v in store.iterate(name) if not view_class("dedup").is_index_only(k)}
         for name in STORES
     }
 

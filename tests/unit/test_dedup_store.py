@@ -16,7 +16,7 @@ from lakestate.state.dedup import (
     source_tag,
 )
 from lakestate.state.keys import encode_i64_be, encode_key
-from lakestate.state.registry import is_index_only, restore_entry
+from lakestate.state.registry import restore_entry, view_class
 from lakestate.state.serde import decode_value
 from state_backends import BACKENDS, store_factories
 
@@ -186,7 +186,7 @@ def test_state_table_rows_are_id_entries_only(store_factory):
     rows = []
     for raw_key, raw_value in store.iterate(NAME):
         row = DedupStore.changelog_row(raw_key, raw_value)
-        assert (row is None) == is_index_only("dedup", raw_key)
+        assert (row is None) == view_class("dedup").is_index_only(raw_key)
         if row is not None:
             rows.append(row)
     assert rows == [
@@ -194,7 +194,7 @@ def test_state_table_rows_are_id_entries_only(store_factory):
         {"dedup_id": '["k","x"]', "ts": 14, "offset": 0},
         {"dedup_id": '{"order":1}', "ts": 12, "offset": None},
     ]
-    assert not is_index_only("timestamped_key_value", TIME_PREFIX)
+    assert not view_class("timestamped_key_value").is_index_only(TIME_PREFIX)
 
 
 def _fill(h: Holder, entries) -> None:
@@ -206,7 +206,7 @@ def _fill(h: Holder, entries) -> None:
 
 def _rows(store) -> dict[bytes, bytes]:
     """What the Delta state table holds for the store: its id entries."""
-    return {k: v for k, v in store.iterate(NAME) if not is_index_only("dedup", k)}
+    return {k: v for k, v in store.iterate(NAME) if not view_class("dedup").is_index_only(k)}
 
 
 def test_restore_from_rows_rebuilds_index_and_size(store_factory):

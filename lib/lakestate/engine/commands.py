@@ -23,6 +23,18 @@ def run_args(p: argparse.ArgumentParser) -> None:
         "--until-caught-up", action="store_true", help="run batches until every input is processed"
     )
     p.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="start no new batch after this many seconds",
+    )
+    p.add_argument(
+        "--tasks",
+        metavar="LIST",
+        help="the tasks this run owns, e.g. 0_0,0_1 (default: all; runs of disjoint task "
+        "sets may run side by side, each with its own --state-dir)",
+    )
+    p.add_argument(
         "--state-dir",
         metavar="DIR",
         help="local state directory (default: env LAKESTATE_STATE_DIR, else ./state)",
@@ -39,6 +51,8 @@ def run(args: argparse.Namespace, ctx) -> int:
         max_batches=args.max_batches,
         max_records=args.max_records,
         until_caught_up=args.until_caught_up,
+        time_budget_s=args.time_budget,
+        tasks=args.tasks.split(",") if args.tasks else None,
         master=ctx.master,
         say=ctx.print,
     )
@@ -55,7 +69,8 @@ def sql_args(p: argparse.ArgumentParser) -> None:
         "--batch",
         type=int,
         metavar="N",
-        help="read state tables as of committed batch N (default: the last)",
+        help="read the stores of the app the query names as of its batch N (default: the "
+        "last complete batch of each task)",
     )
     p.add_argument("--limit", type=int, default=1000, help="rows to print (default 1000)")
 
@@ -85,16 +100,16 @@ def status(args: argparse.Namespace, ctx) -> int:
         from lakestate.app import load_app
 
         name = load_app(name).name
-    commit, rows = app_status(ctx.spark, ctx.warehouse, name, state_dir_of(args.state_dir))
-    if commit is None:
+    pin, rows = app_status(ctx.spark, ctx.warehouse, name, state_dir_of(args.state_dir))
+    if not pin.rows:
         ctx.print(f"app {name}: no committed batch yet")
         return 0
+    newest = max(pin.rows.values(), key=lambda r: r.at_ms)
     ctx.print(
-        f"app {name}: last batch {commit.batch_id} committed at "
-        f"{format_time(commit.at_ms)} UTC ({commit.stats.get('records', 0)} records, "
-        f"{commit.stats.get('seconds', 0)}s)"
+        f"app {name}: last batch committed at {format_time(newest.at_ms)} UTC "
+        f"(task {newest.task}, batch {newest.batch_id}, {newest.records} records)"
     )
-    header = ("task", "topic", "partition", "committed", "end", "lag", "stream time", "local")
+    header = ("task", "batch", "topic", "partition", "committed", "end", "lag", "stream time", "local")
     ctx.print("\t".join(header))
     for r in rows:
         ctx.print(
@@ -102,6 +117,7 @@ def status(args: argparse.Namespace, ctx) -> int:
                 str(v)
                 for v in (
                     r.task,
+                    r.batch_id,
                     r.topic,
                     r.partition,
                     r.committed_offset,
@@ -112,12 +128,11 @@ def status(args: argparse.Namespace, ctx) -> int:
                 )
             )
         )
-    tasks = commit.stats.get("tasks", {})
-    if any(tasks.values()):
-        ctx.print(f"metrics of the tasks in batch {commit.batch_id}:")
-        for task, values in sorted(tasks.items()):
-            shown = ", ".join(f"{k}={v:g}" for k, v in sorted(values.items()))
-            ctx.print(f"  {task}: {shown}")
+    if any(r.metrics for r in pin.rows.values()):
+        ctx.print("metrics of each task's last batch:")
+        for task, row in sorted(pin.rows.items()):
+            shown = ", ".join(f"{k}={v:g}" for k, v in sorted(row.metrics.items()))
+            ctx.print(f"  {task} (batch {row.batch_id}): {shown}")
     return 0
 
 
@@ -168,7 +183,10 @@ def demo(args: argparse.Namespace, ctx) -> int:
         )
     text = log_path.read_text()
     for line in text.splitlines():
-        found = re.search(r"batch \d+: \d+ records, \d+ output records, [\d.]+s|caught up at batch \d+.*?input", line)
+        found = re.search(
+            r"batch [\d_:, ]+: \d+ records, \d+ output records, [\d.]+s|caught up: no new input",
+            line,
+        )
         if found:
             ctx.print(f"  {found.group(0)}")
     if proc.returncode != 0 or "state=success" not in text:

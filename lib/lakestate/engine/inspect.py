@@ -1,69 +1,154 @@
-"""What users ask of a warehouse: SQL over every log and state table, and an app's status."""
+"""What users ask of a warehouse: SQL over every topic and store, and an app's status.
+
+A store's SQL view is its current state: per task and key, the changelog row with the
+highest ``batch_id`` up to the task's pinned batch, tombstones removed. All stores of an app
+are pinned together: each task at its last complete batch (or at ``batch`` when given, if
+it got that far). The raw changelog is registered beside it (``<app>__<store>__changelog``),
+read at the same table version, so both answer the same until they are registered again.
+"""
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 
-from lakestate.engine import batches, local
-from lakestate.io import logtable
-from lakestate.state.base import IsolationLevel
+from lakestate.engine import local, progress
+from lakestate.engine.recovery import is_complete
+from lakestate.io import delta_commits, logtable
+from lakestate.state.base import IsolationLevel, TopicPartition
+from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
+
+CHANGELOG_SUFFIX = "__changelog"
 
 
 def view_name(name: str) -> str:
-    """The SQL name of a table: ``-`` becomes ``_`` so names need no quoting
+    """The SQL name of a table: ``-`` and ``.`` become ``_`` so names need no quoting
     (topic ``event-counts`` is ``event_counts``; store ``counts`` of app ``demo`` is
     ``demo__counts``)."""
     return name.replace("-", "_").replace(".", "_")
 
 
-def register_views(
-    spark: SparkSession, warehouse: Warehouse, batch: int | None = None
-) -> dict[str, str]:
-    """Register every log table (by topic) and state table (``<app>__<store>``) as a view.
+@dataclass(frozen=True)
+class AppPin:
+    """The batch each task of an app is read at, and each task's last progress row."""
 
-    State tables of an app are pinned to one committed batch (the last one, or ``batch``),
-    so a query over several stores sees them as of the same batch. Returns view -> path.
-    """
+    batches: dict[TaskId, int]
+    rows: dict[TaskId, progress.TaskProgress]
+
+
+def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
+    """Each task at its last complete batch, or at ``batch`` if it is further."""
+    path = warehouse.progress_path(app)
+    if not delta_commits.table_exists(path):
+        return AppPin({}, {})
+    history = progress.read(path)
+    batches: dict[TaskId, int] = {}
+    rows: dict[TaskId, progress.TaskProgress] = {}
+    for task, found in history.rows.items():
+        complete = next((r for r in found if is_complete(app, r)), None)
+        if complete is None:
+            continue
+        rows[task] = complete
+        batches[task] = complete.batch_id if batch is None else min(batch, complete.batch_id)
+    if batch is not None and batches and max(r.batch_id for r in rows.values()) < batch:
+        raise ValueError(
+            f"app {app} has no committed batch {batch} (its tasks are at "
+            + ", ".join(f"{t}: {b}" for t, b in sorted(batches.items()))
+            + ")"
+        )
+    return AppPin(batches, rows)
+
+
+def _pin_expression(pin: AppPin, changelog_path: str) -> str:
+    """SQL: the batch a changelog row's task is pinned at (-1: none)."""
+    subs = {t.subtopology for t, r in pin.rows.items() if changelog_path in r.tables}
+    cases = [
+        f"WHEN {t.partition} THEN {b}"
+        for t, b in sorted(pin.batches.items())
+        if t.subtopology in subs
+    ]
+    return f"CASE task {' '.join(cases)} ELSE -1 END" if cases else "-1"
+
+
+def state_frame(
+    spark: SparkSession, warehouse: Warehouse, app: str, store: str, batch: int | None = None
+) -> DataFrame:
+    """A store's current state as a DataFrame (pinned as ``register_views`` pins it): the
+    helper for plain Spark SQL users."""
+    path = warehouse.changelog_path(app, store)
+    raw = spark.read.format("delta").load(path)
+    return _latest(raw, _pin_expression(app_pin(warehouse, app, batch), path))
+
+
+def _latest(changelog: DataFrame, pin: str) -> DataFrame:
+    """Per task and key, the row with the highest batch_id up to the pin, unless a tombstone."""
+    newest_first = Window.partitionBy("task", "raw_key").orderBy(F.col("batch_id").desc())
+    return (
+        changelog.where(F.expr(f"batch_id <= {pin}"))
+        .withColumn("_lakestate_rank", F.row_number().over(newest_first))
+        .where("_lakestate_rank = 1 AND raw_value IS NOT NULL")
+        .drop("_lakestate_rank")
+    )
+
+
+def register_views(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    batch: int | None = None,
+    batch_app: str | None = None,
+) -> dict[str, str]:
+    """Register every topic (by name) and every store (``<app>__<store>``, its state, and
+    ``<app>__<store>__changelog``) as a view; ``batch`` pins app ``batch_app`` only.
+    Returns view -> table path."""
     views: dict[str, str] = {}
     for topic in warehouse.list_topics():
         path = warehouse.topic_path(topic)
         spark.read.format("delta").load(path).createOrReplaceTempView(view_name(topic))
         views[view_name(topic)] = path
     for app in warehouse.list_apps():
-        versions: dict[str, int] = {}
-        log_path = warehouse.batches_path(app)
-        if os.path.isdir(os.path.join(log_path, "_delta_log")):
-            commit = _commit(spark, log_path, batch)
-            versions = commit.state_versions if commit else {}
-        for table in warehouse.list_state_tables(app):
-            reader = spark.read.format("delta")
-            if table.store in versions:
-                reader = reader.option("versionAsOf", versions[table.store])
+        tables = warehouse.list_state_tables(app)
+        if not tables:
+            continue
+        pin = app_pin(warehouse, app, batch if app == batch_app else None)
+        for table in tables:
+            version = delta_commits.open_table(table.path).version()
+            raw = spark.read.format("delta").option("versionAsOf", version).load(table.path)
             name = view_name(f"{app}__{table.store}")
-            reader.load(table.path).createOrReplaceTempView(name)
-            views[name] = table.path
+            raw.createOrReplaceTempView(name + CHANGELOG_SUFFIX)
+            _latest(raw, _pin_expression(pin, table.path)).createOrReplaceTempView(name)
+            views[name] = views[name + CHANGELOG_SUFFIX] = table.path
     return views
 
 
-def _commit(spark: SparkSession, log_path: str, batch: int | None):
-    if batch is None:
-        return batches.read_log(spark, log_path).last_commit
-    for record in batches.history(spark, log_path, limit=1_000_000):
-        if record.batch_id == batch:
-            return record
-    raise ValueError(f"no committed batch {batch} in {log_path}")
+def apps_named(warehouse: Warehouse, query: str) -> list[str]:
+    """The apps whose store views ``query`` names."""
+    text = query.lower()
+    return [
+        app
+        for app in warehouse.list_apps()
+        if re.search(rf"\b{re.escape(view_name(app).lower())}__\w", text)
+    ]
 
 
 def sql(
     spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
 ) -> DataFrame:
-    register_views(spark, warehouse, batch)
+    """Run ``query`` over the warehouse's views; ``batch`` pins the one app it names."""
+    batch_app = None
+    if batch is not None:
+        named = apps_named(warehouse, query)
+        if len(named) != 1:
+            raise ValueError(
+                f"--batch {batch} applies to one app, but the query names the stores of "
+                + (", ".join(named) if named else "none")
+            )
+        batch_app = named[0]
+    register_views(spark, warehouse, batch, batch_app)
     return spark.sql(query)
 
 
@@ -76,6 +161,8 @@ class TaskStatus:
     end_offset: int
     stream_time: int | None
     local_offset: int | None
+    batch_id: int = 0
+    at_ms: int = 0
 
     @property
     def lag(self) -> int:
@@ -84,47 +171,38 @@ class TaskStatus:
 
 def status(
     spark: SparkSession, warehouse: Warehouse, app: str, state_dir: str
-) -> tuple[Any, list[TaskStatus]]:
-    """The last committed batch of ``app`` and, per input partition, its offsets and lag."""
-    log = batches.read_log(spark, warehouse.batches_path(app))
-    commit = log.last_commit
+) -> tuple[AppPin, list[TaskStatus]]:
+    """Per task and input partition of ``app``: its committed batch, offsets and lag."""
+    pin = app_pin(warehouse, app)
     rows: list[TaskStatus] = []
-    if commit is None:
-        return None, rows
-    for topic, parts in sorted(commit.offsets.items()):
-        ends = logtable.end_offsets(spark, warehouse, topic)
-        for partition, offset in sorted(parts.items()):
-            task = _task_of(commit, partition, topic)
+    for task, row in sorted(pin.rows.items()):
+        for topic, offset in sorted(row.offsets.items()):
+            ends = logtable.end_offsets(spark, warehouse, topic)
             rows.append(
                 TaskStatus(
-                    task,
+                    str(task),
                     topic,
-                    partition,
+                    task.partition,
                     offset,
-                    ends.get(partition, offset),
-                    commit.stream_times.get(task),
-                    _local_offset(state_dir, app, task, topic, partition),
+                    ends.get(task.partition, offset),
+                    row.stream_time,
+                    _local_offset(state_dir, app, task, topic),
+                    row.batch_id,
+                    row.at_ms,
                 )
             )
-    return commit, rows
+    return pin, rows
 
 
-def _task_of(commit, partition: int, topic: str) -> str:
-    sub = commit.stats.get("inputs", {}).get(topic, "?")
-    return f"{sub}_{partition}"
-
-
-def _local_offset(state_dir: str, app: str, task: str, topic: str, partition: int) -> int | None:
+def _local_offset(state_dir: str, app: str, task: TaskId, topic: str) -> int | None:
     if not local.store_exists(state_dir, app, task):
         return None
-    from lakestate.state.base import TopicPartition
-
     try:
         store = local.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)
     except Exception:  # held open by a running batch
         return None
     try:
-        return store.committed_offset(TopicPartition(topic, partition))
+        return store.committed_offset(TopicPartition(topic, task.partition))
     finally:
         store.close()
 
@@ -133,3 +211,16 @@ def format_time(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+__all__ = [
+    "AppPin",
+    "app_pin",
+    "apps_named",
+    "format_time",
+    "register_views",
+    "sql",
+    "state_frame",
+    "status",
+    "view_name",
+]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from lakestate.app import App
-from lakestate.engine import batches, state_tables
+from lakestate.engine import changelog, progress
 from lakestate.errors import StreamsException
-from lakestate.io import logtable
+from lakestate.io import delta_commits, logtable
+from lakestate.task_id import TaskId
 from lakestate.topology.graph import internal_topic_name
 from lakestate.warehouse import Warehouse
 
@@ -31,22 +33,36 @@ class AppLayout:
     partitions: dict[str, int]  # every topic the app reads or writes -> partition count
 
     @property
-    def batches_path(self) -> str:
-        return self.warehouse.batches_path(self.app.name)
+    def progress_path(self) -> str:
+        return self.warehouse.progress_path(self.app.name)
 
-    def state_path(self, store: str) -> str:
-        return self.warehouse.state_table_path(self.app.name, store)
+    def changelog_path(self, store: str) -> str:
+        return self.warehouse.changelog_path(self.app.name, store)
 
-    def tasks(self) -> list[tuple[int, int]]:
-        return [(sub, p) for sub in sorted(self.task_counts) for p in range(self.task_counts[sub])]
+    def tasks(self) -> list[TaskId]:
+        return [
+            TaskId(sub, p) for sub in sorted(self.task_counts) for p in range(self.task_counts[sub])
+        ]
 
     def stores_of(self, sub: int) -> tuple[str, ...]:
         return self.app.topology.subtopologies[sub].stores
 
+    def tables_of(self, sub: int) -> list[str]:
+        """Every table a task of ``sub`` may write: its output topics and changelogs."""
+        sinks = self.app.topology.subtopologies[sub]
+        topics = list(sinks.sink_topics) + [
+            internal_topic_name(self.app.name, s) for s in sinks.repartition_sinks
+        ]
+        return [self.warehouse.topic_path(t) for t in topics] + [
+            self.changelog_path(s) for s in self.stores_of(sub)
+        ]
+
 
 def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
-    """Resolve topics and tasks; create the app's repartition and sink topics, state tables
-    and batch log if they do not exist yet."""
+    """Resolve topics and tasks; create the app's repartition and sink topics, changelog
+    tables and progress table if they do not exist yet (table metadata is read through
+    delta-rs: no Spark job)."""
+    check_format(warehouse, app.name)
     topology = app.topology
     inputs: dict[int, list[str]] = {}
     task_counts: dict[int, int] = {}
@@ -63,7 +79,7 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
                     f"app {app.name}: input topic {topic!r} of sub-topology {sub.id} does not "
                     f"exist in {warehouse.root}; create it with `lakestate produce {topic} FILE`"
                 )
-            _check_columns(spark, warehouse, topic)
+            _check_columns(warehouse, topic)
             partitions[topic] = logtable.partitions(spark, warehouse, topic)
             counts.append(partitions[topic])
         inputs[sub.id] = names
@@ -77,11 +93,24 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
             outputs[topic] = partitions[topic] = logtable.partitions(spark, warehouse, topic)
     for name, spec in topology.stores.items():
         if not spec.is_global:
-            state_tables.ensure_table(
-                spark, warehouse.state_table_path(app.name, name), name, spec.kind
-            )
-    batches.ensure_table(spark, warehouse.batches_path(app.name))
+            changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
+    progress.ensure_table(warehouse.progress_path(app.name), app.name)
     return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions)
+
+
+def check_format(warehouse: Warehouse, app: str) -> None:
+    """Refuse an app folder in lakestate's first state format: reading it as this format
+    would silently miss its state."""
+    old = warehouse.old_format_path(app)
+    if warehouse.is_local and os.path.isdir(os.path.join(old, "_delta_log")):
+        raise StreamsException(
+            f"app {app}: {warehouse.app_path(app)} holds state in lakestate's first format "
+            f"(a batch log at {old} and MERGE-written state tables), which this version does "
+            f"not read. Convert it once with `lakestate convert {app}` (its state and "
+            "committed offsets become format 2; the old tables are kept aside), or rebuild "
+            f"state from the topics: move {warehouse.app_path(app)} away and rerun the app "
+            "(it reprocesses every input from offset 0, so its sinks get every record again)."
+        )
 
 
 def end_offsets(spark: SparkSession, layout: AppLayout, topic: str) -> dict[int, int]:
@@ -89,8 +118,9 @@ def end_offsets(spark: SparkSession, layout: AppLayout, topic: str) -> dict[int,
     return logtable.end_offsets(spark, layout.warehouse, topic)
 
 
-def _check_columns(spark: SparkSession, warehouse: Warehouse, topic: str) -> None:
-    columns = set(spark.read.format("delta").load(warehouse.topic_path(topic)).columns)
+def _check_columns(warehouse: Warehouse, topic: str) -> None:
+    table = delta_commits.open_table(warehouse.topic_path(topic))
+    columns = {f.name for f in table.schema().fields}
     missing = [f.name for f in logtable.LOG_SCHEMA.fields if f.name not in columns]
     if missing:
         raise StreamsException(

@@ -19,21 +19,22 @@ from pathlib import Path
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition, Write
 from lakestate.state.constants import META_NAMESPACE
 from lakestate.state.rocksdb import rocksdb_store
+from lakestate.task_id import TaskId
 
 BATCH_KEY = b"batch"
 
 
-def task_dir(state_dir: str | Path, app: str, task_id: str) -> Path:
-    return Path(state_dir) / app / task_id
+def task_dir(state_dir: str | Path, app: str, task_id: TaskId | str) -> Path:
+    return Path(state_dir) / app / str(task_id)
 
 
 def open_task_store(
-    state_dir: str | Path, app: str, task_id: str, isolation: IsolationLevel
+    state_dir: str | Path, app: str, task_id: TaskId | str, isolation: IsolationLevel
 ) -> StateStore:
-    return rocksdb_store(f"{app}/{task_id}", task_dir(state_dir, app, task_id) / "db", isolation)
+    return rocksdb_store(f"{app}/{task_id!s}", task_dir(state_dir, app, task_id) / "db", isolation)
 
 
-def store_exists(state_dir: str | Path, app: str, task_id: str) -> bool:
+def store_exists(state_dir: str | Path, app: str, task_id: TaskId | str) -> bool:
     return (task_dir(state_dir, app, task_id) / "db" / "CURRENT").exists()
 
 
@@ -48,14 +49,14 @@ def batch_marker(batch_id: int) -> Write:
     return META_NAMESPACE, BATCH_KEY, batch_id.to_bytes(8, "big", signed=True)
 
 
-def _staged_path(state_dir: str | Path, app: str, task_id: str, batch_id: int) -> Path:
+def _staged_path(state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int) -> Path:
     return task_dir(state_dir, app, task_id) / "staged" / f"batch-{batch_id}.pkl"
 
 
 def stage(
     state_dir: str | Path,
     app: str,
-    task_id: str,
+    task_id: TaskId | str,
     batch_id: int,
     writes: list[Write],
     offsets: Mapping[TopicPartition, int],
@@ -80,12 +81,12 @@ def stage(
         os.close(dir_fd)
 
 
-def has_staged(state_dir: str | Path, app: str, task_id: str, batch_id: int) -> bool:
+def has_staged(state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int) -> bool:
     return _staged_path(state_dir, app, task_id, batch_id).exists()
 
 
 def apply_staged(
-    store: StateStore, state_dir: str | Path, app: str, task_id: str, batch_id: int
+    store: StateStore, state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int
 ) -> None:
     """Commit the staged transaction of ``batch_id`` into ``store`` (one WriteBatch), then
     drop the staged file. Applying twice is harmless: the second finds the store at the batch."""
@@ -105,11 +106,23 @@ def apply_staged(
     path.unlink(missing_ok=True)
 
 
-def discard_staged(state_dir: str | Path, app: str, task_id: str) -> None:
+def staged_batches(state_dir: str | Path, app: str, task_id: TaskId | str) -> list[int]:
+    """The batches staged for the task (normally none, or the one a crash left)."""
+    staged = task_dir(state_dir, app, task_id) / "staged"
+    if not staged.is_dir():
+        return []
+    return sorted(
+        int(p.name[len("batch-") : -len(".pkl")])
+        for p in staged.iterdir()
+        if p.name.startswith("batch-") and p.name.endswith(".pkl")
+    )
+
+
+def discard_staged(state_dir: str | Path, app: str, task_id: TaskId | str) -> None:
     staged = task_dir(state_dir, app, task_id) / "staged"
     if staged.exists():
         shutil.rmtree(staged)
 
 
-def wipe(state_dir: str | Path, app: str, task_id: str) -> None:
+def wipe(state_dir: str | Path, app: str, task_id: TaskId | str) -> None:
     shutil.rmtree(task_dir(state_dir, app, task_id), ignore_errors=True)

@@ -1,33 +1,29 @@
-"""The plan of a micro-batch: per task, the offset range of each input partition.
+"""The plan of a batch: per task, its next batch number and the offset ranges it reads.
 
-A plan is recorded before processing (in the app's batch log), so a run that crashes mid-
-batch is replayed with the same ranges. A task may stop short of its planned ends when its
-uncommitted state exceeds ``statestore.uncommitted.max.*`` (KIP-892's forced commit); what
-it did process is in the batch's commit record.
+Each task numbers its own batches. A task reads, per input, from its committed offset
+towards the input's end, at most ``statestore.uncommitted.max.records`` (and
+``--max-records``) records across its inputs; a task may still stop short when its
+uncommitted state exceeds ``statestore.uncommitted.max.*`` (KIP-892's forced commit). The
+plan needs no commit of its own: what a task processed is recorded with its results, in
+step 2 of the commit (``commit.py``), and a batch no table holds had no durable effect.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# {topic: {partition: next offset}}
-Offsets = dict[str, dict[int, int]]
+from lakestate.task_id import TaskId
 
 
 @dataclass(frozen=True)
 class TaskPlan:
-    """Task ``subtopology``_``partition`` reads ``[start, end)`` of partition ``partition``
-    of each input topic in ``ranges`` (input order is the topology's)."""
+    """Task ``task`` processes ``[start, end)`` of its partition of each topic in
+    ``ranges`` as its batch ``batch_id``."""
 
-    subtopology: int
-    partition: int
+    task: TaskId
+    batch_id: int
     ranges: dict[str, tuple[int, int]]
-
-    @property
-    def task_id(self) -> str:
-        return f"{self.subtopology}_{self.partition}"
 
     @property
     def records(self) -> int:
@@ -35,76 +31,44 @@ class TaskPlan:
 
 
 @dataclass(frozen=True)
-class BatchPlan:
-    batch_id: int
-    tasks: list[TaskPlan] = field(default_factory=list)
+class Committed:
+    """Where a task stands: its last complete batch (0: none), the next offset of each of
+    its inputs, its stream time."""
 
-    @property
-    def records(self) -> int:
-        return sum(t.records for t in self.tasks)
+    batch_id: int = 0
+    offsets: Mapping[str, int] = field(default_factory=dict)
+    stream_time: int | None = None
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "batch_id": self.batch_id,
-                "tasks": [
-                    {
-                        "sub": t.subtopology,
-                        "partition": t.partition,
-                        "ranges": {topic: list(r) for topic, r in t.ranges.items()},
-                    }
-                    for t in self.tasks
-                ],
-            },
-            sort_keys=True,
-        )
-
-    @staticmethod
-    def from_json(text: str) -> BatchPlan:
-        raw = json.loads(text)
-        return BatchPlan(
-            raw["batch_id"],
-            [
-                TaskPlan(
-                    t["sub"],
-                    t["partition"],
-                    {topic: (r[0], r[1]) for topic, r in t["ranges"].items()},
-                )
-                for t in raw["tasks"]
-            ],
-        )
+    def offset(self, topic: str) -> int:
+        return self.offsets.get(topic, 0)
 
 
-def plan_batch(
-    batch_id: int,
+def plan_tasks(
+    tasks: list[TaskId],
     task_inputs: Mapping[int, list[str]],
-    task_counts: Mapping[int, int],
-    committed: Offsets,
-    ends: Offsets,
+    committed: Mapping[TaskId, Committed],
+    ends: Mapping[str, Mapping[int, int]],
     max_records: int | None,
-) -> BatchPlan:
-    """Ranges from the committed offsets towards the end offsets, at most ``max_records``
-    per task (shared across its inputs in input order), skipping tasks with nothing to read.
-
-    ``task_inputs``: sub-topology id -> its input topics (real names), in input order.
-    ``task_counts``: sub-topology id -> number of tasks (partitions).
-    """
-    tasks = []
-    for sub in sorted(task_inputs):
-        for partition in range(task_counts[sub]):
-            budget = max_records
-            ranges: dict[str, tuple[int, int]] = {}
-            for topic in task_inputs[sub]:
-                end = ends.get(topic, {}).get(partition)
-                if end is None:
-                    continue
-                start = committed.get(topic, {}).get(partition, 0)
+) -> list[TaskPlan]:
+    """Ranges from each task's committed offsets towards the end offsets, at most
+    ``max_records`` per task (shared across its inputs in input order), skipping tasks with
+    nothing to read. ``task_inputs``: sub-topology -> its input topics (real names)."""
+    plans = []
+    for task in tasks:
+        budget = max_records
+        ranges: dict[str, tuple[int, int]] = {}
+        state = committed.get(task, Committed())
+        for topic in task_inputs[task.subtopology]:
+            end = ends.get(topic, {}).get(task.partition)
+            if end is None:
+                continue
+            start = state.offset(topic)
+            if budget is not None:
+                end = min(end, start + budget)
+            if end > start:
+                ranges[topic] = (start, end)
                 if budget is not None:
-                    end = min(end, start + budget)
-                if end > start:
-                    ranges[topic] = (start, end)
-                    if budget is not None:
-                        budget -= end - start
-            if ranges:
-                tasks.append(TaskPlan(sub, partition, ranges))
-    return BatchPlan(batch_id, tasks)
+                    budget -= end - start
+        if ranges:
+            plans.append(TaskPlan(task, state.batch_id + 1, ranges))
+    return plans

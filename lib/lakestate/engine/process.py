@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,16 +20,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakestate.app import App, load_app
-from lakestate.engine import local
+from lakestate.engine import changelog, local
 from lakestate.errors import ProcessingException, StreamsException
 from lakestate.io.partitioner import partitions_of_texts
 from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Task
 from lakestate.records import Record
-from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
+from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.registry import index_only_check, view_class
+from lakestate.state.registry import view_class
 from lakestate.state.serde import loads as serde_loads
+from lakestate.task_id import TaskId
 
 # The columns of a batch's input rows: the task (sub-topology, partition), which of the
 # task's inputs, and the log table's record.
@@ -67,38 +67,24 @@ OUT_FIELDS = (
     ("raw_value", pa.binary()),
     ("info", pa.string()),
 )
-# The Arrow type of each Spark SQL type that STATE_COLUMNS use, and back (binary too, for
-# the out rows' own columns).
-_ARROW_TYPES = {
-    "STRING": pa.string(),
-    "BIGINT": pa.int64(),
-    "INT": pa.int32(),
-    "DOUBLE": pa.float64(),
-    "BOOLEAN": pa.bool_(),
+# The Spark DDL type of each Arrow type the out rows use.
+_DDL_TYPES = {
+    pa.string(): "string",
+    pa.int64(): "bigint",
+    pa.int32(): "int",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+    pa.binary(): "binary",
 }
-_DDL_TYPES = {arrow: sql.lower() for sql, arrow in _ARROW_TYPES.items()} | {pa.binary(): "binary"}
 # Decoded keys are reused across the records of a batch (a few thousand keys usually carry
 # most records); only immutable ones, and only this many.
 _KEY_CACHE_LIMIT = 100_000
 _IMMUTABLE = frozenset((str, int, bool, float, type(None)))
-# How a batch writes a store's rows to its Delta table, which holds what the task's store
-# held at the batch's start: APPEND when every row is a key the store did not hold; UPDATE
-# when every row is a key it held (a MERGE without an insert clause, which Delta runs as an
-# inner join of the changes with the table instead of an outer join over all of it);
-# MERGE otherwise.
-STATE_APPEND = "append"
-STATE_UPDATE = "update"
-STATE_MERGE = "merge"
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
 CHUNK_RECORDS = 50_000
 _MISSING = object()
 
 _apps: dict[str, App] = {}
-
-
-def state_column(kind: str) -> str:
-    """The out-row column holding a ``kind`` store's typed state-table columns."""
-    return "state_" + re.sub(r"\W", "_", kind)
 
 
 def store_kinds(app: App) -> list[str]:
@@ -109,16 +95,11 @@ def out_fields(kinds: list[str]) -> tuple[tuple[str, pa.DataType], ...]:
     """The out rows' columns for an app whose stores are of ``kinds``."""
     typed = []
     for kind in kinds:
-        fields = []
-        for name, sql_type in view_class(kind).STATE_COLUMNS:
-            arrow_type = _ARROW_TYPES.get(sql_type.upper())
-            if arrow_type is None:
-                raise StreamsException(
-                    f"store kind {kind!r}: state column {name!r} has type {sql_type!r}, "
-                    f"which the engine cannot carry (known: {', '.join(_ARROW_TYPES)})"
-                )
-            fields.append(pa.field(name, arrow_type))
-        typed.append((state_column(kind), pa.struct(fields)))
+        try:
+            fields = changelog.typed_fields(kind)
+        except ValueError as exc:
+            raise StreamsException(str(exc)) from None
+        typed.append((changelog.struct_column(kind), pa.struct(fields)))
     return OUT_FIELDS + tuple(typed)
 
 
@@ -140,7 +121,7 @@ class BatchContext:
 
     app_path: str
     app_name: str
-    batch_id: int
+    batches: dict[str, int]  # task id -> the task's batch
     state_dir: str
     isolation: IsolationLevel
     topic_partitions: dict[str, int]  # output topic -> partition count
@@ -227,7 +208,8 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     sub = records.column("sub")[0].as_py()
     partition = records.column("task")[0].as_py()
     del records  # the columns above are what is needed: free the Arrow buffers early
-    task_id = f"{sub}_{partition}"
+    task_id = str(TaskId(sub, partition))
+    batch_id = ctx.batches[task_id]
     app = _app(ctx.app_path)
     store = local.open_task_store(ctx.state_dir, ctx.app_name, task_id, ctx.isolation)
     try:
@@ -237,7 +219,7 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
                 raise StreamsException(
                     f"local store of task {task_id} holds offset "
                     f"{held.get(TopicPartition(topic, partition), 0)} of {topic!r}, but batch "
-                    f"{ctx.batch_id} starts at {start}: recovery must run before processing"
+                    f"{batch_id} starts at {start}: recovery must run before processing"
                 )
         task = Task(app.topology, sub, partition, store, app.config, app.name)
         reached, processed = _process_records(task, columns)
@@ -247,11 +229,11 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             offsets.setdefault(offset_tp, offset)
         task.transaction.set_stream_time(task.stream_time)
         writes = list(task.transaction.changes())
-        local.stage(ctx.state_dir, ctx.app_name, task_id, ctx.batch_id, writes, offsets)
+        local.stage(ctx.state_dir, ctx.app_name, task_id, batch_id, writes, offsets)
         rows = _Rows(out_fields(store_kinds(app)))
         counts = _output_rows(rows, task, sub, partition, ctx)
-        task.close()  # its transaction too: the store now reads what it held at the start
-        state_writes = _state_rows(rows, app, store, writes, sub, partition)
+        task.close()
+        stores = _state_rows(rows, app, writes, sub, partition)
         info = {
             "outputs": {topic: sum(per.values()) for topic, per in counts.items()},
             "output_partitions": {
@@ -261,7 +243,7 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             "processed": processed,
             "stream_time": task.stream_time,
             "metrics": task.metrics,
-            "state_writes": state_writes,
+            "stores": stores,
         }
         rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
     finally:
@@ -441,39 +423,27 @@ def _output_rows(
     return counts
 
 
-def _state_rows(
-    rows: _Rows, app: App, store: StateStore, writes: list, sub: int, partition: int
-) -> dict[str, str]:
-    """Add the task's state-table rows; returns, per store with rows, how the batch may
-    write them (STATE_APPEND, STATE_UPDATE or STATE_MERGE), judged against what ``store``
-    (the task's store at the batch's start, which the Delta table holds too) held. Deleting
-    a key the store did not hold changes nothing, so it gives no row."""
+def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:
+    """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
+    for a store kind's index-only entries); returns the stores that have rows."""
     per_store: dict[str, tuple[list, list, list, list]] = {}
-    held_keys: dict[str, set[bool]] = {}  # namespace -> whether rows' keys were held
-    views: dict[str, tuple[Any, Any]] = {}  # namespace -> (is_index_only or None, changelog_row)
+    kinds: dict[str, Any] = {}  # namespace -> its StoreKind
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES:
             continue
-        view = views.get(namespace)
-        if view is None:
-            kind = app.topology.stores[namespace].kind
-            view = views[namespace] = (index_only_check(kind), view_class(kind).changelog_row)
-        index_only, changelog_row = view
-        if index_only is not None and index_only(raw_key):
-            continue  # a local-only entry (e.g. a dedup store's time index): no Delta row
-        held = store.get(namespace, raw_key) is not None
-        if raw_value is None and not held:
+        kind = kinds.get(namespace)
+        if kind is None:
+            kind = kinds[namespace] = view_class(app.topology.stores[namespace].kind)
+        if kind.is_index_only(raw_key):
             continue
         columns = per_store.get(namespace)
         if columns is None:
             columns = per_store[namespace] = ([], [], [], [])
-            held_keys[namespace] = set()
-        held_keys[namespace].add(held)
         seqs, raw_keys, raw_values, typed = columns
         seqs.append(seq)
         raw_keys.append(raw_key)
         raw_values.append(raw_value)
-        typed.append(None if raw_value is None else changelog_row(raw_key, raw_value))
+        typed.append(None if raw_value is None else kind.changelog_row(raw_key, raw_value))
     for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
         rows.add(
             len(seqs),
@@ -484,9 +454,6 @@ def _state_rows(
             store=namespace,
             raw_key=raw_keys,
             raw_value=raw_values,
-            **{state_column(app.topology.stores[namespace].kind): typed},
+            **{changelog.struct_column(app.topology.stores[namespace].kind): typed},
         )
-    return {
-        namespace: STATE_MERGE if len(held) > 1 else STATE_UPDATE if True in held else STATE_APPEND
-        for namespace, held in held_keys.items()
-    }
+    return sorted(per_store)

@@ -1,175 +1,225 @@
-"""Recovery on start: bring every local task store to the last committed batch.
+"""Recovery on start: where each task stands, and its local store brought there.
 
-Per task, compare the offsets the local store holds with the last commit's:
-its offsets equal to the committed ones → go; the committed batch's transaction staged on
-disk → apply it (the crash came between the Delta commits and the local commit); behind
-otherwise → catch up from the state tables' Change Data Feed, from the last batch the store
-committed (its batch marker); no store, or ahead of Delta → restore from the state tables.
-Nothing is wiped on a crash that left a consistent store.
+Per task, from its progress rows: its last batch is complete when every table the row
+names holds it (their ``txn`` version for the task); the task's committed batch is that
+one, or the one before when it is not complete, in which case the incomplete batch is
+replayed first (``Recovered.replays``: same ranges, so the same rows; tables that hold it
+skip it). Then the local store is brought to the committed batch:
+
+- its batch marker and offsets equal the committed ones: go;
+- one batch behind with that batch's transaction staged (a crash after the Delta commits,
+  before the local commit): apply it;
+- behind: catch up from the changelogs' rows after its batch;
+- missing, ahead of Delta, or behind a compaction: restore from the changelogs.
+Nothing is wiped when the store is consistent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from pyspark.sql import SparkSession
-
-from lakestate.engine import batches, local, state_tables
-from lakestate.engine.batches import BatchLog, CommitRecord
+from lakestate.engine import changelog, local, progress
+from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
+from lakestate.engine.plan import Committed, TaskPlan
+from lakestate.engine.progress import TaskProgress
+from lakestate.io import delta_commits
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
-from lakestate.state.registry import restore_entry
+from lakestate.task_id import TaskId
 
-RESTORE_CHUNK = 50_000
+RESTORE_CHUNK = 100_000
+
+
+@dataclass(frozen=True)
+class Recovered:
+    committed: dict[TaskId, Committed]
+    replays: list[TaskPlan]
+
+
+def committed_of(row: TaskProgress | None) -> Committed:
+    if row is None:
+        return Committed()
+    return Committed(row.batch_id, dict(row.offsets), row.stream_time)
+
+
+def is_complete(app: str, row: TaskProgress, tables: dict[str, object] | None = None) -> bool:
+    """Whether every table a task batch writes holds it."""
+    for path in row.tables:
+        table = None if tables is None else tables.get(path)
+        if table is None:
+            table = delta_commits.open_table(path)
+            if tables is not None:
+                tables[path] = table
+        if delta_commits.txn_versions(table, app, [row.task])[row.task] < row.batch_id:
+            return False
+    return True
+
+
+def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
+    """Each task's committed batch, and the incomplete batches to replay."""
+    app = layout.app.name
+    history = progress.read(layout.progress_path, tasks)
+    committed: dict[TaskId, Committed] = {}
+    replays: list[TaskPlan] = []
+    tables: dict[str, object] = {}
+    for task in tasks:
+        last = history.last(task)
+        if last is None or is_complete(app, last, tables):
+            committed[task] = committed_of(last)
+            continue
+        before = history.batch(task, last.batch_id - 1)
+        committed[task] = committed_of(before)
+        replays.append(TaskPlan(task, last.batch_id, dict(last.ranges)))
+    return Recovered(committed, replays)
 
 
 def recover(
-    spark: SparkSession,
     layout: AppLayout,
-    log: BatchLog,
+    tasks: list[TaskId],
+    state_dir: str,
+    isolation: IsolationLevel,
+    say: Callable[[str], None],
+) -> Recovered:
+    """Where the tasks stand, with every local store brought to its committed batch."""
+    recovered = where_tasks_stand(layout, tasks)
+    app = layout.app.name
+    for task in tasks:
+        committed = recovered.committed[task]
+        try:
+            _bring_to(layout, task, committed, state_dir, isolation, say)
+        finally:
+            local.discard_staged(state_dir, app, task)
+    return recovered
+
+
+def _bring_to(
+    layout: AppLayout,
+    task: TaskId,
+    committed: Committed,
     state_dir: str,
     isolation: IsolationLevel,
     say: Callable[[str], None],
 ) -> None:
     app = layout.app.name
-    commit = log.last_commit
-    committed = log.committed_batch
-    for sub, partition in layout.tasks():
-        task_id = f"{sub}_{partition}"
-        expected = {} if commit is None else _task_offsets(layout, commit, sub, partition)
-        if not local.store_exists(state_dir, app, task_id):
-            if expected:
-                _restore(
-                    spark, layout, commit, state_dir, sub, partition, isolation, say, "missing"
+    if not local.store_exists(state_dir, app, task):
+        if committed.batch_id > 0:
+            restore(layout, task, committed, state_dir, isolation, say, "missing")
+        return
+    store = local.open_task_store(state_dir, app, task, isolation)
+    try:
+        held_batch = local.local_batch(store) or 0
+        if held_batch == committed.batch_id - 1 and committed.batch_id in local.staged_batches(
+            state_dir, app, task
+        ):
+            local.apply_staged(store, state_dir, app, task, committed.batch_id)
+            say(f"task {task}: applied the staged transaction of batch {committed.batch_id}")
+            held_batch = committed.batch_id
+        if held_batch == committed.batch_id and _same(
+            _held(store, layout, task), committed, layout, task
+        ):
+            return
+        if 0 < held_batch < committed.batch_id:
+            try:
+                n = _catch_up(layout, task, store, held_batch, committed)
+                say(
+                    f"task {task}: caught up from batch {held_batch} to {committed.batch_id} "
+                    f"from the changelogs ({n} keys)"
                 )
-            local.discard_staged(state_dir, app, task_id)
-            continue
-        store = local.open_task_store(state_dir, app, task_id, isolation)
-        try:
-            if not _same(_held(store, layout, sub), expected) and local.has_staged(
-                state_dir, app, task_id, committed
-            ):
-                local.apply_staged(store, state_dir, app, task_id, committed)
-                say(f"task {task_id}: applied the staged transaction of batch {committed}")
-            held = _held(store, layout, sub)
-            if _same(held, expected):
-                continue
-            held_batch = local.local_batch(store)
-            behind = all(held.get(tp, 0) <= offset for tp, offset in expected.items())
-            if held_batch is not None and 0 < held_batch < committed and behind:
-                _catch_up(spark, layout, store, commit, held_batch, sub, partition, say)
-            else:
-                store.close()
-                reason = "behind without a usable batch marker" if behind else "ahead of Delta"
-                _restore(spark, layout, commit, state_dir, sub, partition, isolation, say, reason)
-        finally:
-            store.close()
-            local.discard_staged(state_dir, app, task_id)
+                return
+            except CompactedPastError:
+                reason = "behind a compaction"
+        else:
+            reason = "ahead of Delta" if held_batch > committed.batch_id else "inconsistent"
+    finally:
+        store.close()
+    restore(layout, task, committed, state_dir, isolation, say, reason)
 
 
-def _held(store: StateStore, layout: AppLayout, sub: int) -> dict[TopicPartition, int]:
-    inputs = set(layout.inputs[sub])
+def _held(store: StateStore, layout: AppLayout, task: TaskId) -> dict[TopicPartition, int]:
+    inputs = set(layout.inputs[task.subtopology])
     return {tp: o for tp, o in store.committed_offsets().items() if tp.topic in inputs}
 
 
-def _same(held: dict[TopicPartition, int], expected: dict[TopicPartition, int]) -> bool:
+def _expected(layout: AppLayout, task: TaskId, committed: Committed) -> dict[TopicPartition, int]:
+    return {
+        TopicPartition(topic, task.partition): committed.offsets[topic]
+        for topic in layout.inputs[task.subtopology]
+        if topic in committed.offsets
+    }
+
+
+def _same(held, committed: Committed, layout: AppLayout, task: TaskId) -> bool:
+    expected = _expected(layout, task, committed)
     keys = set(held) | set(expected)
     return all(held.get(k, 0) == expected.get(k, 0) for k in keys)
 
 
-def _task_offsets(layout: AppLayout, commit: CommitRecord, sub: int, partition: int):
-    offsets = {}
-    for topic in layout.inputs[sub]:
-        offset = commit.offsets.get(topic, {}).get(partition)
-        if offset is not None:
-            offsets[TopicPartition(topic, partition)] = offset
-    return offsets
-
-
 def _finish(
-    store: StateStore, layout, commit: CommitRecord, sub: int, partition: int, writes: list
+    store: StateStore, layout: AppLayout, task: TaskId, committed: Committed, writes
 ) -> None:
-    """Commit ``writes`` with the committed batch's offsets, stream time and batch marker."""
+    """Commit ``writes`` (store, key, value) with the committed batch's offsets, stream
+    time and batch marker, in one write batch."""
     with store.new_transaction() as txn:
-        for namespace, key, value in writes:
-            kind = layout.app.topology.stores[namespace].kind
-            restore_entry(kind, txn, namespace, key, value)
-        stream_time = commit.stream_times.get(f"{sub}_{partition}")
-        if stream_time is not None:
-            txn.set_stream_time(stream_time)
-        namespace, key, value = local.batch_marker(commit.batch_id)
+        for name, entries in writes:
+            kind = layout.app.topology.stores[name].kind
+            changelog.restore_into(txn, kind, name, entries)
+        if committed.stream_time is not None:
+            txn.set_stream_time(committed.stream_time)
+        namespace, key, value = local.batch_marker(committed.batch_id)
         txn.put(namespace, key, value)
-        txn.commit(_task_offsets(layout, commit, sub, partition))
+        txn.commit(_expected(layout, task, committed))
 
 
 def _catch_up(
-    spark,
-    layout: AppLayout,
-    store: StateStore,
-    commit: CommitRecord,
-    held: int,
-    sub: int,
-    partition: int,
-    say,
-) -> None:
-    held_commit = _commit_of(spark, layout, held)
+    layout: AppLayout, task: TaskId, store: StateStore, held: int, committed: Committed
+) -> int:
     writes = []
-    for name in layout.stores_of(sub):
-        path = layout.state_path(name)
-        changes = state_tables.read_task_changes(
-            spark, path, partition, held_commit.state_versions[name], commit.state_versions[name]
+    n = 0
+    for name in layout.stores_of(task.subtopology):
+        changes = changelog.read_changes(
+            layout.changelog_path(name), task.partition, held, committed.batch_id
         )
-        writes.extend((name, key, value) for key, value in changes)
-    _finish(store, layout, commit, sub, partition, writes)
-    say(
-        f"task {sub}_{partition}: caught up from batch {held} to {commit.batch_id} "
-        f"from the change data feed ({len(writes)} keys)"
-    )
+        writes.append((name, changes.items()))
+        n += len(changes)
+    _finish(store, layout, task, committed, writes)
+    return n
 
 
-def _commit_of(spark, layout: AppLayout, batch_id: int) -> CommitRecord:
-    for record in batches.history(spark, layout.batches_path, limit=1_000_000):
-        if record.batch_id == batch_id:
-            return record
-    raise LookupError(f"no commit record for batch {batch_id}")
-
-
-def _restore(
-    spark,
+def restore(
     layout: AppLayout,
-    commit: CommitRecord | None,
+    task: TaskId,
+    committed: Committed,
     state_dir: str,
-    sub: int,
-    partition: int,
     isolation: IsolationLevel,
-    say,
+    say: Callable[[str], None],
     reason: str,
-) -> None:
+) -> int:
+    """Rebuild the task's local store from the changelogs as of its committed batch."""
     app = layout.app.name
-    task_id = f"{sub}_{partition}"
-    local.wipe(state_dir, app, task_id)
-    store = local.open_task_store(state_dir, app, task_id, isolation)
+    local.wipe(state_dir, app, task)
+    store = local.open_task_store(state_dir, app, task, isolation)
+    total = 0
     try:
-        if commit is None:
-            return  # nothing committed yet: an empty store is the committed state
-        total = 0
-        for name in layout.stores_of(sub):
+        for name in layout.stores_of(task.subtopology):
             kind = layout.app.topology.stores[name].kind
-            rows = state_tables.read_task_rows(
-                spark, layout.state_path(name), partition, commit.state_versions[name]
+            entries = list(
+                changelog.read_state(
+                    layout.changelog_path(name), task.partition, committed.batch_id
+                ).items()
             )
-            # Restore in chunks; only the last commit carries the batch marker, so a crash
+            # In chunks; only the last commit carries the batch marker, so a crash
             # mid-restore leaves a store that the next start restores again.
-            for start in range(0, len(rows), RESTORE_CHUNK):
+            for start in range(0, len(entries), RESTORE_CHUNK):
                 with store.new_transaction() as txn:
-                    for key, value in rows[start : start + RESTORE_CHUNK]:
-                        restore_entry(kind, txn, name, bytes(key), bytes(value))
+                    changelog.restore_into(txn, kind, name, entries[start : start + RESTORE_CHUNK])
                     txn.commit()
-            total += len(rows)
-        _finish(store, layout, commit, sub, partition, [])
-        say(
-            f"task {task_id}: restored {total} rows from Delta at batch {commit.batch_id} "
-            f"(local store {reason})"
-        )
+            total += len(entries)
+        _finish(store, layout, task, committed, [])
     finally:
         store.close()
+    say(
+        f"task {task}: restored {total} rows from the changelogs at batch "
+        f"{committed.batch_id} (local store {reason})"
+    )
+    return total

@@ -1,39 +1,37 @@
-"""The micro-batch runtime: plan, read, process, commit, recover (DESIGN.md, "Execution").
+"""The micro-batch runtime: plan, read, process, commit, recover (docs/architecture.md).
 
-One batch: (1) plan the offset ranges per task and record the plan; (2) read them from the
-log tables; (3) process every task's records in Spark, in parallel across tasks, each task
-staging its transaction beside its local store; (4) commit: every output topic and state
-table gets one idempotent Delta commit tagged with the batch, then the batch's commit row
-(offsets, stream times, state versions) goes to the batch log, and only then do the local
-stores commit. A crash at any point is repaired by the next run: a planned batch without a
-commit row is replayed with the same plan, Delta skips the writes it already holds, and
-recovery brings each local store to the committed batch.
+A run owns a set of tasks (all of the app's by default). It recovers them (``recovery``),
+then runs batches until its limit: plan each task's next offset ranges (no commit), read
+them from the log tables and process every task's records in Spark, in parallel across
+tasks, each task staging its transaction beside its local store (step 1), then commit
+(``commit.commit_batch``: progress, tables, local stores). Sub-topologies that feed each
+other through repartition topics advance in the same run: each batch plans from the ends
+the previous one left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
+import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark import StorageLevel
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakestate.app import App, load_app
-from lakestate.engine import batches, faults, local, sinks, state_tables
-from lakestate.engine.batches import CommitRecord
+from lakestate.engine.commit import TaskResult, commit_batch
 from lakestate.engine.layout import AppLayout, prepare
-from lakestate.engine.layout import end_offsets as layout_end_offsets
-from lakestate.engine.plan import BatchPlan, plan_batch
+from lakestate.engine.plan import Committed, TaskPlan, plan_tasks
 from lakestate.engine.process import (
     INPUT_COLUMNS,
     BatchContext,
@@ -50,17 +48,19 @@ from lakestate.state.constants import (
     DEFAULT_UNCOMMITTED_MAX_RECORDS,
     UNCOMMITTED_MAX_RECORDS,
 )
+from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
 STATE_DIR_ENV = "LAKESTATE_STATE_DIR"
-# Delta commits of one batch (sinks, state tables) that run at once.
-COMMIT_THREADS = 4
 DEFAULT_STATE_DIR = "state"
 
 
 @dataclass
 class RunResult:
-    batches: list[int] = field(default_factory=list)
+    """What a run did: per batch, each task's batch number; the records processed; whether
+    it stopped because no input was left."""
+
+    batches: list[dict[str, int]] = field(default_factory=list)
     records: int = 0
     caught_up: bool = False
 
@@ -98,11 +98,15 @@ def run_app(
     max_batches: int | None = None,
     max_records: int | None = None,
     until_caught_up: bool = False,
+    time_budget_s: float | None = None,
+    tasks: list[TaskId] | list[str] | None = None,
     master: str | None = None,
     say: Callable[[str], None] = print,
 ) -> RunResult:
     """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
-    or until no input is left (``until_caught_up``)."""
+    or until no input is left (``until_caught_up``); no new batch starts once
+    ``time_budget_s`` has passed. ``tasks``: the tasks this run owns (default: all); runs
+    of disjoint task sets may run side by side, each with its own state directory."""
     app = load_app(app_path)
     if app.topology.global_tables:
         raise StreamsException(
@@ -115,9 +119,34 @@ def run_app(
 
     with instance_lock(sdir, app.name):
         spark = get_spark(master, app_name=f"lakestate-{app.name}")
+        warm = _warm_python_workers(spark)
         runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
+        owned = runner.owned(tasks)
         limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
-        return runner.run(limit)
+        deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+        try:
+            return runner.run(owned, limit, deadline)
+        finally:
+            warm.join()
+
+
+def _warm_python_workers(spark: SparkSession) -> threading.Thread:
+    """Start Spark's Python workers (and import lakestate in them) while the run recovers
+    and plans, instead of when the first batch's processing starts."""
+
+    def warm_up() -> None:
+        def touch(rows):
+            import lakestate.engine.process  # noqa: F401
+
+            yield from rows
+
+        with contextlib.suppress(Exception):
+            n = spark.sparkContext.defaultParallelism
+            spark.sparkContext.parallelize(range(n), n).mapPartitions(touch).count()
+
+    thread = threading.Thread(target=warm_up, name="warm-python-workers", daemon=True)
+    thread.start()
+    return thread
 
 
 class _Runner:
@@ -143,52 +172,63 @@ class _Runner:
         self.layout: AppLayout = prepare(spark, app, wh)
         self.wh = wh
 
-    def run(self, limit: int | None) -> RunResult:
+    def owned(self, tasks: list[TaskId] | list[str] | None) -> list[TaskId]:
+        every = self.layout.tasks()
+        if tasks is None:
+            return every
+        wanted = sorted({t if isinstance(t, TaskId) else TaskId.parse(t) for t in tasks})
+        unknown = [str(t) for t in wanted if t not in every]
+        if unknown:
+            raise StreamsException(
+                f"app {self.app.name} has no task {', '.join(unknown)} "
+                f"(its tasks: {', '.join(str(t) for t in every)})"
+            )
+        return wanted
+
+    def run(self, tasks: list[TaskId], limit: int | None, deadline: float | None) -> RunResult:
         result = RunResult()
-        log = batches.read_log(self.spark, self.layout.batches_path)
-        recover(self.spark, self.layout, log, self.state_dir, self.isolation, self.say)
+        recovered = recover(self.layout, tasks, self.state_dir, self.isolation, self.say)
+        committed = dict(recovered.committed)
+        replays = recovered.replays
         while limit is None or len(result.batches) < limit:
-            if log.pending_plan is not None:
-                plan = log.pending_plan
-                self.say(f"batch {plan.batch_id}: replaying the plan of run {log.pending_run_id}")
+            if deadline is not None and result.batches and time.monotonic() >= deadline:
+                self.say("time budget spent: no new batch")
+                break
+            if replays:
+                plans, replayed = replays, {p.task for p in replays}
+                replays = []
+                self.say(
+                    "replaying the recorded batches of "
+                    + ", ".join(f"task {p.task} (batch {p.batch_id})" for p in plans)
+                )
             else:
-                plan = self._plan(log)
-                if plan.records == 0:
+                plans, replayed = self._plan(tasks, committed), set()
+                if not plans:
                     result.caught_up = True
-                    self.say(f"caught up at batch {log.committed_batch}: no new input")
+                    self.say("caught up: no new input")
                     break
-                batches.write_plan(self.spark, self.layout.batches_path, plan, self.run_id)
-                faults.maybe_fail("after_plan", plan.batch_id)
-            commit = self._run_batch(plan, log)
-            # This run holds the instance lock and owns the batch (write_plan checked), so
-            # the log's next state is known without reading it back.
-            log = batches.BatchLog(commit, None, None)
-            processed = commit.stats["records"]
-            result.batches.append(plan.batch_id)
-            result.records += processed
+            results = self._run_batch(plans, committed, replayed)
+            for r in results:
+                committed[r.task] = Committed(r.batch_id, dict(r.offsets), r.stream_time)
+            result.batches.append({str(r.task): r.batch_id for r in results})
+            result.records += sum(r.records for r in results)
         return result
 
-    def _plan(self, log) -> BatchPlan:
+    def _plan(self, tasks: list[TaskId], committed: dict[TaskId, Committed]) -> list[TaskPlan]:
+        subs = {t.subtopology for t in tasks}
         ends = {
-            topic: layout_end_offsets(self.spark, self.layout, topic)
-            for topics in self.layout.inputs.values()
-            for topic in topics
+            topic: logtable.end_offsets(self.spark, self.wh, topic)
+            for sub in sorted(subs)
+            for topic in self.layout.inputs[sub]
         }
-        return plan_batch(
-            log.committed_batch + 1,
-            self.layout.inputs,
-            self.layout.task_counts,
-            log.committed_offsets,
-            ends,
-            self.max_records,
-        )
+        return plan_tasks(tasks, self.layout.inputs, committed, ends, self.max_records)
 
-    def _read(self, plan: BatchPlan) -> DataFrame:
+    def _read(self, plans: list[TaskPlan]) -> DataFrame:
         frames = []
         for sub, topics in self.layout.inputs.items():
-            tasks = [t for t in plan.tasks if t.subtopology == sub]
+            of_sub = [p for p in plans if p.task.subtopology == sub]
             for index, topic in enumerate(topics):
-                ranges = {t.partition: t.ranges[topic] for t in tasks if topic in t.ranges}
+                ranges = {p.task.partition: p.ranges[topic] for p in of_sub if topic in p.ranges}
                 if not ranges:
                     continue
                 # Unordered: each task orders its records by offset (process._in_order).
@@ -207,154 +247,84 @@ class _Runner:
             df = df.unionByName(other)
         return df
 
-    def _run_batch(self, plan: BatchPlan, log) -> CommitRecord:
+    def _run_batch(
+        self, plans: list[TaskPlan], committed: dict[TaskId, Committed], replayed: set[TaskId]
+    ) -> list[TaskResult]:
         started = time.time()
-        starts = {t.task_id: {topic: r[0] for topic, r in t.ranges.items()} for t in plan.tasks}
         ctx = BatchContext(
             self.app_path,
             self.app.name,
-            plan.batch_id,
+            {str(p.task): p.batch_id for p in plans},
             self.state_dir,
             self.isolation,
             dict(self.layout.outputs),
-            starts,
+            {str(p.task): {topic: r[0] for topic, r in p.ranges.items()} for p in plans},
         )
         # One Spark partition per task, so that tasks run in parallel (grouping by task
         # would hash tasks into shared partitions that AQE may coalesce further).
-        tasks = sorted({(t.subtopology, t.partition) for t in plan.tasks})
-        result = (
-            self._read(plan)
-            .repartition(len(tasks), route_column(tasks))
+        keys = sorted((p.task.subtopology, p.task.partition) for p in plans)
+        frame = (
+            self._read(plans)
+            .repartition(len(keys), route_column(keys))
             .mapInArrow(_partition_function(ctx), out_schema(store_kinds(self.app)))
-            .persist(StorageLevel.MEMORY_AND_DISK)
         )
         try:
-            try:
-                task_rows = (
-                    result.where(F.col("kind") == "task").select("sub", "task", "info").collect()
-                )
-            except Exception as exc:
-                raise StreamsException(
-                    f"app {self.app.name} batch {plan.batch_id} failed and committed nothing: "
-                    f"{_python_error(exc)}"
-                ) from None
-            commit = self._commit(plan, log, result, task_rows, started)
-        finally:
-            result.unpersist()
+            rows = frame.toArrow()
+        except Exception as exc:
+            raise StreamsException(
+                f"app {self.app.name}: batch of tasks "
+                f"{', '.join(str(p.task) for p in plans)} failed and committed nothing: "
+                f"{_python_error(exc)}"
+            ) from None
+        results = self._results(plans, committed, rows)
+        commit_batch(
+            self.layout, self.run_id, results, rows, replayed, self.state_dir, self.isolation
+        )
+        n_out = sum(n for r in results for per in r.outputs.values() for n in per.values())
         self.say(
-            f"batch {plan.batch_id}: {commit.stats['records']} records, "
-            f"{commit.stats['outputs']} output records, {commit.stats['seconds']:.1f}s"
+            "batch "
+            + ", ".join(f"{r.task}:{r.batch_id}" for r in results)
+            + f": {sum(r.records for r in results)} records, {n_out} output records, "
+            f"{time.time() - started:.1f}s"
         )
-        return commit
+        return results
 
-    def _commit(self, plan: BatchPlan, log, result: DataFrame, task_rows, started) -> CommitRecord:
-        import json
-
-        batch_id = plan.batch_id
-        infos = {(r["sub"], r["task"]): json.loads(r["info"]) for r in task_rows}
-        outputs = result.where(F.col("kind") == "out")
-        per_topic: dict[str, dict[tuple[int, int], dict[int, int]]] = {}
-        for task_key, info in infos.items():
-            for topic, per_partition in info["output_partitions"].items():
-                per_topic.setdefault(topic, {})[task_key] = {
-                    int(p): n for p, n in per_partition.items()
-                }
-        n_out = sum(sum(info["outputs"].values()) for info in infos.values())
-        # Every table's commit is independent of the others (each carries the batch's txn
-        # and is skipped on replay), so they run at once: most of a Delta commit's time is
-        # planning and log work in the driver. The batch is committed only once all are.
-        writes: list[tuple[str, Callable[[], None] | None]] = []
-        for topic in sorted(self.layout.outputs):
-            append = None
-            if per_topic.get(topic):
-                append = functools.partial(
-                    sinks.append_output,
-                    self.spark,
-                    self.layout,
-                    topic,
-                    outputs.where(F.col("topic") == topic),
-                    per_topic[topic],
-                    self.app.name,
-                    batch_id,
-                )
-            writes.append((f"after_sink:{topic}", append))
-        state_rows = result.where(F.col("kind") == "state")
-        for sub in sorted(self.layout.inputs):
-            tasks = [p for (s, p) in infos if s == sub]
-            if not tasks:
-                continue
-            for store in self.layout.stores_of(sub):
-                write = functools.partial(
-                    state_tables.write_changes,
-                    self.spark,
-                    self.layout.state_path(store),
-                    self.app.topology.stores[store].kind,
-                    state_rows.where((F.col("store") == store) & (F.col("sub") == sub)),
-                    batch_id,
-                    tasks,
-                    self.app.name,
-                    state_tables.write_mode(
-                        infos[(sub, t)]["state_writes"].get(store) for t in tasks
-                    ),
-                )
-                writes.append((f"after_state:{store}", write))
-        _run_all(writes, batch_id)
-        versions = {
-            store: state_tables.table_version(self.spark, self.wh, self.layout.state_path(store))
-            for sub in sorted(self.layout.inputs)
-            for store in self.layout.stores_of(sub)
+    def _results(
+        self, plans: list[TaskPlan], committed: dict[TaskId, Committed], rows: pa.Table
+    ) -> list[TaskResult]:
+        infos = rows.filter(pc.equal(rows.column("kind"), "task"))
+        by_task = {
+            TaskId(s, p): json.loads(i)
+            for s, p, i in zip(
+                infos.column("sub").to_pylist(),
+                infos.column("task").to_pylist(),
+                infos.column("info").to_pylist(),
+                strict=True,
+            )
         }
-        offsets = {t: dict(p) for t, p in log.committed_offsets.items()}
-        stream_times = dict(log.last_commit.stream_times) if log.last_commit else {}
-        records = 0
-        for (sub, partition), info in infos.items():
-            for topic, reached in info["reached"].items():
-                offsets.setdefault(topic, {})[partition] = reached
-            stream_times[f"{sub}_{partition}"] = info["stream_time"]
-            records += info["processed"]
-        commit = CommitRecord(
-            batch_id,
-            self.run_id,
-            int(time.time() * 1000),
-            offsets,
-            stream_times,
-            versions,
-            {
-                "records": records,
-                "outputs": n_out,
-                "inputs": {t: sub for sub, ts in self.layout.inputs.items() for t in ts},
-                "seconds": round(time.time() - started, 3),
-                "tasks": {f"{s}_{p}": i["metrics"] for (s, p), i in infos.items()},
-            },
-        )
-        batches.write_commit(self.spark, self.layout.batches_path, commit)
-        faults.maybe_fail("after_batch_commit", batch_id)  # = before the local commit
-        for index, (sub, partition) in enumerate(sorted(infos)):
-            task_id = f"{sub}_{partition}"
-            store = local.open_task_store(self.state_dir, self.app.name, task_id, self.isolation)
-            try:
-                local.apply_staged(store, self.state_dir, self.app.name, task_id, batch_id)
-            finally:
-                store.close()
-            if index == 0:
-                faults.maybe_fail("mid_local_commit", batch_id)
-        return commit
-
-
-def _run_all(writes: list[tuple[str, Callable[[], None] | None]], batch_id: int) -> None:
-    """Run the Delta writes of a batch concurrently, each followed by its fault point; wait
-    for all, then raise the first failure (a batch with a failed write is not committed:
-    the next run replays it, and tables that hold it skip it)."""
-
-    def run(point: str, write: Callable[[], None] | None) -> None:
-        if write is not None:
-            write()
-        faults.maybe_fail(point, batch_id)
-
-    with ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="commit") as pool:
-        futures = [pool.submit(run, point, write) for point, write in writes]
-    for future in futures:
-        future.result()
+        results = []
+        for plan in plans:
+            info = by_task[plan.task]
+            reached = info["reached"]
+            offsets = dict(committed.get(plan.task, Committed()).offsets)
+            offsets.update(reached)
+            results.append(
+                TaskResult(
+                    plan.task,
+                    plan.batch_id,
+                    {t: (plan.ranges[t][0], end) for t, end in reached.items()},
+                    offsets,
+                    info["stream_time"],
+                    info["processed"],
+                    info["metrics"],
+                    {
+                        topic: {int(p): n for p, n in per.items()}
+                        for topic, per in info["output_partitions"].items()
+                    },
+                    tuple(info["stores"]),
+                )
+            )
+        return results
 
 
 def _partition_function(ctx: BatchContext):

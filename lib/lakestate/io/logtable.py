@@ -46,12 +46,13 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pyarrow as pa
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from lakestate.io import delta_log
+from lakestate.io import delta_commits, delta_log
 from lakestate.io.partitioner import canonical_json, partition_for
 from lakestate.state.serde import loads
 from lakestate.warehouse import Warehouse
@@ -95,9 +96,23 @@ LOG_SCHEMA = StructType(
     ]
 )
 
+#: The same columns as Arrow, for writers that append through delta-rs (the engine).
+LOG_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("key", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("headers", pa.string()),
+    ]
+)
+
+# Plain Delta: no deletion vectors or Change Data Feed, so that any Delta reader and writer
+# (delta-rs included: the engine appends through it) can use the table.
 _TABLE_PROPERTIES = {
-    "delta.enableChangeDataFeed": "true",
-    "delta.enableDeletionVectors": "true",
+    "delta.enableChangeDataFeed": "false",
+    "delta.enableDeletionVectors": "false",
 }
 _RECORD_FIELDS = ("key", "value", "timestamp", "partition", "headers")
 _MAX_LONG = (1 << 63) - 1
@@ -152,7 +167,7 @@ def topic_exists(spark: SparkSession, warehouse: Warehouse, topic: str) -> bool:
     path = _path(warehouse, topic)
     if warehouse.is_local and not (Path(path.removeprefix("file://")) / "_delta_log").is_dir():
         return False
-    return DeltaTable.isDeltaTable(spark, path)
+    return delta_commits.table_exists(path)
 
 
 def create_topic(
@@ -215,9 +230,9 @@ def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
     }
 
 
-def _read_partitions(spark: SparkSession, warehouse: Warehouse, topic: str) -> int:
+def _read_partitions(spark: SparkSession | None, warehouse: Warehouse, topic: str) -> int:
     path = _path(warehouse, topic)
-    raw = table_properties(spark, path).get(PARTITIONS_PROPERTY)
+    raw = delta_commits.open_table(path).metadata().configuration.get(PARTITIONS_PROPERTY)
     if raw is None:
         raise ValueError(f"{path} is not a lakestate log table (no {PARTITIONS_PROPERTY})")
     return int(raw)
@@ -311,18 +326,19 @@ def _end_offsets(
     return ends, None
 
 
-def _scan_end_offsets(spark: SparkSession, path: str, num_partitions: int) -> dict[int, int]:
-    """End offsets by a Spark job over the whole table: ``max(offset) + 1`` per partition."""
+def _scan_end_offsets(spark: SparkSession | None, path: str, num_partitions: int) -> dict[int, int]:
+    """End offsets by a scan of the table's two number columns (delta-rs and Arrow, no
+    Spark job): ``max(offset) + 1`` per partition."""
     ends = dict.fromkeys(range(num_partitions), 0)
-    rows = (
-        spark.read.format("delta")
-        .load(path)
-        .groupBy("partition")
-        .agg(F.max("offset").alias("last"))
-        .collect()
-    )
-    for row in rows:
-        ends[row["partition"]] = row["last"] + 1
+    columns = delta_commits.open_table(path).to_pyarrow_table(columns=["partition", "offset"])
+    if columns.num_rows:
+        found = columns.group_by("partition").aggregate([("offset", "max")])
+        for p, last in zip(
+            found.column("partition").to_pylist(),
+            found.column("offset_max").to_pylist(),
+            strict=True,
+        ):
+            ends[p] = last + 1
     return ends
 
 
@@ -356,6 +372,20 @@ def _remember_ends(
     if identity is not None:
         with _cache_guard:
             _ends_cache[path] = ((identity, version), dict(ends))
+
+
+def end_offsets_of(warehouse: Warehouse, topic: str, num_partitions: int) -> dict[int, int]:
+    """``end_offsets`` of a topic with ``num_partitions`` partitions (known to the caller),
+    read without Spark."""
+    return _end_offsets(None, warehouse, _path(warehouse, topic), num_partitions)[0]
+
+
+def remember_ends(warehouse: Warehouse, topic: str, version: int, ends: Mapping[int, int]) -> None:
+    """Note the end offsets an append of the caller's left at table ``version``."""
+    path = _path(warehouse, topic)
+    log = _local_log(warehouse, path)
+    identity = _first_commit_identity(log) if log is not None else None
+    _remember_ends(path, identity, version, dict(ends))
 
 
 def end_offsets(spark: SparkSession, warehouse: Warehouse, topic: str) -> dict[int, int]:

@@ -90,3 +90,13 @@ class TimestampedKeyValueStore:
         """The typed columns of one stored entry, for its Delta state-table row."""
         value, timestamp = decode_value(raw_value)
         return {"key": json_text(decode_key(raw_key)), "value": json_text(value), "ts": timestamp}
+
+    @staticmethod
+    def is_index_only(raw_key: bytes) -> bool:
+        """Every entry of this store is state: a changelog row."""
+        return False
+
+    @staticmethod
+    def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
+        """Apply one changelog row (``raw_value`` None: a tombstone) to a local store."""
+        txn.put(name, raw_key, raw_value)

@@ -1,0 +1,154 @@
+"""The app's progress table: one row per task per batch, the first commit of every batch.
+
+``<warehouse>/apps/<app>/_progress`` (Delta). A batch's row for a task records its plan
+(the offset ranges it read), the offsets it reached, its stream time, its record count and
+metrics, and the tables the batch writes for it. The row is committed before any other
+table of the batch, with the task's ``txn`` (``delta_commits.txn_app_id``, version = the
+task's batch), so it is where a batch is fenced: two runs that both processed batch ``b``
+of a task cannot both commit it here, and the loser writes nothing anywhere. A batch is
+complete when every table its rows name holds it (their ``txn`` version for the task);
+until then the next run replays it from this row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from lakestate.io import delta_commits
+from lakestate.task_id import TaskId
+
+#: The format of an app's folder that this lakestate reads and writes.
+FORMAT = 2
+SCHEMA = pa.schema(
+    [
+        pa.field("task", pa.string()),
+        pa.field("batch_id", pa.int64()),
+        pa.field("run_id", pa.string()),
+        pa.field("at_ms", pa.int64()),
+        pa.field("ranges", pa.string()),  # JSON {topic: [start, end]}
+        pa.field("offsets", pa.string()),  # JSON {topic: next offset}, all inputs of the task
+        pa.field("stream_time", pa.int64()),
+        pa.field("records", pa.int64()),
+        pa.field("tables", pa.string()),  # JSON [table path, ...] written for the task
+        pa.field("metrics", pa.string()),  # JSON {name: value}
+    ]
+)
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    """One batch of one task, as its progress row records it."""
+
+    task: TaskId
+    batch_id: int
+    run_id: str
+    at_ms: int
+    ranges: dict[str, tuple[int, int]]
+    offsets: dict[str, int]
+    stream_time: int
+    records: int
+    tables: tuple[str, ...] = ()
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "task": str(self.task),
+            "batch_id": self.batch_id,
+            "run_id": self.run_id,
+            "at_ms": self.at_ms,
+            "ranges": json.dumps({t: list(r) for t, r in sorted(self.ranges.items())}),
+            "offsets": json.dumps(dict(sorted(self.offsets.items()))),
+            "stream_time": self.stream_time,
+            "records": self.records,
+            "tables": json.dumps(list(self.tables)),
+            "metrics": json.dumps(self.metrics, sort_keys=True),
+        }
+
+    @staticmethod
+    def from_row(row: dict[str, Any]) -> TaskProgress:
+        return TaskProgress(
+            TaskId.parse(row["task"]),
+            row["batch_id"],
+            row["run_id"],
+            row["at_ms"],
+            {t: (r[0], r[1]) for t, r in json.loads(row["ranges"]).items()},
+            json.loads(row["offsets"]),
+            row["stream_time"],
+            row["records"],
+            tuple(json.loads(row["tables"])),
+            json.loads(row["metrics"]),
+        )
+
+
+@dataclass(frozen=True)
+class History:
+    """The last two progress rows of each task that has any (newest first)."""
+
+    rows: dict[TaskId, list[TaskProgress]]
+
+    def last(self, task: TaskId) -> TaskProgress | None:
+        found = self.rows.get(task)
+        return found[0] if found else None
+
+    def batch(self, task: TaskId, batch_id: int) -> TaskProgress | None:
+        for row in self.rows.get(task, []):
+            if row.batch_id == batch_id:
+                return row
+        return None
+
+
+def ensure_table(path: str, app: str) -> None:
+    delta_commits.create_table(
+        path,
+        SCHEMA,
+        [],
+        name=f"{app}__progress",
+        description=f"lakestate progress of app {app} (format {FORMAT}): a row per task per batch",
+    )
+
+
+def read(
+    path: str, tasks: list[TaskId] | None = None, through: dict[TaskId, int] | None = None
+) -> History:
+    """The newest two rows of every task (of ``tasks`` only, when given; with ``through``,
+    only rows of batches up to ``through[task]``)."""
+    table = delta_commits.open_table(path).to_pyarrow_table()
+    rows: dict[TaskId, list[TaskProgress]] = {}
+    wanted = None if tasks is None else {str(t) for t in tasks}
+    for raw in table.to_pylist():
+        if wanted is not None and raw["task"] not in wanted:
+            continue
+        row = TaskProgress.from_row(raw)
+        if through is not None and row.batch_id > through.get(row.task, row.batch_id):
+            continue
+        rows.setdefault(row.task, []).append(row)
+    for found in rows.values():
+        found.sort(key=lambda r: r.batch_id, reverse=True)
+        del found[2:]
+    return History(rows)
+
+
+def record(path: str, app: str, rows: list[TaskProgress], metadata: dict[str, Any]) -> int:
+    """Commit the rows of one batch, each with its task's txn; returns the table version.
+    TaskMigratedException when another run committed one of these task batches first."""
+    table = delta_commits.open_table(path)
+    held = delta_commits.txn_versions(table, app, [r.task for r in rows])
+    taken = [r for r in rows if held[r.task] >= r.batch_id]
+    if taken:
+        from lakestate.errors import TaskMigratedException
+
+        raise TaskMigratedException(
+            f"batch {taken[0].batch_id} of task {taken[0].task} of app {app} was committed by "
+            "another run; this run stops without committing"
+        )
+    data = pa.Table.from_pylist([r.row() for r in rows], schema=SCHEMA)
+    return delta_commits.append(table, data, app, {r.task: r.batch_id for r in rows}, metadata)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,110 @@
+"""Delta commits through delta-rs: appends that carry per-task transaction ids and metadata.
+
+The engine's writes are small appends from the driver, where a Spark write would first
+rebuild the table's snapshot with a Spark job; delta-rs commits them in milliseconds, and,
+unlike Spark's writer, one commit can carry a Delta ``txn`` action per task
+(``app_transactions``). That is what makes a batch's identity per task: a table holds
+batch ``b`` of task ``t`` when its ``txn`` version for ``txn_app_id(app, t)`` is ``b`` or
+more, and two writers committing the same task's txn at once conflict (delta-rs fails the
+second with "Concurrent transaction"), whatever else they write.
+
+Commit metadata goes to ``commitInfo.userMetadata`` (JSON), where Spark's ``DESCRIBE
+HISTORY`` shows it and ``io/delta_log`` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+from lakestate.errors import TaskMigratedException
+from lakestate.task_id import TaskId
+
+__all__ = [
+    "append",
+    "create_table",
+    "open_table",
+    "table_exists",
+    "txn_app_id",
+    "txn_versions",
+]
+
+
+def txn_app_id(app: str, task: TaskId) -> str:
+    """The Delta ``txn`` app id of ``task`` of ``app`` in every table the app writes."""
+    return f"lakestate/{app}/{task}"
+
+
+def _uri(path: str) -> str:
+    return path.removeprefix("file://")
+
+
+def table_exists(path: str) -> bool:
+    try:
+        DeltaTable(_uri(path))
+    except TableNotFoundError:
+        return False
+    return True
+
+
+def open_table(path: str) -> DeltaTable:
+    """The table's newest snapshot."""
+    return DeltaTable(_uri(path))
+
+
+def create_table(
+    path: str, schema: pa.Schema, partition_by: list[str], name: str, description: str
+) -> None:
+    """Create the table unless it exists (a lost creation race is fine)."""
+    if table_exists(path):
+        return
+    try:
+        DeltaTable.create(
+            _uri(path),
+            schema,
+            mode="ignore",
+            partition_by=partition_by or None,
+            name=name,
+            description=description,
+        )
+    except Exception:
+        if not table_exists(path):
+            raise
+
+
+def txn_versions(table: DeltaTable, app: str, tasks: list[TaskId]) -> dict[TaskId, int]:
+    """The batch each task's txn says ``table`` holds (0: none)."""
+    return {t: table.transaction_version(txn_app_id(app, t)) or 0 for t in tasks}
+
+
+def append(
+    table: DeltaTable,
+    data: pa.Table,
+    app: str,
+    batches: Mapping[TaskId, int],
+    metadata: Mapping[str, Any],
+) -> int:
+    """Append ``data`` (possibly no rows) in one commit with a ``txn`` per task (version:
+    the task's batch) and ``metadata``; returns the new table version. A concurrent commit
+    of one of the same txn ids raises TaskMigratedException (nothing is committed)."""
+    txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
+    properties = CommitProperties(
+        custom_metadata={"userMetadata": json.dumps(dict(metadata), sort_keys=True)},
+        app_transactions=txns,
+    )
+    try:
+        write_deltalake(table, data, mode="append", commit_properties=properties)
+    except CommitFailedError as exc:
+        if "oncurrent" in str(exc):
+            raise TaskMigratedException(
+                f"{table.table_uri}: another writer committed at the same time for "
+                f"{', '.join(str(t) for t in sorted(batches)) or 'the same table'}: {exc}"
+            ) from exc
+        raise
+    table.update_incremental()
+    return table.version()

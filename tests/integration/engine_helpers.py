@@ -54,11 +54,25 @@ def topic_rows(spark, warehouse, topic: str) -> list[tuple]:
 
 
 def state_rows(spark, warehouse, app: str, store: str) -> dict:
-    """{key: value} of a state table (JSON text decoded)."""
+    """{key: value} of a store's current state, as SQL sees it (JSON text decoded)."""
     import json
 
-    df = spark.read.format("delta").load(warehouse.state_table_path(app, store))
+    from lakestate.engine.inspect import state_frame
+
+    df = state_frame(spark, warehouse, app, store)
     return {json.loads(r["key"]): json.loads(r["value"]) for r in df.collect()}
+
+
+def changelog_history(spark, warehouse, app: str, store: str) -> list:
+    """The changelog table's commits, oldest first (Delta's DESCRIBE HISTORY rows)."""
+    from delta.tables import DeltaTable
+
+    return (
+        DeltaTable.forPath(spark, warehouse.changelog_path(app, store))
+        .history()
+        .orderBy("version")
+        .collect()
+    )
 
 
 def local_state(state_dir, app_name: str, task_id: str, store: str, kind: str) -> dict:

@@ -43,8 +43,10 @@ def test_engine_deduplicates_like_the_driver(spark, tmp_path, max_records):
     got = [(p, k, v, ts) for p, _, k, v, ts in topic_rows(spark, wh, "unique-events")]
     expected = driver_outputs("dedup.py", records, 2, ["unique-events"], with_partition=True)
     assert got == expected["unique-events"]
-    # SQL users can ask which ids are held, and expired ids are gone from the table.
-    df = spark.read.format("delta").load(wh.state_table_path("dedup", "seen-keys"))
+    # SQL users can ask which ids are held, and expired ids are gone from the view.
+    from lakestate.engine.inspect import state_frame
+
+    df = state_frame(spark, wh, "dedup", "seen-keys")
     assert set(df.columns) >= {"task", "dedup_id", "ts", "offset"}
     rows = df.collect()
     stream_time_max = max(r["timestamp"] for r in records)

@@ -9,9 +9,9 @@ import shutil
 from collections import Counter
 
 import pytest
-from delta.tables import DeltaTable
 from engine_helpers import (
     APPS,
+    changelog_history,
     driver_outputs,
     events,
     local_state,
@@ -19,7 +19,7 @@ from engine_helpers import (
     state_rows,
     topic_rows,
 )
-from lakestate.engine import batches
+from lakestate.engine.inspect import app_pin
 from lakestate.engine.runner import run_app
 from lakestate.errors import StreamsException
 
@@ -69,39 +69,14 @@ def test_engine_matches_driver(spark, warehouse, tmp_path):
             local_state(tmp_path / "state", "counts", task, "counts", "timestamped_key_value")
         )
     assert local == state_rows(spark, warehouse, "counts", "counts")
-    # A batch whose state changes are all keys new to the table appends them; one whose
-    # changes are all keys the table holds merges without an insert clause; a mix merges
-    # with one. Each batch writes the table once.
-    history = (
-        DeltaTable.forPath(spark, warehouse.state_table_path("counts", "counts"))
-        .history()
-        .where("operation IN ('WRITE', 'MERGE')")
-        .orderBy("version")
-        .collect()
-    )
-    assert history[0]["operation"] == "WRITE"
-    assert "MERGE" in {h["operation"] for h in history[1:]}
-    assert [json.loads(h["userMetadata"])["batch_id"] for h in history] == result.batches
-
-
-def _state_writes(spark, wh, store: str) -> list[str]:
-    """How each batch wrote the state table: "append", "update" (a MERGE without an insert
-    clause) or "merge"."""
-    history = (
-        DeltaTable.forPath(spark, wh.state_table_path("counts", store))
-        .history()
-        .where("operation IN ('WRITE', 'MERGE')")
-        .orderBy("version")
-        .collect()
-    )
-    return [
-        "append"
-        if h["operation"] == "WRITE"
-        else "merge"
-        if json.loads(h["operationParameters"]["notMatchedPredicates"])
-        else "update"
-        for h in history
-    ]
+    # Every batch appends its changed keys to the changelog, once, tagged with each task's
+    # batch: no MERGE, and one row per changed key per task batch.
+    history = [h for h in changelog_history(spark, warehouse, "counts", "counts")][1:]
+    assert {h["operation"] for h in history} == {"WRITE"}
+    tagged = [json.loads(h["userMetadata"])["batches"] for h in history]
+    assert tagged == result.batches
+    raw = spark.read.format("delta").load(warehouse.changelog_path("counts", "counts"))
+    assert raw.groupBy("task", "batch_id", "raw_key").count().where("count > 1").count() == 0
 
 
 def test_batch_boundaries_do_not_change_results(spark, tmp_path):
@@ -109,7 +84,7 @@ def test_batch_boundaries_do_not_change_results(spark, tmp_path):
 
     # Enough keys that later batches bring new ones beside known ones.
     records = events(N, keys=40, seed=2)
-    outcomes, writes = [], {}
+    outcomes = []
     for name, max_records in (("one", 10_000), ("many", 6)):
         wh = Warehouse(tmp_path / name)
         produce(spark, wh, "events", records, partitions=2)
@@ -123,13 +98,12 @@ def test_batch_boundaries_do_not_change_results(spark, tmp_path):
                 state_rows(spark, wh, "counts", "sums"),
             )
         )
-        writes[name] = _state_writes(spark, wh, "counts")
+        # Keys new and keys known alike, every batch only appends.
+        operations = {h["operation"] for h in changelog_history(spark, wh, "counts", "counts")}
+        assert operations == {"CREATE TABLE", "WRITE"}
     (one_batches, *one), (many_batches, *many) = outcomes
     assert one_batches == 1 and many_batches >= 10
     assert one == many
-    # The same state, whichever way each batch wrote it.
-    assert writes["one"] == ["append"]
-    assert writes["many"][0] == "append" and {"update", "merge"} <= set(writes["many"])
 
 
 def test_repartition_runs_as_a_second_subtopology(spark, warehouse, tmp_path):
@@ -202,8 +176,7 @@ def test_bad_json_in_a_log_table_names_the_record_and_commits_nothing(spark, war
     message = str(err.value)
     assert "'events'" in message and "partition 0" in message and "offset 10" in message
     assert "committed nothing" in message
-    log = batches.read_log(spark, warehouse.batches_path("counts"))
-    assert log.last_commit is None
+    assert app_pin(warehouse, "counts").rows == {}
     assert topic_rows(spark, warehouse, "counts-out") == []
     assert state_rows(spark, warehouse, "counts", "counts") == {}
 
@@ -218,46 +191,45 @@ def test_log_table_without_key_column_is_rejected_by_name(spark, warehouse, tmp_
         _run(warehouse, tmp_path / "state")
 
 
-def test_the_batch_log_reads_the_same_from_its_commit_files_as_from_the_table(
-    spark, warehouse, monkeypatch
-):
-    from lakestate.engine.plan import BatchPlan, TaskPlan
+def test_a_task_batch_is_committed_once_and_complete_when_its_tables_hold_it(warehouse):
+    """The progress table fences a task's batch: a second run's rows for it are refused
+    and nothing of theirs is written; a batch is complete only when every table it names
+    holds its txn."""
+    from lakestate.engine import progress
+    from lakestate.engine.recovery import is_complete
     from lakestate.errors import TaskMigratedException
+    from lakestate.io import delta_commits
+    from lakestate.task_id import TaskId
 
-    path = warehouse.batches_path("logged")
-    batches.ensure_table(spark, path)
+    path = warehouse.progress_path("fenced")
+    progress.ensure_table(path, "fenced")
+    other = warehouse.changelog_path("fenced", "store")
+    from lakestate.engine import changelog
 
-    def read():
-        """The log from the commit files alone (no Spark session), checked against the
-        log read from the table with Spark."""
-        fast = batches.read_log(None, path)
-        with monkeypatch.context() as m:
-            m.setattr(batches.delta_log, "local_log", lambda _path: None)
-            assert batches.read_log(spark, path) == fast
-        return fast
+    changelog.ensure_table(other, "store", "timestamped_key_value")
+    t0, t1 = TaskId(0, 0), TaskId(0, 1)
 
-    assert read() == batches.BatchLog(None, None, None)
-    plan1 = BatchPlan(1, [TaskPlan(0, 0, {"events": (0, 5)}), TaskPlan(0, 1, {"events": (0, 2)})])
-    batches.write_plan(spark, path, plan1, "run-a")
-    log = read()
-    assert log.last_commit is None and log.pending_run_id == "run-a"
-    assert log.pending_plan.to_json() == plan1.to_json()
-    commit1 = batches.CommitRecord(
-        1, "run-a", 1_234, {"events": {0: 5, 1: 2}}, {"0_0": 99}, {"counts": 3}, {"records": 7}
+    def row(task, batch, run):
+        return progress.TaskProgress(
+            task, batch, run, 1, {"events": (0, 5)}, {"events": 5}, 7, 5, (other,), {}
+        )
+
+    progress.record(path, "fenced", [row(t0, 1, "a"), row(t1, 1, "a")], {})
+    with pytest.raises(TaskMigratedException, match="batch 1 of task 0_1"):
+        progress.record(path, "fenced", [row(t1, 1, "b")], {})
+    # Another task set commits beside it.
+    progress.record(path, "fenced", [row(t0, 2, "c")], {})
+    history = progress.read(path)
+    assert [r.run_id for r in history.rows[t1]] == ["a"]
+    assert [(r.batch_id, r.run_id) for r in history.rows[t0]] == [(2, "c"), (1, "a")]
+    # Not complete until the changelog it names holds task 0_0's batch 2.
+    assert not is_complete("fenced", history.last(t0))
+    import pyarrow as pa
+
+    table = delta_commits.open_table(other)
+    delta_commits.append(
+        table, pa.Table.from_pylist([], changelog.schema("timestamped_key_value")),
+        "fenced", {t0: 2}, {},
     )
-    batches.write_commit(spark, path, commit1)
-    assert read() == batches.BatchLog(commit1, None, None)
-    plan2 = BatchPlan(2, [TaskPlan(0, 0, {"events": (5, 9)})])
-    batches.write_plan(spark, path, plan2, "run-b")
-    # Another run planning the same batch is skipped by Delta (txn) and told so.
-    with pytest.raises(TaskMigratedException):
-        batches.write_plan(spark, path, plan2, "run-c")
-    log = read()
-    assert log.last_commit == commit1 and log.pending_run_id == "run-b"
-    assert log.pending_plan.to_json() == plan2.to_json()
-    # A row written without its metadata (another writer): the table is read instead.
-    commit2 = batches.CommitRecord(2, "run-x", 5_678, {"events": {0: 9, 1: 2}})
-    spark.createDataFrame(
-        [(2, "commit", "run-x", 5_678, commit2.payload())], batches.SCHEMA
-    ).write.format("delta").mode("append").save(path)
-    assert batches.read_log(spark, path) == batches.BatchLog(commit2, None, None)
+    assert is_complete("fenced", history.last(t0))
+    assert not is_complete("fenced", history.last(t1))

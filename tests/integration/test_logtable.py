@@ -77,11 +77,11 @@ def test_warehouse_layout(tmp_path, monkeypatch):
     wh = Warehouse(tmp_path)
     assert wh.topic_path("orders") == str(tmp_path / "topics" / "orders")
     assert wh.app_path("shop") == str(tmp_path / "apps" / "shop")
-    assert wh.state_table_path("shop", "counts") == str(
-        tmp_path / "apps" / "shop" / "state" / "counts"
+    assert wh.changelog_path("shop", "counts") == str(
+        tmp_path / "apps" / "shop" / "changelog" / "counts"
     )
-    assert wh.offsets_path("shop") == str(tmp_path / "apps" / "shop" / "_offsets")
-    assert wh.batches_path("shop") == str(tmp_path / "apps" / "shop" / "_batches")
+    assert wh.progress_path("shop") == str(tmp_path / "apps" / "shop" / "_progress")
+    assert wh.old_format_path("shop") == str(tmp_path / "apps" / "shop" / "_batches")
     for bad in ["", "..", "a/b", "x y", "../etc"]:
         with pytest.raises(ValueError, match="illegal topic name"):
             wh.topic_path(bad)
@@ -89,9 +89,13 @@ def test_warehouse_layout(tmp_path, monkeypatch):
     assert wh.list_topics() == [] and wh.list_state_tables() == []
     for d in ["topics/b/_delta_log", "topics/a/_delta_log", "topics/not_a_table"]:
         (tmp_path / d).mkdir(parents=True)
-    for d in ["apps/shop/state/s2/_delta_log", "apps/shop/state/s1/_delta_log", "apps/x/state"]:
+    for d in [
+        "apps/shop/changelog/s2/_delta_log",
+        "apps/shop/changelog/s1/_delta_log",
+        "apps/x/changelog",
+    ]:
         (tmp_path / d).mkdir(parents=True)
-    (tmp_path / "apps/shop/_offsets/_delta_log").mkdir(parents=True)
+    (tmp_path / "apps/shop/_progress/_delta_log").mkdir(parents=True)
     assert wh.list_topics() == ["a", "b"]
     assert [(t.app, t.store) for t in wh.list_state_tables()] == [("shop", "s1"), ("shop", "s2")]
     assert wh.list_state_tables("x") == []

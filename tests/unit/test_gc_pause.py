@@ -83,7 +83,7 @@ def test_the_engine_processes_a_task_with_the_collector_paused(tmp_path) -> None
     ctx = process.BatchContext(
         str(path),
         "gc-app",
-        1,
+        {"0_0": 1},
         str(tmp_path / "state"),
         isolation_for({}),
         {"out": 1},

@@ -1,6 +1,7 @@
 """Exactly-once under crashes: the engine process is SIGKILLed at each step of a batch's
 commit, then rerun; the sinks hold every expected record exactly once and the state equals
-an uninterrupted run's. Also: two runs of one app started together never both commit."""
+an uninterrupted run's. Also: two runs of one app started together never both commit a task's
+batch, and two processes running disjoint tasks of one app commit side by side."""
 
 from __future__ import annotations
 
@@ -17,21 +18,22 @@ from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
 
-N = 90
-MAX_RECORDS = 15  # 3 tasks' worth of batches: 2 partitions x 15 records per batch
+N = 120
+MAX_RECORDS = 15  # 4 or more batches per task: 2 partitions x 15 records per batch
 REPO = Path(__file__).resolve().parents[2]
 
-# Every step of the commit protocol, in order (see lakestate.engine.faults), with the batch
-# to kill it in: each run replays batch 2 up to the next step, until batch 2 commits; the
-# local commit is then cut short in batch 3.
+# Every step of the commit protocol, in order (see lakestate.engine.faults and commit.py),
+# with the batch to kill it in: each run replays batch 2 up to the next table, until batch
+# 2 is complete (its last table written); batch 3 is then cut between the tables and the
+# local commit, and batch 4 in the middle of the local commits.
 FAULT_POINTS = [
-    "after_plan@2",
+    "after_progress@2",
     "after_sink:counts-out@2",
     "after_sink:sums-out@2",
-    "after_state:counts@2",
-    "after_state:sums@2",
-    "after_batch_commit@2",
-    "mid_local_commit@3",
+    "after_changelog:counts@2",
+    "after_changelog:sums@2",
+    "after_tables@3",
+    "mid_local_commit@4",
 ]
 
 
@@ -109,13 +111,15 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spa
     proc = _run_in_subprocess(wh, state, None)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said.append(proc.stdout)
-    # Killed between the batch log commit and the local commit, the next run applied the
+    # Killed after the progress row, the next run replayed the recorded batch.
+    assert "replaying the recorded batches" in said[FAULT_POINTS.index("after_progress@2") + 1]
+    # Killed between the table commits and the local commit, the next run applied the
     # staged transactions instead of replaying or restoring.
-    assert (
-        "applied the staged transaction of batch 2"
-        in said[FAULT_POINTS.index("after_batch_commit@2") + 1]
-    )
-    assert "applied the staged transaction of batch 3" in said[-1]
+    for point, batch in (("after_changelog:sums@2", 2), ("after_tables@3", 3)):
+        assert f"applied the staged transaction of batch {batch}" in said[
+            FAULT_POINTS.index(point) + 1
+        ]
+    assert "applied the staged transaction of batch 4" in said[-1]
     assert _results(spark, wh) == expected
 
 
@@ -165,3 +169,46 @@ def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
     positive = [r for r in records if r["value"]["amount"] > 0]
     assert len(topic_rows(spark, wh, "counts-out")) == len(positive), outcomes
     assert any(code == 0 for code, _, _ in outcomes), outcomes
+
+
+def test_two_processes_with_disjoint_tasks_commit_side_by_side(spark, tmp_path):
+    """Per-task batch identity: one process runs task 0_0, another 0_1, at the same time,
+    each with its own state directory; both commit every batch, and the result equals a
+    single process's."""
+    records = events(N, seed=15)
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=reference.root,
+        state_dir=str(tmp_path / "ref"),
+        max_records=MAX_RECORDS,
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    codes = [
+        "from lakestate.engine.runner import run_app; "
+        f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
+        f"state_dir={str(tmp_path / task)!r}, max_records={MAX_RECORDS}, "
+        f"until_caught_up=True, tasks=[{task!r}]); "
+        "print('BATCHES', len(r.batches))"
+        for task in ("0_0", "0_1")
+    ]
+    outcomes = _run_together(codes)
+    assert [code for code, _, _ in outcomes] == [0, 0], outcomes
+    assert all("BATCHES" in out and "BATCHES 0" not in out for _, out, _ in outcomes), outcomes
+    got, want = _results(spark, wh), _results(spark, reference)
+    # Sinks: the same records per partition and key (the two processes' appends interleave,
+    # so offsets across tasks differ from the single run's); state: the same.
+    for g, w in zip(got[:2], want[:2], strict=True):
+        assert _per_key(g) == _per_key(w)
+    assert got[2:] == want[2:]
+
+
+def _per_key(rows):
+    out: dict = {}
+    for partition, _offset, key, value, ts in rows:
+        out.setdefault((partition, key), []).append((value, ts))
+    return out

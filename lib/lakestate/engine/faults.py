@@ -2,9 +2,10 @@
 
 ``LAKESTATE_FAULT=<point>`` (optionally ``<point>@<batch>``) makes ``maybe_fail(point,
 batch)`` SIGKILL the current process, the hardest crash there is: no cleanup, no flush.
-Points, in commit order: after_plan, after_sink:<topic>,
-after_state:<store>, after_batch_commit (that is, before the local commit),
-mid_local_commit (after the first task's local commit).
+Points, in commit order (``commit.py``'s steps): after_progress, after_sink:<topic>,
+after_changelog:<store>, after_tables (that is, before the local commit), mid_local_commit
+(after the first task's local commit); and compaction's own points.
+``<batch>`` is the lowest task batch of the batch being committed.
 Unset in production; reading one environment variable is its only cost.
 """
 
@@ -14,6 +15,11 @@ import os
 import signal
 
 ENV = "LAKESTATE_FAULT"
+
+
+def active() -> bool:
+    """Whether a fault point is set (the commit then writes its tables one at a time)."""
+    return bool(os.environ.get(ENV))
 
 
 def maybe_fail(point: str, batch_id: int) -> None:

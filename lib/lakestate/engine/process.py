@@ -24,7 +24,7 @@ from lakestate.engine import changelog, local
 from lakestate.errors import ProcessingException, StreamsException
 from lakestate.io.partitioner import partitions_of_texts
 from lakestate.processors.gc_pause import cyclic_gc_paused
-from lakestate.processors.task import Task
+from lakestate.processors.task import Output, Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
@@ -227,11 +227,13 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
         offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
         for offset_tp, offset in store.committed_offsets().items():
             offsets.setdefault(offset_tp, offset)
-        task.transaction.set_stream_time(task.stream_time)
-        writes = list(task.transaction.changes())
-        local.stage(ctx.state_dir, ctx.app_name, task_id, batch_id, writes, offsets)
+        # Step 1 of the commit (engine/commit.py): the task hands over its transaction,
+        # which is staged durably beside the store, and its output.
+        prepared = task.prepare_commit(offsets)
+        writes = prepared.writes()
+        local.stage(ctx.state_dir, ctx.app_name, task_id, batch_id, writes, prepared.offsets)
         rows = _Rows(out_fields(store_kinds(app)))
-        counts = _output_rows(rows, task, sub, partition, ctx)
+        counts = _output_rows(rows, prepared.output, sub, partition, ctx)
         task.close()
         stores = _state_rows(rows, app, writes, sub, partition)
         info = {
@@ -379,11 +381,10 @@ class _Rows:
 
 
 def _output_rows(
-    rows: _Rows, task: Task, sub: int, partition: int, ctx: BatchContext
+    rows: _Rows, output: list[Output], sub: int, partition: int, ctx: BatchContext
 ) -> dict[str, dict[int, int]]:
     """Add the task's output records; returns their count per topic and partition."""
     counts: dict[str, dict[int, int]] = {}
-    output = task.pending_output_text()
     topics = [o.topic for o in output]
     targets = [0] * len(output)
     by_topic: dict[str, list[int]] = {}

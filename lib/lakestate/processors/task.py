@@ -31,6 +31,20 @@ NO_STREAM_TIME = -1
 _FAILED_NODE = "failed_node"
 
 
+class PreparedCommit(NamedTuple):
+    """What a task hands over to be committed (Kafka's ``Task.prepareCommit``): its open
+    transaction (state changes, stream time included), the offsets they reflect, and the
+    output it emitted since its last commit, in emission order."""
+
+    transaction: Transaction
+    offsets: Mapping[TopicPartition, int]
+    output: list[Output]
+
+    def writes(self) -> list:
+        """The transaction's writes, by namespace then key (what committing applies)."""
+        return list(self.transaction.changes())
+
+
 class Output(NamedTuple):
     """A record a sink emitted, with its key, value and headers as canonical JSON text."""
 
@@ -300,15 +314,33 @@ class Task:
         """The uncommitted output with its canonical JSON texts, in emission order."""
         return list(self._output)
 
-    def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
-        """Commit state, stream time and ``offsets`` atomically; returns the output to emit."""
+    def prepare_commit(self, offsets: Mapping[TopicPartition, int]) -> PreparedCommit:
+        """Phase 1 of every commit, in the test driver and in the engine: hand over the
+        open transaction (with the stream time written into it), ``offsets`` and the output.
+        The runtime then commits (the driver: ``complete_commit`` at once; the engine's
+        worker stages the writes, and ``engine/commit.py`` commits Delta, then the local
+        store) and calls ``post_commit``."""
         self.transaction.set_stream_time(self.stream_time)
-        self.transaction.commit(offsets)
-        output = [(o.topic, o.record) for o in self._output]
+        return PreparedCommit(self.transaction, dict(offsets), list(self._output))
+
+    def complete_commit(self, prepared: PreparedCommit) -> None:
+        """The local commit of a prepared commit: data, stream time and offsets in one
+        atomic write of the task's store."""
+        prepared.transaction.commit(prepared.offsets)
+
+    def post_commit(self) -> None:
+        """Phase 2: the committed output and metrics are behind; a new transaction starts."""
         self._output = []
         self._committed_metrics = dict(self.metrics)
         self.transaction = self.store.new_transaction()
-        return output
+
+    def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
+        """Both phases with the local commit between (the test driver's commit); returns
+        the output to emit."""
+        prepared = self.prepare_commit(offsets)
+        self.complete_commit(prepared)
+        self.post_commit()
+        return [(o.topic, o.record) for o in prepared.output]
 
     def abort(self) -> None:
         """Drop everything since the last commit: state changes, output, stream time."""

@@ -2,7 +2,7 @@
 
 Each subcommand is a small function ``run(args, ctx) -> int`` plus a function adding its
 arguments, registered in one table, ``COMMANDS``. To add one (``run``, ``sql``, ``status``,
-``demo`` ...) write the two functions and add a ``Command`` to ``COMMANDS``.
+``compact``, ``demo`` ...) write the two functions and add a ``Command`` to ``COMMANDS``.
 
 Global options: ``--warehouse DIR`` (else env ``LAKESTATE_WAREHOUSE``, else ``./warehouse``)
 and ``--master URL`` (else env ``LAKESTATE_SPARK_MASTER``, else ``local[*]``). Spark starts
@@ -222,6 +222,18 @@ COMMANDS: dict[str, Command] = {
         help="per task of an app: committed and end offsets, lag, stream time, local offset",
         configure=commands.status_args,
         run=commands.status,
+    ),
+    "convert": Command(
+        help="convert an app's state from lakestate's first format (batch log, MERGE-written "
+        "state tables) to changelogs",
+        configure=commands.convert_args,
+        run=commands.convert,
+    ),
+    "compact": Command(
+        help="rewrite an app's changelogs up to each task's last complete batch as one row "
+        "per live key (safe while batches run)",
+        configure=commands.compact_args,
+        run=commands.compact,
     ),
     "demo": Command(
         help="produce sample events, run the demo DAG through Airflow, print the results",

@@ -1,5 +1,5 @@
-"""The engine's CLI commands: ``run``, ``sql``, ``status`` and ``demo`` (registered in
-``lakestate.cli.COMMANDS``)."""
+"""The engine's CLI commands: ``run``, ``sql``, ``status``, ``compact`` and ``demo``
+(registered in ``lakestate.cli.COMMANDS``)."""
 
 from __future__ import annotations
 
@@ -133,6 +133,42 @@ def status(args: argparse.Namespace, ctx) -> int:
         for task, row in sorted(pin.rows.items()):
             shown = ", ".join(f"{k}={v:g}" for k, v in sorted(row.metrics.items()))
             ctx.print(f"  {task} (batch {row.batch_id}): {shown}")
+    return 0
+
+
+def convert_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", help="the app module, e.g. jobs/demo.py")
+
+
+def convert(args: argparse.Namespace, ctx) -> int:
+    from lakestate.app import load_app
+    from lakestate.engine.convert import convert as convert_app
+
+    convert_app(ctx.spark, ctx.warehouse, load_app(args.app), say=ctx.print)
+    return 0
+
+
+def compact_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", help="the app's name (or its module, e.g. jobs/demo.py)")
+    p.add_argument("--store", metavar="NAME", help="compact this store only (default: all)")
+
+
+def compact(args: argparse.Namespace, ctx) -> int:
+    """Compact the app's changelogs through each task's last complete batch; safe while
+    its batches run. No Spark."""
+    from lakestate.engine.compaction import compact as compact_app
+
+    name = args.app
+    if name.endswith(".py"):
+        from lakestate.app import load_app
+
+        name = load_app(name).name
+    result = compact_app(ctx.warehouse, name, args.store, say=ctx.print)
+    done = result.committed
+    ctx.print(
+        f"app {name}: compacted {len(done)} of {len(result.tasks)} store task(s), "
+        f"{sum(t.rows_before for t in done)} rows -> {sum(t.rows_after for t in done)}"
+    )
     return 0
 
 

@@ -50,17 +50,12 @@ DEFAULT_SHUFFLE_PARTITIONS = 4
 DEFAULT_LOG_LEVEL = "WARN"
 SCALA_BINARY_VERSION = "2.13"
 
-#: Session confs that turn Delta on, plus the defaults every new lakestate table gets.
-#: ``spark.databricks.delta.properties.defaults.<name>`` sets the table property
-#: ``delta.<name>`` on tables created in the session.
+#: Session confs that turn Delta on. lakestate's tables are plain Delta (no deletion vectors,
+#: no Change Data Feed): changelogs are their own change feed, and the engine commits
+#: through delta-rs.
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # Change Data Feed: a store's Delta table is its changelog (catch-up after a crash).
-    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
-    # Deletion vectors: deletes and merges on state tables mark rows instead of
-    # rewriting whole files.
-    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
 }
 
 _lock = threading.Lock()

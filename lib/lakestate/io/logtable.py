@@ -11,8 +11,8 @@ NULL. ``timestamp`` is epoch milliseconds. Offsets are dense per partition and s
 partition p holds offsets 0 .. end-1 with no gaps.
 
 The partition count is fixed when the topic is created and kept in the table property
-``lakestate.partitions``. Log tables are created with Change Data Feed and deletion vectors
-on (``delta.enableChangeDataFeed``, ``delta.enableDeletionVectors``).
+``lakestate.partitions``. Log tables are plain Delta (no deletion vectors, no Change Data
+Feed), so that any Delta reader and writer can use them: the engine appends through delta-rs.
 
 ``append_records`` writes: it reads each partition's end offset, numbers the new
 records on from there and writes them in one Delta commit. Appends to one topic are

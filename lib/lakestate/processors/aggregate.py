@@ -43,16 +43,6 @@ class StreamAggregate(Processor):
         self.store = context.get_state_store(self.store_name)
         self._pending: list[tuple[bytes, bytes | None]] = []
 
-    def process(self, record: Record) -> None:
-        if record.key is None or record.value is None:
-            self.context.metric("dropped-records")
-            return
-        old = self.store.get_with_timestamp(record.key)
-        old_agg, old_ts = (None, None) if old is None else old
-        new_agg, timestamp = self._fold(record, old_agg, old_ts)
-        self.store.put(record.key, new_agg, timestamp)
-        self.context.forward(Record(record.key, Change(new_agg, old_agg), timestamp))
-
     def _fold(self, record: Record, old_agg: Any, old_ts: int | None) -> tuple[Any, int]:
         """The key's new aggregate and its timestamp, from its old one (None: none)."""
         if old_agg is None:

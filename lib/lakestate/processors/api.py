@@ -7,7 +7,6 @@ Spark engine.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from lakestate.records import Record, RecordMetadata
@@ -52,16 +51,19 @@ class ProcessorContext(Protocol):
     def set_metric(self, name: str, value: float) -> None: ...
 
 
-class Processor(ABC):
-    """One node's per-task logic.
+class Processor:
+    """One node's per-task logic, written once.
 
-    A processor may also take a whole chunk of records at once (``chunked = True``): its
-    ``process_chunk`` must forward (return) exactly what ``process`` would forward for each
-    record in turn, and leave the same metrics; it must not write its stores there, only
-    in ``finish_chunk``, which the task calls once every node of the chain has taken the
-    chunk (so a chunk that fails anywhere leaves nothing behind and is processed again
-    record by record, which names the record that fails). User functions are assumed pure,
-    as Kafka Streams assumes them: a chunk calls them in a different interleaving.
+    A processor written for lists of records (``chunked = True``) implements only
+    ``process_chunk``: it returns what it forwards for the chunk's records, in order, and
+    must not write its stores there, only in ``finish_chunk``, which the task calls once
+    every node of a chain has taken the chunk (so a chunk that fails anywhere leaves nothing
+    behind and is processed again record by record, which names the record that fails).
+    One record is a chunk of one: ``process`` runs ``process_chunk``, ``finish_chunk`` and
+    forwards the result, so there are no separate per-record semantics. User functions are
+    assumed pure, as Kafka Streams assumes them: a chunk calls them in a different
+    interleaving. Other processors (those whose output for one record depends on the
+    records before it having passed every node below, e.g. ``peek``) implement ``process``.
     """
 
     chunked: ClassVar[bool] = False
@@ -69,11 +71,20 @@ class Processor(ABC):
     def init(self, context: ProcessorContext) -> None:
         self.context = context
 
-    @abstractmethod
-    def process(self, record: Record) -> None: ...
+    def process(self, record: Record) -> None:
+        """Process one record: a chunk of one (see the class docstring)."""
+        if not self.chunked:
+            raise NotImplementedError(f"{type(self).__name__} must implement process")
+        from lakestate.processors.chunk import Chunk
+
+        out = self.process_chunk(Chunk.of_record(self.context, record))
+        self.finish_chunk()
+        forward = self.context.forward
+        for r in out.records:
+            forward(r)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        """What ``process`` forwards for each record of ``chunk``, as one chunk."""
+        """What this node forwards for the records of ``chunk``, as one chunk."""
         raise NotImplementedError(f"{type(self).__name__} does not process chunks")
 
     def finish_chunk(self) -> None:  # noqa: B027 - optional hook, stateless processors hold nothing

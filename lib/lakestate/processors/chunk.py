@@ -10,6 +10,7 @@ node forwards is the chunk it returns.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from lakestate.records import Record
 
@@ -20,11 +21,24 @@ class Chunk:
     ``offsets[p]`` is its offset in ``topic`` and ``stream_times[p]`` the task's stream time
     once it was read (its own timestamp included)."""
 
-    topic: str
-    offsets: list[int]
+    topic: str | None
+    offsets: list[int | None]
     stream_times: list[int]
     records: list[Record]
     at: list[int]
+
+    @staticmethod
+    def of_record(context: Any, record: Record) -> Chunk:
+        """One record as a chunk: the record being processed by ``context``'s task (its
+        topic and offset, None when it came from no topic, and the task's stream time)."""
+        meta = context.record_metadata
+        return Chunk(
+            None if meta is None else meta.topic,
+            [None if meta is None else meta.offset],
+            [context.stream_time],
+            [record],
+            [0],
+        )
 
     def with_records(self, records: list[Record], at: list[int] | None = None) -> Chunk:
         """The same input positions (or ``at``) carrying ``records``."""

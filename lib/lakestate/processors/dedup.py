@@ -104,52 +104,18 @@ class Deduplicate(Processor):
         """What is forwarded for ``record``."""
         return record
 
-    def process(self, record: Record) -> None:
-        context = self.context
-        store = self.store
-        interval = self.interval_ms
-        cutoff = context.stream_time - interval
-        purged = store.purge_expired(cutoff)
-        if purged:
-            context.metric(STORE_SIZE, -purged)
-        dedup_id = self.dedup_id(record)
-        if dedup_id is _SKIP:
-            self._forward(record)
-            return
-        meta = context.record_metadata
-        if meta is None:
-            source = offset = None
-        else:
-            offset = meta.offset
-            source = self._tags.get(meta.topic)
-            if source is None:
-                source = self._tags[meta.topic] = source_tag(meta.topic)
-        id_key, entry = store.get_keyed(dedup_id)
-        timestamp = record.timestamp
-        verdict = _verdict(entry, timestamp, offset, source, interval)
-        if verdict is _DUPLICATE:
-            context.metric(DUPLICATES_DROPPED)
-            return
-        self._forward(record)
-        if verdict is _REPLAY:
-            return
-        if timestamp < cutoff:
-            context.metric(LATE_RECORDS_FORWARDED)
-            return
-        # The entry just read is what the id holds: put_many need not read it again.
-        if store.put_many(((id_key, timestamp, offset, source),), {id_key: entry}):
-            context.metric(STORE_SIZE, 1)
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        """``process`` for each record, with the store's reads and writes kept in a dict
-        until ``finish_chunk``: an entry older than the current cutoff counts as purged
-        (``process`` would have purged it by then), and the purge runs once, at the last
-        record's cutoff, which removes the same entries (cutoffs only grow)."""
+        """KIP-655 for each record in turn, with the store's reads and writes kept in a
+        dict until ``finish_chunk``: an entry older than a record's cutoff (its stream time
+        minus the interval) counts as purged, and the purge runs once, at the last record's
+        cutoff, which removes the same entries as purging at every record would (cutoffs
+        only grow). A record without a topic (no metadata) has no source or offset."""
         store, interval = self.store, self.interval_ms
         offsets, stream_times, positions = chunk.offsets, chunk.stream_times, chunk.at
-        source = self._tags.get(chunk.topic)
-        if source is None:
-            source = self._tags[chunk.topic] = source_tag(chunk.topic)
+        topic = chunk.topic
+        source = None if topic is None else self._tags.get(topic)
+        if source is None and topic is not None:
+            source = self._tags[topic] = source_tag(topic)
         held: dict[bytes, DedupEntry | None] = {}  # id key -> stored entry (None: none)
         seen: dict[bytes, DedupEntry | None] = {}  # id key -> entry as of this record
         stored: dict[bytes, tuple[int, int, int]] = {}
@@ -211,11 +177,6 @@ class Deduplicate(Processor):
         if added:
             self.context.metric(STORE_SIZE, added)
 
-    def _forward(self, record: Record) -> None:
-        context = self.context
-        context.metric(RECORDS_FORWARDED)
-        context.forward(self.output(record))
-
 
 class DeduplicateByKey(Deduplicate):
     """The id is the key; records with a null key are forwarded."""
@@ -260,9 +221,6 @@ class DeduplicationIdSelect(Processor):
 
     def __init__(self, id_selector: Callable[[Any, Any], Any]) -> None:
         self.id_selector = id_selector
-
-    def process(self, record: Record) -> None:
-        self.context.forward(self._select(record))
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         return chunk.with_records([self._select(r) for r in chunk.records])

@@ -18,9 +18,6 @@ class PassThrough(Processor):
 
     chunked = True
 
-    def process(self, record: Record) -> None:
-        self.context.forward(record)
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
         return chunk
 
@@ -29,9 +26,6 @@ class ChangeDecodingSource(Processor):
     """Source of a repartition topic that carries KTable changes as {"new", "old"}."""
 
     chunked = True
-
-    def process(self, record: Record) -> None:
-        self.context.forward(record.with_value(self._decode(record.value)))
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         decode = self._decode
@@ -49,10 +43,6 @@ class Filter(Processor):
         self.predicate = predicate
         self.negate = negate
 
-    def process(self, record: Record) -> None:
-        if bool(self.predicate(record.key, record.value)) != self.negate:
-            self.context.forward(record)
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
         predicate, negate = self.predicate, self.negate
         return chunk.select(
@@ -66,9 +56,6 @@ class MapValues(Processor):
     def __init__(self, mapper: Callable[[Any], Any]) -> None:
         self.mapper = mapper
 
-    def process(self, record: Record) -> None:
-        self.context.forward(record.with_value(self.mapper(record.value)))
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
         mapper = self.mapper
         return chunk.with_records([r.with_value(mapper(r.value)) for r in chunk.records])
@@ -80,9 +67,6 @@ class SelectKey(Processor):
     def __init__(self, selector: Callable[[Any, Any], Any]) -> None:
         self.selector = selector
 
-    def process(self, record: Record) -> None:
-        self.context.forward(record.with_key(self.selector(record.key, record.value)))
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
         selector = self.selector
         return chunk.with_records([r.with_key(selector(r.key, r.value)) for r in chunk.records])
@@ -93,9 +77,6 @@ class Map(Processor):
 
     def __init__(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> None:
         self.mapper = mapper
-
-    def process(self, record: Record) -> None:
-        self.context.forward(self._map(record))
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         return chunk.with_records([self._map(r) for r in chunk.records])
@@ -130,9 +111,6 @@ class Sink(Processor):
         self.topic = topic
         self.drop_null_keys = drop_null_keys
         self.encode_changes = encode_changes
-
-    def process(self, record: Record) -> None:
-        self.context.send_many(self.topic, self._outgoing([record]))
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         self.context.send_many(self.topic, self._outgoing(chunk.records))

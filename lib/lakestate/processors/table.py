@@ -94,9 +94,6 @@ class TableToStream(Processor):
 
     chunked = True
 
-    def process(self, record: Record) -> None:
-        self.context.forward(record.with_value(record.value.new_value))
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
         return chunk.with_records([r.with_value(r.value.new_value) for r in chunk.records])
 

@@ -24,6 +24,7 @@ from lakestate.state.constants import (
 )
 from lakestate.state.registry import open_view
 from lakestate.state.serde import checked_json_text
+from lakestate.task_id import TaskId
 from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
 
 NO_STREAM_TIME = -1
@@ -113,6 +114,7 @@ class Task:
         self.topology = topology
         self.subtopology = topology.subtopologies[subtopology_id]
         self.partition = partition
+        self.task_id = TaskId(subtopology_id, partition)
         self.application_id = application_id
         self.store = store
         self.max_uncommitted_records = int(
@@ -162,7 +164,7 @@ class Task:
         source = self._sources.get(topic)
         if source is None:
             raise StreamsException(
-                f"task {self.subtopology.id}_{self.partition} does not read topic {topic!r}"
+                f"task {self.task_id} does not read topic {topic!r}"
             )
         self.current_metadata = (
             None if offset is None else RecordMetadata(topic, self.partition, offset)
@@ -258,7 +260,7 @@ class Task:
         where = (
             f"topic {meta.topic!r} partition {meta.partition} offset {meta.offset}"
             if meta
-            else f"task {self.subtopology.id}_{self.partition}"
+            else f"task {self.task_id}"
         )
         value = repr(record.value)
         if len(value) > 200:
@@ -290,7 +292,7 @@ class Task:
                 return self._global_views[name]
             if name not in self.subtopology.stores:
                 raise StreamsException(
-                    f"store {name!r} is not connected to task {self.subtopology.id}_{self.partition}"
+                    f"store {name!r} is not connected to task {self.task_id}"
                 )
             spec = self.topology.stores[name]
             view = open_view(name, spec.kind, spec.options, lambda: self.transaction)

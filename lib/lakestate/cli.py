@@ -235,6 +235,11 @@ COMMANDS: dict[str, Command] = {
         configure=commands.compact_args,
         run=commands.compact,
     ),
+    "maintain": Command(
+        help="compaction, OPTIMIZE and VACUUM of an app's tables (safe while batches run)",
+        configure=commands.maintain_args,
+        run=commands.maintain,
+    ),
     "demo": Command(
         help="produce sample events, run the demo DAG through Airflow, print the results",
         configure=commands.demo_args,

@@ -52,6 +52,7 @@ def describe() -> dict[str, Any]:
                 "is_spark_submit": isinstance(task, SparkSubmitOperator),
                 "retries": task.retries,
                 "pre_execute_hook": repr(task._pre_execute_hook),
+                "downstream": sorted(task.downstream_task_ids),
             }
             if isinstance(task, SparkSubmitOperator):
                 info.update(

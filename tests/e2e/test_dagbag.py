@@ -1,6 +1,7 @@
 """The DAGs folder parses in a real Airflow, and the demo DAG has the shape the design asks for:
-scheduled micro-batches without overlapping runs, trigger Params, one SparkSubmitOperator task
-on local[*] unless a Spark connection says otherwise."""
+scheduled micro-batches without overlapping runs, by default until caught up within a time
+budget, trigger Params, one SparkSubmitOperator task on local[*] unless a Spark connection says
+otherwise; beside it, the demo app's maintenance DAG (compact -> optimize -> vacuum)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 DEMO_DAG = "lakestate_demo"
+MAINTENANCE_DAG = "lakestate_demo_maintenance"
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +31,7 @@ def test_every_dag_file_imports_cleanly(described: dict) -> None:
     parsed = {Path(d["fileloc"]).resolve() for d in described["dags"].values()}
     assert dag_files <= parsed, f"files without a DAG: {sorted(map(str, dag_files - parsed))}"
     assert DEMO_DAG in described["dags"]
+    assert MAINTENANCE_DAG in described["dags"]
 
 
 def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
@@ -41,14 +44,18 @@ def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
 
 def test_demo_dag_params(described: dict) -> None:
     params = described["dags"][DEMO_DAG]["params"]
-    assert set(params) == {"max_batches", "max_records", "until_caught_up"}
+    assert set(params) == {"max_batches", "max_records", "until_caught_up", "time_budget_s"}
+    # By default a run processes until caught up, within a budget under the 5-minute interval.
+    assert params["until_caught_up"]["default"] is True
+    assert params["until_caught_up"]["schema"]["type"] == "boolean"
+    assert params["time_budget_s"]["default"] == 240
+    assert set(params["time_budget_s"]["schema"]["type"]) == {"null", "integer"}
+    assert params["time_budget_s"]["schema"]["minimum"] == 1
     assert params["max_batches"]["default"] == 1
     assert params["max_batches"]["schema"]["type"] == "integer"
     assert params["max_batches"]["schema"]["minimum"] == 1
     assert params["max_records"]["default"] is None
     assert set(params["max_records"]["schema"]["type"]) == {"null", "integer"}
-    assert params["until_caught_up"]["default"] is False
-    assert params["until_caught_up"]["schema"]["type"] == "boolean"
     for name, param in params.items():
         assert param["description"], f"Param {name} has no description"
 
@@ -79,30 +86,60 @@ def test_demo_dag_runs_one_spark_submit(described: dict) -> None:
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ({}, ["--max-batches=1", "--max-records=none", "--until-caught-up=false"]),
         (
-            {"max_batches": 3, "max_records": 500, "until_caught_up": False},
-            ["--max-batches=3", "--max-records=500", "--until-caught-up=false"],
+            {},
+            [
+                "--max-batches=none",
+                "--max-records=none",
+                "--until-caught-up=true",
+                "--time-budget=240",
+            ],
         ),
         (
-            {"max_batches": 3, "until_caught_up": True},
-            ["--max-batches=none", "--max-records=none", "--until-caught-up=true"],
+            {"max_batches": 3, "max_records": 500, "until_caught_up": False},
+            [
+                "--max-batches=3",
+                "--max-records=500",
+                "--until-caught-up=false",
+                "--time-budget=240",
+            ],
+        ),
+        (
+            {"max_batches": 3, "until_caught_up": False, "time_budget_s": None},
+            [
+                "--max-batches=3",
+                "--max-records=none",
+                "--until-caught-up=false",
+                "--time-budget=none",
+            ],
+        ),
+        (
+            {"max_batches": 3, "time_budget_s": 60},
+            [
+                "--max-batches=none",
+                "--max-records=none",
+                "--until-caught-up=true",
+                "--time-budget=60",
+            ],
         ),
     ],
 )
 def test_params_render_to_submit_arguments(airflow_env, params, expected) -> None:
     rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params))["application_args"]
-    assert rendered[1:4] == expected
+    assert rendered[1:5] == expected
     args = build_parser().parse_args(rendered)
     assert args.app == str(REPO / "jobs" / "demo.py")
-    until_caught_up = params.get("until_caught_up", False)
+    until_caught_up = params.get("until_caught_up", True)
     assert args.max_batches == (None if until_caught_up else params.get("max_batches", 1))
     assert args.max_records == params.get("max_records")
     assert args.until_caught_up is until_caught_up
+    assert args.time_budget == params.get("time_budget_s", 240)
     assert args.warehouse and args.state_dir
 
 
-@pytest.mark.parametrize("params", [{"max_batches": 0}, {"max_records": "many"}])
+@pytest.mark.parametrize(
+    "params", [{"max_batches": 0}, {"max_records": "many"}, {"time_budget_s": 0}]
+)
 def test_invalid_params_are_rejected(airflow_env, params) -> None:
     with pytest.raises(AssertionError, match="ParamValidationError"):
         airflow_env.run("render", DEMO_DAG, json.dumps(params))
@@ -114,6 +151,8 @@ def test_submit_accepts_lakestate_run_arguments() -> None:
     )
     assert (args.max_batches, args.max_records, args.until_caught_up) == (2, 10, True)
     assert build_parser().parse_args(["jobs/demo.py"]).until_caught_up is False
+    assert build_parser().parse_args(["jobs/demo.py"]).time_budget is None
+    assert build_parser().parse_args(["jobs/demo.py", "--time-budget", "90"]).time_budget == 90
 
 
 def test_default_master_is_local_without_a_connection(airflow_env) -> None:
@@ -133,3 +172,28 @@ def test_a_defined_connection_chooses_the_master(airflow_env) -> None:
     )
     assert result["master"] == "spark://spark-master:7077"
     assert result["conn_env_after"] == result["conn_env_before"]  # left alone
+
+
+def test_maintenance_dag_shape(described: dict) -> None:
+    dag = described["dags"][MAINTENANCE_DAG]
+    assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "demo_maintenance.py"
+    assert dag["max_active_runs"] == 1
+    assert dag["catchup"] is False
+    assert "days=1" in dag["schedule"]  # timedelta(days=1): its own schedule, daily
+    assert {"lakestate", "demo", "maintenance"} <= set(dag["tags"])
+    tasks = {t["task_id"]: t for t in dag["tasks"]}
+    assert set(tasks) == {"compact", "optimize", "vacuum"}
+    assert tasks["compact"]["downstream"] == ["optimize"]
+    assert tasks["optimize"]["downstream"] == ["vacuum"]
+    assert tasks["vacuum"]["downstream"] == []
+    assert not any(t["is_spark_submit"] for t in tasks.values())  # no Spark
+
+
+def test_maintenance_dag_params(described: dict) -> None:
+    params = described["dags"][MAINTENANCE_DAG]["params"]
+    assert set(params) == {"vacuum_retention_hours"}
+    retention = params["vacuum_retention_hours"]
+    assert retention["default"] == 7 * 24
+    assert retention["schema"]["type"] == "integer"
+    assert retention["schema"]["minimum"] == 1
+    assert retention["description"]

@@ -1,7 +1,8 @@
 """The demo DAG, run for real: ``dag.test()`` in an isolated Airflow, whose one task
-spark-submits the engine on local[*] against a warehouse holding sample events; the sink
-topic ``event-counts`` then holds, per user, the count of that user's events with a positive
-amount (jobs/demo.py's topology)."""
+spark-submits the engine on local[*] against a warehouse holding sample events. A run with a
+time budget spent by its first batch stops there; a run with the default Params processes
+until caught up, and the sink topic ``event-counts`` then holds, per user, the count of that
+user's events with a positive amount (jobs/demo.py's topology)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ def _lakestate(env: dict[str, str], cwd: Path, *args: str) -> str:
     return proc.stdout
 
 
+def _batches(warehouse: Path) -> dict[str, list[int]]:
+    """Per task, the batches the demo app's progress table records."""
+    from lakestate.io import delta_commits
+
+    rows = delta_commits.open_table(str(warehouse / "apps" / "demo" / "_progress"))
+    found: dict[str, list[int]] = {}
+    for row in rows.to_pyarrow_table(columns=["task", "batch_id"]).to_pylist():
+        found.setdefault(row["task"], []).append(row["batch_id"])
+    return {task: sorted(b) for task, b in found.items()}
+
+
 def test_demo_dag_counts_positive_events_per_user(airflow, tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     state_dir = tmp_path / "state"
@@ -69,9 +81,19 @@ def test_demo_dag_counts_positive_events_per_user(airflow, tmp_path: Path) -> No
     _lakestate(env, tmp_path, "produce", demo.INPUT_TOPIC, str(input_file), "--partitions", "2")
     produced = time.monotonic()
 
-    result = airflow.run("test", DEMO_DAG, json.dumps({"max_batches": 2}), env=env, timeout=900)
+    # A budget of 1 s is spent by the first batch (10 records per task): no second one.
+    budget = {"time_budget_s": 1, "max_records": 10}
+    result = airflow.run("test", DEMO_DAG, json.dumps(budget), env=env, timeout=900)
+    assert result["conf"] == budget
+    assert result["task_states"] == {"run_batches": "success"} and result["state"] == "success", (
+        f"{result}\n{airflow.task_logs()[-20000:]}"
+    )
+    assert _batches(warehouse) == {"0_0": [1], "0_1": [1]}
+
+    # The default run (what the schedule does): until caught up, within 240 s; it goes on
+    # from the first run's offsets.
+    result = airflow.run("test", DEMO_DAG, "{}", env=env, timeout=900)
     ran = time.monotonic()
-    assert result["conf"] == {"max_batches": 2}
     assert result["task_states"] == {"run_batches": "success"} and result["state"] == "success", (
         f"{result}\n{airflow.task_logs()[-20000:]}"
     )

@@ -2,12 +2,25 @@
 
 ``make_dag("jobs/APP.py")`` returns a DAG that runs the app's micro-batches on a schedule
 (every 5 minutes by default, never two runs at once, no catch-up of missed intervals) and on
-demand from the UI's trigger form (Params ``max_batches``, ``max_records``,
-``until_caught_up``). Its one task is the Spark provider's ``SparkSubmitOperator`` running::
+demand from the UI's trigger form (Params ``until_caught_up``, ``time_budget_s``,
+``max_batches``, ``max_records``). Its one task is the Spark provider's
+``SparkSubmitOperator`` running::
 
     spark-submit --master <from the Spark connection> --packages <Delta jar> --conf ... \\
         lib/lakestate/engine/submit.py <repo>/jobs/APP.py --max-batches=N|none \\
-        --max-records=N|none --until-caught-up=true|false --warehouse=DIR --state-dir=DIR
+        --max-records=N|none --until-caught-up=true|false --time-budget=SECONDS|none \\
+        --warehouse=DIR --state-dir=DIR
+
+What a run processes
+    By default a run processes until caught up (``until_caught_up``): batch after batch
+    until no input is left, so that a record reaches its sink in one run however many
+    sub-topologies (repartition topics) lie between. ``time_budget_s`` bounds it: no new
+    batch starts once that many seconds have passed since the run started (the batch under
+    way finishes), and the next scheduled run goes on from the committed offsets. Its
+    default is a bit under the schedule interval (``time_budget_for``: 80% of it, 240 s
+    for the 5-minute schedule), so that a run normally ends before the next one is due. With
+    ``until_caught_up`` off, a run does at most ``max_batches`` batches (within the budget
+    too). ``max_records`` bounds each batch's records per task.
 
 The Spark master
     comes from the Airflow connection ``spark_conn_id`` (default ``spark_default``), as the
@@ -33,7 +46,17 @@ The job's environment (``env_vars``, on top of the worker's own)
 Spark confs come from ``lakestate.engine.spark.spark_conf`` (Delta's SQL extension and
 catalog, the Ivy cache of the Delta jars, shuffle partitions, ...), minus what spark-submit
 takes as options (master, name, ``--packages``), plus ``spark.pyspark.python`` and
-``spark.log.level`` (env ``LAKESTATE_LOG_LEVEL``, default ``WARN``)."""
+``spark.log.level`` (env ``LAKESTATE_LOG_LEVEL``, default ``WARN``).
+
+The maintenance DAG
+    ``make_maintenance_dag("jobs/APP.py")`` returns the app's second DAG,
+    ``lakestate_<app>_maintenance``, on its own schedule (daily by default, one run at a
+    time): three Python tasks, no Spark, ``compact`` (``lakestate.engine.compaction``: the
+    changelog tables) -> ``optimize`` -> ``vacuum`` (``lakestate.engine.maintenance``: the
+    changelog tables, the progress table and the topics the app writes). It runs beside
+    the app's batches: nothing it commits changes data, txn versions or end offsets, and
+    VACUUM keeps what the last ``vacuum_retention_hours`` (Param; default 168, 7 days)
+    need, so time travel over that window (an app's rewind) keeps working."""
 
 from __future__ import annotations
 
@@ -49,23 +72,28 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 import lakestate
 from lakestate.app import load_app
 from lakestate.engine import spark as lakestate_spark
+from lakestate.warehouse import Warehouse
 
 __all__ = [
     "DEFAULT_MASTER",
     "DEFAULT_START_DATE",
+    "DEFAULT_TIME_BUDGET_S",
     "SUBMIT_SCRIPT",
     "TASK_ID",
     "EnsureSparkConnection",
     "application_args",
     "make_dag",
+    "make_maintenance_dag",
     "spark_connection_uri",
     "submit_conf",
+    "time_budget_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +104,10 @@ DEFAULT_MASTER = "local[*]"
 DEFAULT_START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
 #: The id of the DAG's Spark task.
 TASK_ID = "run_batches"
+#: A run's time budget when the schedule is not a fixed interval (a cron expression, ...).
+DEFAULT_TIME_BUDGET_S = 240
+#: The maintenance DAG's tasks, in the order they run.
+MAINTENANCE_TASKS = ("compact", "optimize", "vacuum")
 #: lakestate's source folder (``<repo>/lib`` in a checkout).
 LIB_DIR = Path(lakestate.__file__).resolve().parent.parent
 #: The spark-submit application: parses ``lakestate run``'s arguments, calls the runner.
@@ -129,15 +161,25 @@ def application_args(app_path: str | os.PathLike[str], warehouse: str, state_dir
     """submit.py's arguments, templated on the run's Params (one ``--opt=value`` each, so a
     null or false value still renders to a valid argument). ``until_caught_up`` lifts the
     ``max_batches`` cap: the engine stops at whichever bound comes first, and it always stops
-    once no input is left, so the flag only matters without a cap."""
+    once no input is left, so the flag only matters without a cap. The time budget applies
+    either way."""
     return [
         str(app_path),
         "--max-batches={{ 'none' if params.until_caught_up else params.max_batches }}",
         "--max-records={{ 'none' if params.max_records is none else params.max_records }}",
         "--until-caught-up={{ 'true' if params.until_caught_up else 'false' }}",
+        "--time-budget={{ 'none' if params.time_budget_s is none else params.time_budget_s }}",
         f"--warehouse={warehouse}",
         f"--state-dir={state_dir}",
     ]
+
+
+def time_budget_for(schedule: Any) -> int:
+    """A run's default time budget for ``schedule``: 80% of its interval when it is a
+    ``timedelta`` (240 s for 5 minutes), else ``DEFAULT_TIME_BUDGET_S``."""
+    if isinstance(schedule, timedelta):
+        return max(1, int(schedule.total_seconds() * 0.8))
+    return DEFAULT_TIME_BUDGET_S
 
 
 def submit_conf(pyspark_python: str, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -159,6 +201,13 @@ def _base_dir(app_path: Path) -> Path:
     if app_path.parent.name == "jobs":
         return app_path.parent.parent
     return LIB_DIR.parent
+
+
+def _warehouse_dir(base: Path, warehouse: str | os.PathLike[str] | None) -> str:
+    """The ``warehouse`` argument, else env ``LAKESTATE_WAREHOUSE``, else ``<base>/warehouse``."""
+    return str(
+        Path(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or base / "warehouse").resolve()
+    )
 
 
 def _job_env(
@@ -202,6 +251,8 @@ def make_dag(
     start_date: datetime = DEFAULT_START_DATE,
     spark_conn_id: str = "spark_default",
     default_max_batches: int = 1,
+    default_until_caught_up: bool = True,
+    default_time_budget_s: int | None = None,
     tags: Sequence[str] | None = None,
     default_master: str = DEFAULT_MASTER,
     warehouse: str | os.PathLike[str] | None = None,
@@ -214,7 +265,9 @@ def make_dag(
     """The DAG running the lakestate app defined in ``app_path`` (``jobs/APP.py``).
 
     ``dag_id`` defaults to ``lakestate_<app name>``; ``tags`` to ``["lakestate", <app
-    name>]``. ``default_max_batches`` is the Param default (what scheduled runs do).
+    name>]``. ``default_until_caught_up``, ``default_time_budget_s`` (None:
+    ``time_budget_for(schedule)``) and ``default_max_batches`` are the Params'
+    defaults: what scheduled runs do (see the module docstring).
     ``default_master`` is used when connection ``spark_conn_id`` is not defined.
     ``spark_conf`` and ``env_vars`` add to (and override) the defaults described in the
     module docstring. ``retries`` is 0: a failed batch leaves the committed state as it was,
@@ -224,10 +277,12 @@ def make_dag(
     app = load_app(app_path)  # a broken app is an import error of the DAG file
     if default_max_batches < 1:
         raise ValueError(f"default_max_batches must be at least 1, got {default_max_batches}")
+    if default_time_budget_s is None:
+        default_time_budget_s = time_budget_for(schedule)
+    if default_time_budget_s < 1:
+        raise ValueError(f"default_time_budget_s must be at least 1, got {default_time_budget_s}")
     base = _base_dir(app_path)
-    warehouse = str(
-        Path(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or base / "warehouse").resolve()
-    )
+    warehouse = _warehouse_dir(base, warehouse)
     state_dir = str(
         Path(state_dir or os.environ.get("LAKESTATE_STATE_DIR") or base / "state").resolve()
     )
@@ -244,13 +299,31 @@ def make_dag(
         tags=list(tags) if tags is not None else ["lakestate", app.name],
         default_args={"owner": "lakestate", "retries": retries},
         params={
+            "until_caught_up": Param(
+                default_until_caught_up,
+                type="boolean",
+                title="Until caught up",
+                description="Keep running micro-batches until no input is left "
+                "(--until-caught-up), within time_budget_s: a record reaches its sink in one "
+                "run whatever the number of sub-topologies. max_batches does not apply.",
+            ),
+            "time_budget_s": Param(
+                default_time_budget_s,
+                type=["null", "integer"],
+                minimum=1,
+                title="Time budget (seconds)",
+                description="Start no new micro-batch once this many seconds have passed "
+                "since the run started (--time-budget; the batch under way finishes). The "
+                "next run goes on from where this one stopped. Empty: no budget.",
+            ),
             "max_batches": Param(
                 default_max_batches,
                 type="integer",
                 minimum=1,
                 title="Max batches",
                 description="Run at most this many micro-batches in this DAG run (fewer "
-                "when the input runs out). Ignored when until_caught_up is set.",
+                "when the input runs out or the time budget is spent). Ignored when "
+                "until_caught_up is set.",
             ),
             "max_records": Param(
                 None,
@@ -260,13 +333,6 @@ def make_dag(
                 description="Read at most this many source records per micro-batch "
                 "(--max-records); the app's statestore.uncommitted.max.records bounds it too. "
                 "Empty: that bound alone.",
-            ),
-            "until_caught_up": Param(
-                False,
-                type="boolean",
-                title="Until caught up",
-                description="Keep running micro-batches until no input is left "
-                "(--until-caught-up), however many that takes: max_batches does not apply.",
             ),
         },
     ) as dag:
@@ -284,4 +350,114 @@ def make_dag(
             doc_md=f"spark-submit of `{SUBMIT_SCRIPT.name}` for `{app_path}`; the Spark master "
             f"is connection `{spark_conn_id}`'s, else `{default_master}`.",
         )
+    return dag
+
+
+# -- the maintenance DAG ------------------------------------------------------------------
+
+
+def compact_task(warehouse: str, app: str) -> None:
+    """The maintenance DAG's ``compact`` task: compaction of the app's changelog tables
+    (``lakestate.engine.maintenance.compact_changelogs``)."""
+    from lakestate.engine import maintenance
+
+    result = maintenance.compact_changelogs(Warehouse(warehouse), app)
+    print(f"compact: {len(result.committed)} of {len(result.tasks)} task changelogs compacted")
+
+
+def optimize_task(warehouse: str, app: str) -> None:
+    """The maintenance DAG's ``optimize`` task (``lakestate.engine.maintenance.optimize``)."""
+    from lakestate.engine import maintenance
+
+    done = maintenance.optimize(Warehouse(warehouse), app)
+    before, after = sum(t.files_before for t in done), sum(t.files_after for t in done)
+    print(f"optimize: {len(done)} tables, {before} -> {after} files")
+
+
+def vacuum_task(warehouse: str, app: str, params: Mapping[str, Any]) -> None:
+    """The maintenance DAG's ``vacuum`` task, with the run's ``vacuum_retention_hours``."""
+    from lakestate.engine import maintenance
+
+    retention = timedelta(hours=int(params["vacuum_retention_hours"]))
+    done = maintenance.vacuum(Warehouse(warehouse), app, retention)
+    print(f"vacuum: {len(done)} tables, {sum(len(t.deleted) for t in done)} files deleted")
+
+
+def make_maintenance_dag(
+    app_path: str | os.PathLike[str],
+    *,
+    dag_id: str | None = None,
+    schedule: Any = timedelta(days=1),
+    start_date: datetime = DEFAULT_START_DATE,
+    vacuum_retention: timedelta = timedelta(days=7),
+    warehouse: str | os.PathLike[str] | None = None,
+    tags: Sequence[str] | None = None,
+    retries: int = 1,
+    retry_delay: timedelta = timedelta(minutes=10),
+    execution_timeout: timedelta | None = None,
+) -> DAG:
+    """The maintenance DAG of the lakestate app defined in ``app_path`` (see the module
+    docstring): ``compact`` -> ``optimize`` -> ``vacuum`` on ``schedule`` (daily by
+    default), one run at a time, beside the app's own DAG.
+
+    ``dag_id`` defaults to ``lakestate_<app name>_maintenance``; ``tags`` to ``["lakestate",
+    <app name>, "maintenance"]``. ``vacuum_retention`` is the default of Param
+    ``vacuum_retention_hours`` (whole hours, at least 1). ``warehouse`` as in ``make_dag``.
+    ``retries``: a task that lost a commit race to a concurrent writer retries later.
+    """
+    from lakestate.engine.maintenance import retention_hours
+
+    app_path = Path(app_path).resolve()
+    app = load_app(app_path)  # a broken app is an import error of the DAG file
+    hours = retention_hours(vacuum_retention)
+    warehouse = _warehouse_dir(_base_dir(app_path), warehouse)
+    arguments = {"warehouse": warehouse, "app": app.name}
+
+    with DAG(
+        dag_id=dag_id or f"lakestate_{app.name}_maintenance",
+        description=f"lakestate app {app.name}: compaction, OPTIMIZE and VACUUM of its tables",
+        doc_md=f"### Maintenance of lakestate app `{app.name}`\n\n`{app_path}`\n\n"
+        f"compact -> optimize -> vacuum of the app's tables in `{warehouse}`, beside its "
+        "batches (no Spark).",
+        schedule=schedule,
+        start_date=start_date,
+        catchup=False,
+        max_active_runs=1,
+        tags=list(tags) if tags is not None else ["lakestate", app.name, "maintenance"],
+        default_args={"owner": "lakestate", "retries": retries, "retry_delay": retry_delay},
+        params={
+            "vacuum_retention_hours": Param(
+                hours,
+                type="integer",
+                minimum=1,
+                title="VACUUM retention (hours)",
+                description="VACUUM deletes only files that no table version of this many "
+                "hours back needs: time travel (an app's rewind) works over this window. "
+                "At least 1: younger files may belong to a batch being read or committed.",
+            ),
+        },
+    ) as dag:
+        compact = PythonOperator(
+            task_id="compact",
+            python_callable=compact_task,
+            op_kwargs=arguments,
+            execution_timeout=execution_timeout,
+            doc_md="Compaction of the app's changelog tables (`lakestate.engine.compaction`).",
+        )
+        optimize = PythonOperator(
+            task_id="optimize",
+            python_callable=optimize_task,
+            op_kwargs=arguments,
+            execution_timeout=execution_timeout,
+            doc_md="OPTIMIZE (small-file compaction, delta-rs) of the app's changelog tables, "
+            "progress table and the topics it writes.",
+        )
+        vacuum = PythonOperator(
+            task_id="vacuum",
+            python_callable=vacuum_task,
+            op_kwargs=arguments,
+            execution_timeout=execution_timeout,
+            doc_md="VACUUM (delta-rs) of the same tables, keeping `vacuum_retention_hours`.",
+        )
+        compact >> optimize >> vacuum
     return dag

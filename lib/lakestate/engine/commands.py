@@ -1,5 +1,5 @@
-"""The engine's CLI commands: ``run``, ``sql``, ``status``, ``compact`` and ``demo``
-(registered in ``lakestate.cli.COMMANDS``)."""
+"""The engine's CLI commands: ``run``, ``sql``, ``status``, ``compact``, ``maintain`` and
+``demo`` (registered in ``lakestate.cli.COMMANDS``)."""
 
 from __future__ import annotations
 
@@ -168,6 +168,40 @@ def compact(args: argparse.Namespace, ctx) -> int:
     ctx.print(
         f"app {name}: compacted {len(done)} of {len(result.tasks)} store task(s), "
         f"{sum(t.rows_before for t in done)} rows -> {sum(t.rows_after for t in done)}"
+    )
+    return 0
+
+
+def maintain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", help="the app's name (or its module, e.g. jobs/demo.py)")
+    p.add_argument(
+        "--retention-hours",
+        type=int,
+        default=168,
+        metavar="N",
+        help="VACUUM keeps what the table versions of the last N hours need (time travel); "
+        "at least 1, default 168 (7 days)",
+    )
+
+
+def maintain(args: argparse.Namespace, ctx) -> int:
+    """Compaction, OPTIMIZE and VACUUM of the app's tables (what its maintenance DAG
+    does); safe while its batches run. No Spark."""
+    from datetime import timedelta
+
+    from lakestate.engine import maintenance
+
+    name = args.app
+    if name.endswith(".py"):
+        from lakestate.app import load_app
+
+        name = load_app(name).name
+    retention = timedelta(hours=args.retention_hours)
+    optimized, vacuumed = maintenance.maintain(ctx.warehouse, name, retention, say=ctx.print)
+    ctx.print(
+        f"app {name}: {len(optimized)} table(s), "
+        f"{sum(t.files_before for t in optimized)} -> {sum(t.files_after for t in optimized)} "
+        f"files, {sum(len(t.deleted) for t in vacuumed)} file(s) vacuumed"
     )
     return 0
 

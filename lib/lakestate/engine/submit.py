@@ -3,7 +3,7 @@
 Takes the arguments of ``lakestate run`` minus ``--master`` (spark-submit's own ``--master``
 decides) and calls ``lakestate.engine.runner.run_app``. For templated callers (the Airflow DAG
 factory) the options also take explicit values: ``--max-batches=none``,
-``--max-records=none``, ``--until-caught-up=false``.
+``--max-records=none``, ``--until-caught-up=false``, ``--time-budget=none``.
 """
 
 import os
@@ -21,6 +21,10 @@ def _optional_int(text: str) -> int | None:
     return None if text.strip().lower() in ("", "none", "null") else int(text)
 
 
+def _optional_seconds(text: str) -> float | None:
+    return None if text.strip().lower() in ("", "none", "null") else float(text)
+
+
 def _flag(text: str) -> bool:
     value = text.strip().lower()
     if value not in ("true", "false", "1", "0", "yes", "no"):
@@ -34,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batches", type=_optional_int, metavar="N")
     p.add_argument("--max-records", type=_optional_int, metavar="N")
     p.add_argument("--until-caught-up", type=_flag, nargs="?", const=True, default=False)
+    p.add_argument(
+        "--time-budget",
+        type=_optional_seconds,
+        metavar="SECONDS",
+        help="start no new batch after this many seconds (default: no budget)",
+    )
     p.add_argument("--warehouse", metavar="DIR")
     p.add_argument("--state-dir", metavar="DIR")
     return p
@@ -67,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         max_batches=args.max_batches,
         max_records=args.max_records,
         until_caught_up=args.until_caught_up,
+        time_budget_s=args.time_budget,
     )
     return 0
 

@@ -1,0 +1,239 @@
+"""Table maintenance of an app through delta-rs (no Spark): OPTIMIZE and VACUUM.
+
+An app's tables (``app_tables``) are its changelog tables, its progress table and the topics
+it writes: its sinks and repartition topics, as its progress rows name them (field
+``tables``), so no app module is needed. Its input topics are left to whoever writes them.
+
+``optimize`` rewrites each Delta partition's small files into bigger ones
+(``DeltaTable.optimize.compact``). Its commit adds and removes files with ``dataChange``
+false and carries no ``txn``: the rows, every task's txn version and the end offsets that
+lakestate reads from a topic's commits (``logtable._recorded_ends`` steps over commits that
+change no data) stay as they were. It commits beside the engine's appends: delta-rs checks
+an OPTIMIZE against concurrent appends and lets both through.
+
+``vacuum`` deletes the files that no version of the last ``retention`` needs: files removed
+(by OPTIMIZE or compaction) longer than ``retention`` ago, and files that no commit
+references and that are older than ``retention`` (left by a write that crashed before its
+commit). Every version that was the table's latest at some moment within ``retention``
+stays readable (time travel, e.g. to rewind an app); older versions may not be. Retention
+is at least an hour, in whole hours (delta-rs's unit; rounded up): a younger file may belong
+to a batch that is reading it or about to commit it.
+
+One table is rewritten by one maintainer at a time (``table_lock``): delta-rs 1.6.6 lets
+two commits that remove the same files with ``dataChange`` false both succeed (two OPTIMIZEs
+from one snapshot, or an OPTIMIZE and a compaction), and the table then holds the rewritten
+rows twice. ``optimize`` and ``compact_changelogs`` hold the lock of each table they rewrite
+(a ``flock`` on ``<table>/_lakestate_maintenance.lock``, local warehouses only: elsewhere,
+run one maintenance of a table at a time). The engine's batches take no such lock: appends
+and these rewrites commit side by side.
+
+``maintain`` runs ``compact_changelogs``, then ``optimize``, then ``vacuum``: what the
+maintenance DAG's tasks do one by one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from lakestate.io import delta_commits, delta_log
+from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from lakestate.engine.compaction import CompactionResult
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "MIN_RETENTION",
+    "Optimized",
+    "Vacuumed",
+    "app_tables",
+    "compact_changelogs",
+    "maintain",
+    "optimize",
+    "retention_hours",
+    "table_lock",
+    "tables_locked",
+    "vacuum",
+]
+
+#: How long VACUUM keeps removed files by default: time travel over the last 7 days.
+DEFAULT_RETENTION = timedelta(days=7)
+#: The shortest retention VACUUM accepts.
+MIN_RETENTION = timedelta(hours=1)
+#: The maintenance lock's file in a table's folder (Delta readers and VACUUM skip ``_`` names).
+LOCK_FILE = "_lakestate_maintenance.lock"
+
+
+@dataclass(frozen=True)
+class Optimized:
+    """What OPTIMIZE did to one table: its active files before and after."""
+
+    path: str
+    files_before: int
+    files_after: int
+
+
+@dataclass(frozen=True)
+class Vacuumed:
+    """What VACUUM did to one table: the files it deleted (relative to the table)."""
+
+    path: str
+    deleted: tuple[str, ...]
+
+
+def app_tables(warehouse: Warehouse, app: str) -> list[str]:
+    """The tables of ``app`` that maintenance looks after, in a fixed order: its changelog
+    tables, its progress table, then the topics its progress rows say it wrote. Only tables
+    that exist; none before the app's first run."""
+    tables = [t.path for t in warehouse.list_state_tables(app)]
+    progress = warehouse.progress_path(app)
+    if not delta_commits.table_exists(progress):
+        return tables
+    tables.append(progress)
+    written = delta_commits.open_table(progress).to_pyarrow_table(columns=["tables"])
+    topics: set[str] = set()
+    for listed in pc.unique(written.column("tables")).to_pylist():
+        for path in json.loads(listed or "[]"):
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            if warehouse.topic_path(name) == path:
+                topics.add(name)
+    for name in sorted(topics):
+        path = warehouse.topic_path(name)
+        if delta_commits.table_exists(path):
+            tables.append(path)
+    return tables
+
+
+_held = threading.local()  # per thread: {lock file: depth} of table_lock holds
+
+
+@contextlib.contextmanager
+def table_lock(path: str) -> Iterator[None]:
+    """Hold the maintenance lock of the table at ``path``: no other holder, in any thread or
+    process of this machine, rewrites the table meanwhile (this waits for the current one).
+    Reentrant within a thread; a no-op for a table not on the local file system. Open the
+    table after taking it."""
+    log = delta_log.local_log(path)
+    if log is None:
+        yield
+        return
+    lock_file = str(log.parent / LOCK_FILE)
+    depth: dict[str, int] = getattr(_held, "depth", None) or {}
+    _held.depth = depth
+    if depth.get(lock_file):
+        depth[lock_file] += 1
+        try:
+            yield
+        finally:
+            depth[lock_file] -= 1
+        return
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        depth[lock_file] = 1
+        yield
+    finally:
+        depth.pop(lock_file, None)
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def tables_locked(paths: Iterable[str]) -> Iterator[None]:
+    """Hold ``table_lock`` of every table in ``paths`` (taken in sorted order)."""
+    with contextlib.ExitStack() as stack:
+        for path in sorted(set(paths)):
+            stack.enter_context(table_lock(path))
+        yield
+
+
+def compact_changelogs(
+    warehouse: Warehouse, app: str, *, say: Callable[[str], None] = print
+) -> CompactionResult:
+    """``lakestate.engine.compaction.compact`` of every changelog of ``app``, holding their
+    maintenance locks; returns its ``CompactionResult`` (of no task before the app's first
+    run)."""
+    from lakestate.engine.compaction import CompactionResult, compact
+
+    paths = [t.path for t in warehouse.list_state_tables(app)]
+    if not paths:
+        return CompactionResult(app, ())
+    with tables_locked(paths):
+        return compact(warehouse, app, say=say)
+
+
+def optimize(
+    warehouse: Warehouse, app: str, *, say: Callable[[str], None] = print
+) -> list[Optimized]:
+    """Compact the small files of every table of ``app`` (``app_tables``); the data, the
+    txn versions and the topics' end offsets are unchanged. A table with nothing to compact
+    gets no commit."""
+    done = []
+    for path in app_tables(warehouse, app):
+        with table_lock(path):
+            table = delta_commits.open_table(path)
+            before = len(table.file_uris())
+            metrics = table.optimize.compact()
+        after = before - metrics["numFilesRemoved"] + metrics["numFilesAdded"]
+        done.append(Optimized(path, before, after))
+        if after != before:
+            say(f"optimize {path}: {before} -> {after} files")
+    return done
+
+
+def retention_hours(retention: timedelta) -> int:
+    """``retention`` in whole hours, rounded up; ``ValueError`` below ``MIN_RETENTION``."""
+    if retention < MIN_RETENTION:
+        raise ValueError(
+            f"VACUUM retention must be at least {MIN_RETENTION} (files younger than that may "
+            f"belong to a batch being read or committed), got {retention}"
+        )
+    return math.ceil(retention / timedelta(hours=1))
+
+
+def vacuum(
+    warehouse: Warehouse,
+    app: str,
+    retention: timedelta = DEFAULT_RETENTION,
+    *,
+    say: Callable[[str], None] = print,
+) -> list[Vacuumed]:
+    """Delete the files of ``app``'s tables that no version of the last ``retention`` needs
+    (see the module docstring); versions that were current within ``retention`` stay
+    readable."""
+    hours = retention_hours(retention)
+    done = []
+    for path in app_tables(warehouse, app):
+        deleted = delta_commits.open_table(path).vacuum(
+            retention_hours=hours,
+            dry_run=False,
+            enforce_retention_duration=False,
+            full=True,
+        )
+        done.append(Vacuumed(path, tuple(sorted(deleted))))
+        if deleted:
+            say(f"vacuum {path}: deleted {len(deleted)} files older than {hours}h")
+    return done
+
+
+def maintain(
+    warehouse: Warehouse,
+    app: str,
+    retention: timedelta = DEFAULT_RETENTION,
+    *,
+    say: Callable[[str], None] = print,
+) -> tuple[list[Optimized], list[Vacuumed]]:
+    """``compact_changelogs``, then ``optimize``, then ``vacuum`` of ``app``'s tables."""
+    retention_hours(retention)  # refuse a bad retention before changing anything
+    compact_changelogs(warehouse, app, say=say)
+    return optimize(warehouse, app, say=say), vacuum(warehouse, app, retention, say=say)

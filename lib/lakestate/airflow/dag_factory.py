@@ -15,10 +15,11 @@ What a run processes
     By default a run processes until caught up (``until_caught_up``): batch after batch
     until no input is left, so that a record reaches its sink in one run however many
     sub-topologies (repartition topics) lie between. ``time_budget_s`` bounds it: no new
-    batch starts once that many seconds have passed since the run started (the batch under
-    way finishes), and the next scheduled run goes on from the committed offsets. Its
-    default is a bit under the schedule interval (``time_budget_for``: 80% of it, 240 s
-    for the 5-minute schedule), so that a run normally ends before the next one is due. With
+    batch starts once that many seconds have passed since the engine began the run (the
+    batch under way finishes; spark-submit's own start-up comes before and is not counted),
+    and the next scheduled run goes on from the committed offsets. Its default is a bit
+    under the schedule interval (``time_budget_for``: 80% of it, 240 s for the 5-minute
+    schedule), so that a run normally ends about when the next one is due. With
     ``until_caught_up`` off, a run does at most ``max_batches`` batches (within the budget
     too). ``max_records`` bounds each batch's records per task.
 
@@ -313,8 +314,9 @@ def make_dag(
                 minimum=1,
                 title="Time budget (seconds)",
                 description="Start no new micro-batch once this many seconds have passed "
-                "since the run started (--time-budget; the batch under way finishes). The "
-                "next run goes on from where this one stopped. Empty: no budget.",
+                "since the engine began the run (--time-budget; the batch under way "
+                "finishes, Spark's start-up is not counted). The next run goes on from where "
+                "this one stopped. Empty: no budget.",
             ),
             "max_batches": Param(
                 default_max_batches,

@@ -80,6 +80,18 @@ class Warehouse:
             return "/".join((self.root, *parts))
         return str(Path(self.root, *parts))
 
+    def relative(self, path: str) -> str:
+        """``path`` (a table under the root) relative to the root, ``/``-separated: how
+        lakestate's own tables name each other, so a warehouse can move."""
+        root = self.root.rstrip("/") + "/"
+        return path[len(root) :] if path.startswith(root) else path
+
+    def resolve(self, name: str) -> str:
+        """The path of a table named relative to the root (an absolute path as it is)."""
+        if name.startswith("/") or _is_uri(name):
+            return name
+        return self._join(*name.split("/"))
+
     def _local_root(self) -> Path:
         if not self.is_local:
             raise NotImplementedError(f"listing a remote warehouse is not supported: {self.root}")

@@ -30,8 +30,8 @@ What it measures, printed as a table and written to ``tests/benchmarks/results/d
    on the first records of partition 0: the per-record cost inside the engine.
 2. **Engine** on ``local[2]``: N records in 2 partitions, ``run_app(until_caught_up=True,
    max_records=500k per task)``: records/s of wall time; records forwarded, duplicates
-   dropped and late records forwarded (sink count, and the metrics in the commit rows of the
-   batch log), checked against the reference; per-batch seconds by phase.
+   dropped and late records forwarded (sink count, and the metrics in the app's progress
+   rows), checked against the reference; per-batch seconds by phase.
 3. **Spark Structured Streaming** in the same session, same input table:
    ``readStream.format("delta")`` -> parse id and event time -> ``withWatermark(1 hour)``
    -> ``dropDuplicatesWithinWatermark(["id"])`` -> Delta sink, ``trigger(availableNow)``,
@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import common  # tests/benchmarks/common.py (this directory is first on sys.path)
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -82,7 +83,7 @@ SPAN_MS = 50 * 60_000  # timestamps of a partition spread over 50 minutes (< int
 OOO_MAX_MS = 120_000  # out-of-order records: up to 2 minutes back
 LATE_MIN_MS, LATE_MAX_MS = 60_000, 20 * 60_000  # late: 1-20 min older than time - interval
 WARM_RECORDS = 100  # the first records of a partition are plain new ids
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+ROCKSDB_PROVIDER = common.ROCKSDB_PROVIDER
 TARGET_DRIVER = 300_000
 TARGET_RATIO_SSS = 1.0
 
@@ -510,7 +511,7 @@ def measure_worker(args: argparse.Namespace, part: Part, tmp: Path) -> dict[str,
             ctx = BatchContext(
                 APP_PATH,
                 APP.APP_NAME,
-                1,
+                {task_id: 1},
                 state_dir,
                 isolation_for(APP.app.config),
                 {APP.OUTPUT_TOPIC: PARTITIONS},
@@ -600,33 +601,27 @@ def kept_by_role(spark, path: str) -> dict[str, int]:
     return out
 
 
-def engine_metrics(spark, wh) -> dict[str, Any]:
-    """Dedup metrics from the commit rows of the batch log: counters summed over batches
-    and tasks; the store size (a gauge) of each task's last batch."""
-    from pyspark.sql import functions as F
+def engine_metrics(wh) -> dict[str, Any]:
+    """Dedup metrics from the app's progress table (a row per task per batch, with the
+    task's metrics of that batch): counters summed over batches and tasks; the store size
+    (a gauge) of each task's last batch."""
+    from lakestate.io import delta_commits
 
-    rows = (
-        spark.read.format("delta")
-        .load(wh.batches_path(APP.APP_NAME))
-        .where(F.col("kind") == "commit")
-        .orderBy("batch_id")
-        .collect()
-    )
+    rows = delta_commits.open_table(wh.progress_path(APP.APP_NAME)).to_pyarrow_table().to_pylist()
+    rows.sort(key=lambda r: (r["batch_id"], r["task"]))
     totals: dict[str, float] = {}
     sizes: dict[str, float] = {}
-    per_batch = []
+    by_batch: dict[int, dict[str, float]] = {}
     for row in rows:
-        stats = json.loads(row["payload"]).get("stats", {})
-        batch: dict[str, float] = {}
-        for task, metrics in stats.get("tasks", {}).items():
-            for name, value in metrics.items():
-                if name == METRIC_SIZE:
-                    sizes[task] = value
-                else:
-                    totals[name] = totals.get(name, 0) + value
-                    batch[name] = batch.get(name, 0) + value
-        per_batch.append({"batch_id": row["batch_id"], **batch})
+        batch = by_batch.setdefault(row["batch_id"], {})
+        for name, value in json.loads(row["metrics"] or "{}").items():
+            if name == METRIC_SIZE:
+                sizes[row["task"]] = value
+            else:
+                totals[name] = totals.get(name, 0) + value
+                batch[name] = batch.get(name, 0) + value
     totals[METRIC_SIZE] = sum(sizes.values())
+    per_batch = [{"batch_id": b, **m} for b, m in sorted(by_batch.items())]
     return {"totals": totals, "per_batch": per_batch}
 
 
@@ -634,46 +629,13 @@ def engine_metrics(spark, wh) -> dict[str, Any]:
 
 
 def run_sss(spark, topic_path: str, out_path: str, checkpoint: str, files_per_trigger: int):
-    from pyspark.sql import functions as F
-
+    """``common.dedup_query`` on the RocksDB state store, run to its end; its wall seconds
+    and progress reports."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
     started = time.perf_counter()
-    source = (
-        spark.readStream.format("delta")
-        .option("maxFilesPerTrigger", files_per_trigger)
-        .load(topic_path)
-    )
-    parsed = source.select(
-        F.get_json_object("key", "$").alias("id"),
-        F.timestamp_millis("timestamp").alias("event_time"),
-        "partition",
-        "offset",
-        "timestamp",
-        "key",
-        "value",
-    )
-    deduped = parsed.withWatermark("event_time", "1 hour").dropDuplicatesWithinWatermark(["id"])
-    query = (
-        deduped.writeStream.format("delta")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start(out_path)
-    )
-    query.awaitTermination()
-    wall = time.perf_counter() - started
-    if query.exception() is not None:
-        raise RuntimeError(f"SSS query failed: {query.exception()}")
-    progress = [_progress_dict(p) for p in query.recentProgress]
-    return wall, progress
-
-
-def _progress_dict(p: Any) -> dict[str, Any]:
-    if isinstance(p, dict):
-        return p
-    text = getattr(p, "json", None)
-    if callable(text):
-        text = text()
-    return json.loads(text) if isinstance(text, str) else dict(p)
+    query = common.dedup_query(spark, topic_path, out_path, checkpoint, files_per_trigger)
+    progress = common.await_query(query)
+    return time.perf_counter() - started, progress
 
 
 def sss_batches(progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -832,6 +794,7 @@ def spark_phases(args, parts: list[Part], results: dict[str, Any], phase, tmp: P
     """Parts 2 and 3: write the input, run the engine, run SSS; stops Spark at the end."""
     spark = None
     try:
+        from lakestate.engine.inspect import state_frame
         from lakestate.engine.spark import get_spark, stop_spark
         from lakestate.io import logtable
         from lakestate.warehouse import Warehouse
@@ -885,12 +848,8 @@ def spark_phases(args, parts: list[Part], results: dict[str, Any], phase, tmp: P
                 out_path = wh.topic_path(APP.OUTPUT_TOPIC)
                 engine["sink_records"] = spark.read.format("delta").load(out_path).count()
                 engine["kept_by_role"] = kept_by_role(spark, out_path)
-                engine["metrics"] = engine_metrics(spark, wh)
-                engine["state_table_rows"] = (
-                    spark.read.format("delta")
-                    .load(wh.state_table_path(APP.APP_NAME, APP.STORE))
-                    .count()
-                )
+                engine["metrics"] = engine_metrics(wh)
+                engine["state_table_rows"] = state_frame(spark, wh, APP.APP_NAME, APP.STORE).count()
                 want = results["expected_lakestate"]
                 totals = engine["metrics"]["totals"]
                 engine["matches_reference"] = (
@@ -1067,7 +1026,7 @@ def report(r: dict[str, Any]) -> None:
                     f"ref {x['late_forwarded']:,}",
                 ),
                 (
-                    "  ids held: store gauge / state table rows",
+                    "  ids held: store gauge / live keys in the changelog view",
                     f"{int(t.get(METRIC_SIZE, 0)):,} / {e['state_table_rows']:,}",
                     f"ref {x['store_size']:,}",
                 ),
@@ -1147,7 +1106,7 @@ def report(r: dict[str, Any]) -> None:
             print(f"  {name:<16} {v['mean']:>5.1f} / {v['max']:.1f}")
         print()
     if e and e.get("batches"):
-        print("Engine batches (seconds by phase; process = read + applyInPandas + collect):")
+        print("Engine batches (seconds by phase; process = read + mapInArrow + toArrow):")
         keys = list(dict.fromkeys(k for b in e["batches"] for k in b.get("phases", {})))
         print("  " + f"{'records':>9} {'outputs':>9}  " + "  ".join(f"{k:>10}" for k in keys))
         for b in e["batches"]:

@@ -22,9 +22,10 @@ What it measures (all on one SparkSession, ``local[2]`` by default, production c
    keys versus 1M keys (keys drawn from the 1M), ratio target <= 1.5; plus a control on
    the 1M-key state with keys drawn from 10k of them (state size alone, same number of
    changed keys as the 10k case). The three run interleaved, one batch each per round
-   (``run_app(max_batches=1)``), so that they see the same load on a shared machine. Each batch is broken down into process / sink append /
-   state MERGE / batch log / local commit (the engine's functions are wrapped for timing;
-   nothing in lib/ is changed).
+   (``run_app(max_batches=1)``), so that they see the same load on a shared machine. Each
+   batch is broken down into planning / process / progress commit / table commits (sink
+   and changelog appends, concurrent) / local commit (the engine's functions are wrapped
+   for timing; nothing in lib/ is changed).
 4. **Memory**: peak RSS of the process tree (driver Python + JVM + Python workers), sampled
    every 100 ms, overall and per phase; and ``statestore.uncommitted.max.bytes``.
 5. **Profile** of one engine batch: cProfile of the driver, cProfile of the worker function
@@ -75,7 +76,8 @@ PARTITIONS = 2
 T0_MS = 1_700_000_000_000
 AMOUNTS = (0, 1, 5, 10, 20)  # as in jobs/demo.py's sample_events: 1 in 5 is filtered out
 POSITIVE_AMOUNTS = (1, 5, 10, 20)
-BATCH_LINE = re.compile(r"batch (\d+): (\d+) records, (\d+) output records, ([0-9.]+)s")
+# The runner's line per batch: "batch 0_0:3, 0_1:3: 50000 records, 40000 output records, 4.2s"
+BATCH_LINE = re.compile(r"batch ([\d_:, ]+): (\d+) records, (\d+) output records, ([0-9.]+)s")
 TARGET_RATIO_PLAIN = 0.5
 TARGET_RATIO_STATE = 1.5
 
@@ -186,24 +188,21 @@ def tree_cpu_seconds() -> float:
 
 
 class PhaseTimer:
-    """Wraps the engine's phase functions (module attributes the runner looks up at call
-    time) to time them per batch and to label their Spark jobs (job description, for the
-    event log). Functions that do not exist (the engine is changing) are skipped.
+    """Wraps the engine's phase functions (module attributes the runner and the commit look
+    up at call time) to time them per batch and to label their Spark jobs (job description,
+    for the event log). Functions that do not exist (the engine is changing) are skipped.
 
-    Planning a batch (``_plan``: end offsets of the inputs; ``write_plan``: the plan row)
-    happens before ``_run_batch`` and is not in the seconds the runner reports: it is
-    attributed to the batch it plans (``plan``, ``plan_write``). Once per run: ``prepare``,
-    ``read_log``, ``recover``, and the last ``plan`` that finds no input."""
+    Planning a batch (``_plan``: the inputs' end offsets, no commit) happens before
+    ``_run_batch`` and is not in the seconds the runner reports: it is attributed to the
+    batch it plans. Once per run: ``prepare``, ``recover``, and the last ``plan`` that
+    finds no input. A batch's commit (``commit_batch``) is the progress commit, then the
+    table commits (``_run_all``: the sink and changelog appends, run concurrently, so
+    ``sink_append`` and ``changelog_append`` overlap and may sum to more than
+    ``table_commits``), then the local stores' commit (``local_apply``)."""
 
-    PRE_BATCH = ("plan", "plan_write")
-    COMMIT_PARTS = (
-        "sink_append",
-        "state_merge",
-        "state_append",
-        "state_version",
-        "batch_log_commit",
-        "local_apply",
-    )
+    PRE_BATCH = ("plan",)
+    COMMIT_PARTS = ("progress_commit", "table_commits", "local_apply")
+    OVERLAPPING = ("sink_append", "changelog_append")
 
     def __init__(self) -> None:
         self.current: dict[str, float] | None = None
@@ -212,23 +211,21 @@ class PhaseTimer:
         self.run_level: dict[str, float] = {}
         self.installed: list[str] = []
         self.missing: list[str] = []
+        self._lock = threading.Lock()
 
     def install(self) -> None:
-        from lakestate.engine import batches, local, runner, sinks, state_tables
+        from lakestate.engine import commit, local, progress, runner
 
         targets = [
             (runner._Runner, "_run_batch", "batch"),
-            (runner._Runner, "_commit", "commit"),
+            (runner, "commit_batch", "commit"),
             (runner._Runner, "_plan", "plan"),
             (runner, "recover", "recover"),
             (runner, "prepare", "prepare"),
-            (batches, "read_log", "read_log"),
-            (batches, "write_plan", "plan_write"),
-            (batches, "write_commit", "batch_log_commit"),
-            (sinks, "append_output", "sink_append"),
-            (state_tables, "merge_changes", "state_merge"),
-            (state_tables, "append_changes", "state_append"),
-            (state_tables, "table_version", "state_version"),
+            (progress, "record", "progress_commit"),
+            (commit, "_run_all", "table_commits"),
+            (commit, "_append_topic", "sink_append"),
+            (commit, "_append_changelog", "changelog_append"),
             (local, "apply_staged", "local_apply"),
         ]
         for owner, attr, label in targets:
@@ -240,6 +237,15 @@ class PhaseTimer:
             setattr(owner, attr, self._wrap(original, label))
             self.installed.append(name)
 
+    def _add(self, label: str, elapsed: float) -> None:
+        with self._lock:
+            if self.current is not None:
+                self.current[label] = self.current.get(label, 0.0) + elapsed
+            elif label in self.PRE_BATCH:
+                self.pending[label] = self.pending.get(label, 0.0) + elapsed
+            else:
+                self.run_level[label] = self.run_level.get(label, 0.0) + elapsed
+
     def _wrap(self, fn: Callable[..., Any], label: str) -> Callable[..., Any]:
         timer = self
 
@@ -247,32 +253,31 @@ class PhaseTimer:
             from pyspark import SparkContext
 
             sc = SparkContext._active_spark_context
-            previous = sc.getLocalProperty("spark.job.description") if sc else None
-            if sc is not None:
-                description = "process (read + applyInPandas)" if label == "batch" else label
+            on_driver = threading.current_thread() is threading.main_thread()
+            previous = sc.getLocalProperty("spark.job.description") if sc and on_driver else None
+            if sc is not None and on_driver:
+                description = "process (read + mapInArrow)" if label == "batch" else label
                 sc.setLocalProperty("spark.job.description", description)
             if label == "batch":
-                timer.current, timer.pending = timer.pending, {}
+                with timer._lock:
+                    timer.current, timer.pending = timer.pending, {}
                 cpu_started = tree_cpu_seconds()
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - started
-                if sc is not None:
+                if sc is not None and on_driver:
                     sc.setLocalProperty("spark.job.description", previous)
                 if label == "batch":
-                    record = timer.current or {}
-                    record["batch"] = elapsed
-                    record["cpu"] = tree_cpu_seconds() - cpu_started
-                    timer.batches.append(record)
-                    timer.current = None
-                elif timer.current is not None:
-                    timer.current[label] = timer.current.get(label, 0.0) + elapsed
-                elif label in timer.PRE_BATCH:
-                    timer.pending[label] = timer.pending.get(label, 0.0) + elapsed
+                    with timer._lock:
+                        record = timer.current or {}
+                        record["batch"] = elapsed
+                        record["cpu"] = tree_cpu_seconds() - cpu_started
+                        timer.batches.append(record)
+                        timer.current = None
                 else:
-                    timer.run_level[label] = timer.run_level.get(label, 0.0) + elapsed
+                    timer._add(label, elapsed)
 
         wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         wrapper.__name__ = getattr(fn, "__name__", label)
@@ -290,21 +295,25 @@ class PhaseTimer:
 
 def breakdown(batch: dict[str, float]) -> dict[str, float]:
     """One batch's seconds by phase. ``batch``: _run_batch (what the runner reports);
-    ``process``: _run_batch before _commit (read, applyInPandas, persist, collect of the task
-    rows); the commit's parts; ``plan`` + ``plan_write`` before it; ``cycle``: all of it."""
+    ``process``: _run_batch before commit_batch (read, mapInArrow in the Python workers,
+    staging, toArrow of the rows); the commit's parts (the sink and changelog appends run
+    concurrently within ``table_commits``); ``plan`` before it; ``cycle``: all of it."""
     total = batch.get("batch", 0.0)
     commit = batch.get("commit", 0.0)
-    out = {"plan": batch.get("plan", 0.0), "plan_write": batch.get("plan_write", 0.0)}
+    out = {"plan": batch.get("plan", 0.0)}
     out["process"] = total - commit if commit else total
     parts = 0.0
     for key in PhaseTimer.COMMIT_PARTS:
         if key in batch:
             out[key] = batch[key]
             parts += batch[key]
+    for key in PhaseTimer.OVERLAPPING:
+        if key in batch:
+            out[key] = batch[key]
     if commit:
         out["commit_other"] = max(commit - parts, 0.0)
     out["batch"] = total
-    out["cycle"] = total + out["plan"] + out["plan_write"]
+    out["cycle"] = total + out["plan"]
     if "cpu" in batch:
         out["batch_cpu"] = batch["cpu"]
     return {k: round(v, 3) for k, v in out.items()}
@@ -458,7 +467,7 @@ class Say:
         if m:
             self.batches.append(
                 {
-                    "batch": int(m.group(1)),
+                    "batch": m.group(1),
                     "records": int(m.group(2)),
                     "outputs": int(m.group(3)),
                     "seconds": float(m.group(4)),
@@ -515,14 +524,14 @@ def plain_spark(spark, topic_path: str, out_path: str) -> tuple[float, float]:
     return time.perf_counter() - started, tree_cpu_seconds() - cpu
 
 
-def check_result(spark, state_path: str, plain_path: str) -> int:
-    """Keys whose count differs between the engine's state table and plain Spark's result."""
+def check_result(spark, warehouse, plain_path: str) -> int:
+    """Keys whose count differs between the engine's state (the store's latest row per key,
+    ``inspect.state_frame``) and plain Spark's result."""
+    from lakestate.engine.inspect import state_frame
     from pyspark.sql import functions as F
 
-    state = (
-        spark.read.format("delta")
-        .load(state_path)
-        .select("key", F.col("value").cast("long").alias("engine"))
+    state = state_frame(spark, warehouse, APP_NAME, STORE).select(
+        "key", F.col("value").cast("long").alias("engine")
     )
     plain = spark.read.format("delta").load(plain_path).select("key", F.col("count").alias("plain"))
     return (
@@ -655,7 +664,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
         ctx = BatchContext(
             APP_PATH,
             APP_NAME,
-            10**9,  # a batch id no real batch has: the staged file goes to the copy only
+            {"0_0": 10**9},  # a batch no real batch has: the staged file goes to the copy only
             copy_dir,
             isolation,
             {OUTPUT_TOPIC: PARTITIONS},
@@ -977,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
         with sampler.in_phase("plain"):
             plain_2, plain_cpu_2 = plain_spark(spark, topic1.path, plain_path)
             log(f"plain Spark #2: {plain_2:.2f}s ({plain_cpu_2:.1f} CPU s)")
-        mismatched = check_result(spark, wh1.state_table_path(APP_NAME, STORE), plain_path)
+        mismatched = check_result(spark, wh1, plain_path)
         plain_best = min(plain_1, plain_2)
         engine_rps = rate(engine["records"], engine["wall_s"])
         batch_sum = sum(b["seconds"] for b in engine["batches"])
@@ -1275,7 +1284,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
             ]
             print("  " + f"{b['records']:>9,}  " + "  ".join(cells))
 
-    print("Per-batch seconds by phase (process = read + applyInPandas + collect):")
+    print("Per-batch seconds by phase (process = read + mapInArrow + toArrow):")
     if tp:
         phases(" throughput run", tp["engine"])
     for key, title in (

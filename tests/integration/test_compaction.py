@@ -217,8 +217,8 @@ def test_compaction_leaves_one_snapshot_and_views_restores_agree(spark, request,
             _assert_one_snapshot(_task_rows(after, task, through), through, live[(store, task)])
             path = wh.changelog_path(runs.app, store)
             with pytest.raises(CompactedPastError):
-                changelog.read_changes(path, task.partition, through - 1, through)
-            assert changelog.read_changes(path, task.partition, through, through) == {}
+                changelog.read_changes(path, runs.app, task, through - 1, through)
+            assert changelog.read_changes(path, runs.app, task, through, through) == {}
     assert runs.views(spark) == views
     assert runs.views(spark, batch=FIRST_BATCHES) == pinned
     # Nothing left to gain: a second compaction commits nothing.

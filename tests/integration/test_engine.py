@@ -139,7 +139,7 @@ def _rerun(wh, state, max_batches: int | None = None) -> list[str]:
         str(APPS / "counts.py"),
         warehouse=wh.root,
         state_dir=str(state),
-        max_records=20,
+        max_records=10,
         max_batches=max_batches,
         until_caught_up=max_batches is None,
         say=said.append,
@@ -150,9 +150,11 @@ def _rerun(wh, state, max_batches: int | None = None) -> list[str]:
 def test_local_state_behind_catches_up_and_lost_state_is_restored(spark, tmp_path):
     reference, wh = _reference_and_fresh(spark, tmp_path, seed=4)
     state = tmp_path / "state"
-    _run(wh, state, max_records=20, max_batches=1, until_caught_up=False)
+    # 10 records per task batch: 6 batches per task, so that each rerun below has input
+    # (a run that finds nothing new ends before it touches the local stores).
+    _run(wh, state, max_records=10, max_batches=1, until_caught_up=False)
     shutil.copytree(state, tmp_path / "old-state")
-    _run(wh, state, max_records=20, max_batches=2, until_caught_up=False)
+    _run(wh, state, max_records=10, max_batches=2, until_caught_up=False)
     # An instance that was away for two batches comes back: it catches up from the CDF.
     shutil.rmtree(state)
     shutil.copytree(tmp_path / "old-state", state)
@@ -223,7 +225,7 @@ def test_a_task_batch_is_committed_once_and_complete_when_its_tables_hold_it(war
     assert [r.run_id for r in history.rows[t1]] == ["a"]
     assert [(r.batch_id, r.run_id) for r in history.rows[t0]] == [(2, "c"), (1, "a")]
     # Not complete until the changelog it names holds task 0_0's batch 2.
-    assert not is_complete("fenced", history.last(t0))
+    assert not is_complete(warehouse, "fenced", history.last(t0))
     import pyarrow as pa
 
     table = delta_commits.open_table(other)
@@ -231,5 +233,5 @@ def test_a_task_batch_is_committed_once_and_complete_when_its_tables_hold_it(war
         table, pa.Table.from_pylist([], changelog.schema("timestamped_key_value")),
         "fenced", {t0: 2}, {},
     )
-    assert is_complete("fenced", history.last(t0))
-    assert not is_complete("fenced", history.last(t1))
+    assert is_complete(warehouse, "fenced", history.last(t0))
+    assert not is_complete(warehouse, "fenced", history.last(t1))

@@ -75,3 +75,25 @@ def test_cli_sql_with_a_batch(spark, tmp_path, capsys):
     assert main(["sql", query, "--batch", "1", "--warehouse", wh.root]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "n" and int(out[1]) > 0
+
+
+def test_a_last_batch_that_changed_nothing_keeps_the_view(spark, tmp_path):
+    """Each task's last batch filters every record out (no changelog rows): the view still
+    shows the state of the batches before it (a store's tasks are known from every
+    progress row, not only the last)."""
+    from lakestate.io import logtable
+
+    wh = Warehouse(tmp_path / "wh")
+    records = events(40, seed=33)
+    produce(spark, wh, "events", records, partitions=2)
+    _run(wh, tmp_path / "s", until_caught_up=True)
+    before = _state(spark, wh, "counts__counts")
+    assert before
+    zeros = [
+        {"key": r["key"], "value": {"user": "u0", "amount": 0}, "timestamp": 99_000 + i}
+        for i, r in enumerate(records)
+    ]
+    logtable.append_records(spark, wh, "events", zeros)
+    result = _run(wh, tmp_path / "s", max_batches=1)
+    assert {t for b in result.batches for t in b} == {"0_0", "0_1"}
+    assert _state(spark, wh, "counts__counts") == before

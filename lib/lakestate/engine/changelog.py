@@ -31,6 +31,7 @@ import pyarrow.dataset as ds
 
 from lakestate.io import delta_commits
 from lakestate.state.registry import view_class
+from lakestate.task_id import TaskId
 
 # The Arrow type of each Spark SQL type that STATE_COLUMNS use.
 ARROW_TYPES = {
@@ -46,6 +47,13 @@ SNAPSHOT_COLUMN = "snapshot_through"
 class CompactedPastError(Exception):
     """A catch-up from a batch that compaction has folded into a snapshot (its tombstones
     are gone): restore instead."""
+
+
+def compaction_txn_id(app: str, task: TaskId) -> str:
+    """The Delta ``txn`` app id of ``task``'s compactions in each changelog of ``app``
+    (version: the batch last compacted through). Unlike the batches' id it is not a
+    fence for anything but other compactions."""
+    return f"lakestate-compaction/{app}/{task}"
 
 
 def typed_fields(kind: str) -> list[pa.Field]:
@@ -108,8 +116,8 @@ def batch_rows(kind: str, state_rows: pa.Table, batch_of_task: dict[int, int]) -
     return pa.table(columns, schema=schema(kind))
 
 
-def _task_rows(path: str, partition: int, through: int, columns: list[str]) -> pa.Table:
-    dataset = delta_commits.open_table(path).to_pyarrow_dataset()
+def _task_rows(path: str, partition: int, through: int, columns: list[str], table=None) -> pa.Table:
+    dataset = (table or delta_commits.open_table(path)).to_pyarrow_dataset()
     condition = (ds.field("task") == partition) & (ds.field("batch_id") <= through)
     return dataset.to_table(columns=columns, filter=condition)
 
@@ -132,17 +140,19 @@ def read_state(path: str, partition: int, through: int) -> dict[bytes, bytes]:
     return {k: v for k, v in latest(rows).items() if v is not None}
 
 
-def read_changes(path: str, partition: int, after: int, through: int) -> dict[bytes, bytes | None]:
-    """The net change per key of task ``partition`` from its batch ``after`` (exclusive)
-    to ``through``: a catch-up. Raises CompactedPastError when compaction folded batches
-    after ``after`` into a snapshot (their deletes are gone)."""
-    rows = _task_rows(
-        path, partition, through, ["batch_id", "raw_key", "raw_value", SNAPSHOT_COLUMN]
-    )
-    compacted = pc.max(rows.column(SNAPSHOT_COLUMN)).as_py()
+def read_changes(
+    path: str, app: str, task: TaskId, after: int, through: int
+) -> dict[bytes, bytes | None]:
+    """The net change per key of ``task`` from its batch ``after`` (exclusive) to
+    ``through``: a catch-up. Raises CompactedPastError when compaction folded batches after
+    ``after`` into a snapshot (their deletes are gone): the table's compaction txn for the
+    task says how far it compacted."""
+    table = delta_commits.open_table(path)
+    compacted = table.transaction_version(compaction_txn_id(app, task))
+    rows = _task_rows(path, task.partition, through, ["batch_id", "raw_key", "raw_value"], table)
     if compacted is not None and compacted > after:
         raise CompactedPastError(
-            f"{path}: task {partition} was compacted through batch {compacted}, after {after}"
+            f"{path}: task {task} was compacted through batch {compacted}, after {after}"
         )
     newer = rows.filter(pc.greater(rows.column("batch_id"), after))
     return latest(newer)

@@ -109,7 +109,17 @@ def status(args: argparse.Namespace, ctx) -> int:
         f"app {name}: last batch committed at {format_time(newest.at_ms)} UTC "
         f"(task {newest.task}, batch {newest.batch_id}, {newest.records} records)"
     )
-    header = ("task", "batch", "topic", "partition", "committed", "end", "lag", "stream time", "local")
+    header = (
+        "task",
+        "batch",
+        "topic",
+        "partition",
+        "committed",
+        "end",
+        "lag",
+        "stream time",
+        "local",
+    )
     ctx.print("\t".join(header))
     for r in rows:
         ctx.print(

@@ -64,14 +64,12 @@ class TaskResult:
 
 
 def tables_of(layout: AppLayout, result: TaskResult) -> tuple[str, ...]:
-    """The tables a task's batch writes: topics it output to, changelogs it changed."""
-    topics = [
-        layout.warehouse.topic_path(t)
-        for t, per in sorted(result.outputs.items())
-        if any(per.values())
-    ]
+    """The tables a task's batch writes, relative to the warehouse: topics it output to,
+    changelogs it changed."""
+    wh = layout.warehouse
+    topics = [wh.topic_path(t) for t, per in sorted(result.outputs.items()) if any(per.values())]
     stores = [layout.changelog_path(s) for s in sorted(result.stores)]
-    return tuple(topics + stores)
+    return tuple(wh.relative(p) for p in topics + stores)
 
 
 def commit_batch(

@@ -23,7 +23,9 @@ batches, which carry other txn ids, are not affected.
 
 A kill anywhere loses nothing: until the commit the table is unchanged (a parquet file
 may be left unreferenced, for VACUUM), after it the task is compacted; a rerun does the
-rest. Neither Spark nor a lock is used: delta-rs and pyarrow only.
+rest. No Spark: delta-rs and pyarrow only. Each task's rewrite holds the table's
+maintenance lock (``maintenance.table_lock``): delta-rs lets an OPTIMIZE and a compaction
+of one snapshot both commit, which would keep rows twice.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from lakestate.engine import faults
-from lakestate.engine.changelog import SNAPSHOT_COLUMN
+from lakestate.engine import faults, progress
+from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.engine.inspect import app_pin
+from lakestate.engine.maintenance import table_lock
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
@@ -108,13 +111,6 @@ class CompactionResult:
         return [t for t in self.tasks if t.committed]
 
 
-def compaction_txn_id(app: str, task: TaskId) -> str:
-    """The Delta ``txn`` app id of ``task``'s compactions in each changelog of ``app``
-    (version: the batch last compacted through). Unlike the batches' id it is not a
-    fence for anything but other compactions."""
-    return f"lakestate-compaction/{app}/{task}"
-
-
 def compact(
     warehouse: Warehouse, app: str, store: str | None = None, say: Callable[[str], None] = print
 ) -> CompactionResult:
@@ -135,7 +131,7 @@ def compact(
         tables = [t for t in tables if t.store == store]
     # The pin before any changelog snapshot: a batch complete at pin time is then in it.
     pin = app_pin(warehouse, app)
-    owners = _owners(warehouse, app)
+    owners = progress.table_writers(warehouse, app)
     done: list[TaskCompaction] = []
     for table in tables:
         path = warehouse.changelog_path(app, table.store)
@@ -171,30 +167,14 @@ def _describe(app: str, r: TaskCompaction) -> str:
     return head + f"already one snapshot of {r.rows_before} rows"
 
 
-def _owners(warehouse: Warehouse, app: str) -> dict[str, set[int]]:
-    """Per table path, the sub-topologies whose progress rows name it. All rows, not
-    only the last: a task's last batch names a changelog only if it changed the store."""
-    path = warehouse.progress_path(app)
-    if not delta_commits.table_exists(path):
-        return {}
-    rows = delta_commits.open_table(path).to_pyarrow_table(columns=["task", "tables"])
-    owners: dict[str, set[int]] = {}
-    pairs = set(
-        zip(rows.column("task").to_pylist(), rows.column("tables").to_pylist(), strict=True)
-    )
-    for task, tables in pairs:
-        sub = TaskId.parse(task).subtopology
-        for table in json.loads(tables):
-            owners.setdefault(table, set()).add(sub)
-    return owners
-
-
 def _compact_task(path: str, app: str, store: str, task: TaskId, through: int) -> TaskCompaction:
     """Compact one task, retrying on a new snapshot when another compaction of it won."""
     error: CommitFailedError | None = None
     for attempt in range(1, MAX_TRIES + 1):
         try:
-            return _compact_once(delta_commits.open_table(path), app, store, task, through, attempt)
+            with table_lock(path):
+                table = delta_commits.open_table(path)
+                return _compact_once(table, app, store, task, through, attempt)
         except CommitFailedError as exc:
             error = exc
             if attempt < MAX_TRIES:

@@ -66,7 +66,7 @@ def convert(
             kind = app.topology.stores[store].kind
             path = warehouse.changelog_path(app.name, store)
             changelog.ensure_table(path, store, kind)
-            tables.append(path)
+            tables.append(warehouse.relative(path))
             if batch:
                 _convert_store(
                     spark, warehouse, app.name, store, kind, versions.get(store), tasks, batch

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakestate.engine import local, progress
+from lakestate.engine.changelog import compaction_txn_id
 from lakestate.engine.recovery import is_complete
 from lakestate.io import delta_commits, logtable
 from lakestate.state.base import IsolationLevel, TopicPartition
@@ -50,7 +51,7 @@ def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
     batches: dict[TaskId, int] = {}
     rows: dict[TaskId, progress.TaskProgress] = {}
     for task, found in history.rows.items():
-        complete = next((r for r in found if is_complete(app, r)), None)
+        complete = next((r for r in found if is_complete(warehouse, app, r)), None)
         if complete is None:
             continue
         rows[task] = complete
@@ -64,9 +65,21 @@ def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
     return AppPin(batches, rows)
 
 
-def _pin_expression(pin: AppPin, changelog_path: str) -> str:
-    """SQL: the batch a changelog row's task is pinned at (-1: none)."""
-    subs = {t.subtopology for t, r in pin.rows.items() if changelog_path in r.tables}
+def _pin_expression(warehouse: Warehouse, app: str, pin: AppPin, changelog_path: str) -> str:
+    """SQL: the batch a changelog row's task is pinned at (-1: none). A pin before the
+    batch a task's rows were compacted through cannot be answered: ValueError."""
+    subs = progress.table_writers(warehouse, app).get(changelog_path, set())
+    table = delta_commits.open_table(changelog_path)
+    for task, batch in sorted(pin.batches.items()):
+        if task.subtopology not in subs:
+            continue
+        compacted = table.transaction_version(compaction_txn_id(app, task)) or 0
+        if batch < compacted:
+            raise ValueError(
+                f"{changelog_path}: task {task} was compacted through batch {compacted}, so "
+                f"its state as of batch {batch} is gone from the changelog; query batch "
+                f"{compacted} or later (or read an older table version with Delta time travel)"
+            )
     cases = [
         f"WHEN {t.partition} THEN {b}"
         for t, b in sorted(pin.batches.items())
@@ -82,7 +95,7 @@ def state_frame(
     helper for plain Spark SQL users."""
     path = warehouse.changelog_path(app, store)
     raw = spark.read.format("delta").load(path)
-    return _latest(raw, _pin_expression(app_pin(warehouse, app, batch), path))
+    return _latest(raw, _pin_expression(warehouse, app, app_pin(warehouse, app, batch), path))
 
 
 def _latest(changelog: DataFrame, pin: str) -> DataFrame:
@@ -120,7 +133,8 @@ def register_views(
             raw = spark.read.format("delta").option("versionAsOf", version).load(table.path)
             name = view_name(f"{app}__{table.store}")
             raw.createOrReplaceTempView(name + CHANGELOG_SUFFIX)
-            _latest(raw, _pin_expression(pin, table.path)).createOrReplaceTempView(name)
+            expression = _pin_expression(warehouse, app, pin, table.path)
+            _latest(raw, expression).createOrReplaceTempView(name)
             views[name] = views[name + CHANGELOG_SUFFIX] = table.path
     return views
 

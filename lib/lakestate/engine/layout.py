@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -58,10 +59,11 @@ class AppLayout:
         ]
 
 
-def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
+def prepare(spark: Callable[[], SparkSession], app: App, warehouse: Warehouse) -> AppLayout:
     """Resolve topics and tasks; create the app's repartition and sink topics, changelog
-    tables and progress table if they do not exist yet (table metadata is read through
-    delta-rs: no Spark job)."""
+    tables and progress table if they do not exist yet. Table metadata is read through
+    delta-rs; ``spark()`` is called only to create a missing topic (a log table keeps its
+    partition count in a table property, which delta-rs cannot create)."""
     check_format(warehouse, app.name)
     topology = app.topology
     inputs: dict[int, list[str]] = {}
@@ -74,13 +76,13 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
         ]
         counts = []
         for topic in names:
-            if not logtable.topic_exists(spark, warehouse, topic):
+            if not logtable.topic_exists(None, warehouse, topic):
                 raise StreamsException(
                     f"app {app.name}: input topic {topic!r} of sub-topology {sub.id} does not "
                     f"exist in {warehouse.root}; create it with `lakestate produce {topic} FILE`"
                 )
             _check_columns(warehouse, topic)
-            partitions[topic] = logtable.partitions(spark, warehouse, topic)
+            partitions[topic] = logtable.partitions(None, warehouse, topic)
             counts.append(partitions[topic])
         inputs[sub.id] = names
         task_counts[sub.id] = max(counts)
@@ -88,9 +90,9 @@ def prepare(spark: SparkSession, app: App, warehouse: Warehouse) -> AppLayout:
         for topic in list(sub.sink_topics) + [
             internal_topic_name(app.name, s) for s in sub.repartition_sinks
         ]:
-            if not logtable.topic_exists(spark, warehouse, topic):
-                logtable.create_topic(spark, warehouse, topic, task_counts[sub.id])
-            outputs[topic] = partitions[topic] = logtable.partitions(spark, warehouse, topic)
+            if not logtable.topic_exists(None, warehouse, topic):
+                logtable.create_topic(spark(), warehouse, topic, task_counts[sub.id])
+            outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
     for name, spec in topology.stores.items():
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
@@ -113,9 +115,9 @@ def check_format(warehouse: Warehouse, app: str) -> None:
         )
 
 
-def end_offsets(spark: SparkSession, layout: AppLayout, topic: str) -> dict[int, int]:
-    """End offsets of one of the app's topics."""
-    return logtable.end_offsets(spark, layout.warehouse, topic)
+def end_offsets(layout: AppLayout, topic: str) -> dict[int, int]:
+    """End offsets of one of the app's topics (no Spark job)."""
+    return logtable.end_offsets_of(layout.warehouse, topic, layout.partitions[topic])
 
 
 def _check_columns(warehouse: Warehouse, topic: str) -> None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import math
 import os
 import threading
@@ -44,8 +43,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import pyarrow.compute as pc
-
+from lakestate.engine.progress import table_writers
 from lakestate.io import delta_commits, delta_log
 from lakestate.warehouse import Warehouse
 
@@ -101,16 +99,9 @@ def app_tables(warehouse: Warehouse, app: str) -> list[str]:
     if not delta_commits.table_exists(progress):
         return tables
     tables.append(progress)
-    written = delta_commits.open_table(progress).to_pyarrow_table(columns=["tables"])
-    topics: set[str] = set()
-    for listed in pc.unique(written.column("tables")).to_pylist():
-        for path in json.loads(listed or "[]"):
-            name = path.rstrip("/").rsplit("/", 1)[-1]
-            if warehouse.topic_path(name) == path:
-                topics.add(name)
-    for name in sorted(topics):
-        path = warehouse.topic_path(name)
-        if delta_commits.table_exists(path):
+    topics = warehouse.topics_dir().rstrip("/") + "/"
+    for path in sorted(table_writers(warehouse, app)):
+        if path.startswith(topics) and delta_commits.table_exists(path):
             tables.append(path)
     return tables
 

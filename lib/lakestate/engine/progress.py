@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
+from lakestate.warehouse import Warehouse
 
 #: The format of an app's folder that this lakestate reads and writes.
 FORMAT = 2
@@ -34,7 +36,7 @@ SCHEMA = pa.schema(
         pa.field("offsets", pa.string()),  # JSON {topic: next offset}, all inputs of the task
         pa.field("stream_time", pa.int64()),
         pa.field("records", pa.int64()),
-        pa.field("tables", pa.string()),  # JSON [table path, ...] written for the task
+        pa.field("tables", pa.string()),  # JSON [table, ...] written, relative to the warehouse
         pa.field("metrics", pa.string()),  # JSON {name: value}
     ]
 )
@@ -102,6 +104,24 @@ class History:
         return None
 
 
+def table_writers(warehouse: Warehouse, app: str) -> dict[str, set[int]]:
+    """Per table (its path) an app's batches wrote, the sub-topologies whose tasks wrote it,
+    from every progress row (a task's last batch names a table only if it wrote to it)."""
+    path = warehouse.progress_path(app)
+    if not delta_commits.table_exists(path):
+        return {}
+    rows = delta_commits.open_table(path).to_pyarrow_table(columns=["task", "tables"])
+    writers: dict[str, set[int]] = {}
+    pairs = set(
+        zip(rows.column("task").to_pylist(), rows.column("tables").to_pylist(), strict=True)
+    )
+    for task, tables in pairs:
+        sub = TaskId.parse(task).subtopology
+        for name in json.loads(tables):
+            writers.setdefault(warehouse.resolve(name), set()).add(sub)
+    return writers
+
+
 def ensure_table(path: str, app: str) -> None:
     delta_commits.create_table(
         path,
@@ -112,20 +132,22 @@ def ensure_table(path: str, app: str) -> None:
     )
 
 
-def read(
-    path: str, tasks: list[TaskId] | None = None, through: dict[TaskId, int] | None = None
-) -> History:
-    """The newest two rows of every task (of ``tasks`` only, when given; with ``through``,
-    only rows of batches up to ``through[task]``)."""
-    table = delta_commits.open_table(path).to_pyarrow_table()
+def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -> History:
+    """The newest two rows of every task (of ``tasks`` only, when given; with ``app`` too,
+    only the files that can hold them are read, found by each task's txn version and the
+    files' statistics, so a run's start does not read the whole history)."""
+    table = delta_commits.open_table(path)
+    condition = None
+    if tasks and app is not None:
+        newest = delta_commits.txn_versions(table, app, tasks)
+        condition = ds.field("batch_id") >= max(0, min(newest.values()) - 1)
+    data = table.to_pyarrow_dataset().to_table(filter=condition)
     rows: dict[TaskId, list[TaskProgress]] = {}
     wanted = None if tasks is None else {str(t) for t in tasks}
-    for raw in table.to_pylist():
+    for raw in data.to_pylist():
         if wanted is not None and raw["task"] not in wanted:
             continue
         row = TaskProgress.from_row(raw)
-        if through is not None and row.batch_id > through.get(row.task, row.batch_id):
-            continue
         rows.setdefault(row.task, []).append(row)
     for found in rows.values():
         found.sort(key=lambda r: r.batch_id, reverse=True)

@@ -27,6 +27,7 @@ from lakestate.engine.progress import TaskProgress
 from lakestate.io import delta_commits
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
 from lakestate.task_id import TaskId
+from lakestate.warehouse import Warehouse
 
 RESTORE_CHUNK = 100_000
 
@@ -43,9 +44,13 @@ def committed_of(row: TaskProgress | None) -> Committed:
     return Committed(row.batch_id, dict(row.offsets), row.stream_time)
 
 
-def is_complete(app: str, row: TaskProgress, tables: dict[str, object] | None = None) -> bool:
-    """Whether every table a task batch writes holds it."""
-    for path in row.tables:
+def is_complete(
+    warehouse: Warehouse, app: str, row: TaskProgress, tables: dict[str, object] | None = None
+) -> bool:
+    """Whether every table a task batch writes holds it (``tables``: opened tables, by path,
+    reused across calls)."""
+    for name in row.tables:
+        path = warehouse.resolve(name)
         table = None if tables is None else tables.get(path)
         if table is None:
             table = delta_commits.open_table(path)
@@ -59,13 +64,13 @@ def is_complete(app: str, row: TaskProgress, tables: dict[str, object] | None = 
 def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
     """Each task's committed batch, and the incomplete batches to replay."""
     app = layout.app.name
-    history = progress.read(layout.progress_path, tasks)
+    history = progress.read(layout.progress_path, tasks, app)
     committed: dict[TaskId, Committed] = {}
     replays: list[TaskPlan] = []
     tables: dict[str, object] = {}
     for task in tasks:
         last = history.last(task)
-        if last is None or is_complete(app, last, tables):
+        if last is None or is_complete(layout.warehouse, app, last, tables):
             committed[task] = committed_of(last)
             continue
         before = history.batch(task, last.batch_id - 1)
@@ -80,9 +85,12 @@ def recover(
     state_dir: str,
     isolation: IsolationLevel,
     say: Callable[[str], None],
+    recovered: Recovered | None = None,
 ) -> Recovered:
-    """Where the tasks stand, with every local store brought to its committed batch."""
-    recovered = where_tasks_stand(layout, tasks)
+    """Where the tasks stand (``where_tasks_stand``, unless given), with every local store
+    brought to its committed batch."""
+    if recovered is None:
+        recovered = where_tasks_stand(layout, tasks)
     app = layout.app.name
     for task in tasks:
         committed = recovered.committed[task]
@@ -178,7 +186,7 @@ def _catch_up(
     n = 0
     for name in layout.stores_of(task.subtopology):
         changes = changelog.read_changes(
-            layout.changelog_path(name), task.partition, held, committed.batch_id
+            layout.changelog_path(name), layout.app.name, task, held, committed.batch_id
         )
         writes.append((name, changes.items()))
         n += len(changes)

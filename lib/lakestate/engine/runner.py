@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from lakestate.app import App, load_app
 from lakestate.engine.commit import TaskResult, commit_batch
 from lakestate.engine.layout import AppLayout, prepare
+from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.plan import Committed, TaskPlan, plan_tasks
 from lakestate.engine.process import (
     INPUT_COLUMNS,
@@ -39,7 +40,7 @@ from lakestate.engine.process import (
     process_partition,
     store_kinds,
 )
-from lakestate.engine.recovery import recover
+from lakestate.engine.recovery import recover, where_tasks_stand
 from lakestate.engine.routing import route_column
 from lakestate.errors import StreamsException
 from lakestate.io import logtable
@@ -115,44 +116,81 @@ def run_app(
     wh = Warehouse(warehouse)
     sdir = state_dir_of(state_dir)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from lakestate.engine.spark import get_spark
 
     with instance_lock(sdir, app.name):
-        spark = get_spark(master, app_name=f"lakestate-{app.name}")
-        warm = _warm_python_workers(spark)
-        runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
-        owned = runner.owned(tasks)
-        limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
-        deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+        spark = SparkStarter(master, f"lakestate-{app.name}")
         try:
+            runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
+            owned = runner.owned(tasks)
+            limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
+            deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
             return runner.run(owned, limit, deadline)
         finally:
-            warm.join()
+            spark.join()
 
 
-def _warm_python_workers(spark: SparkSession) -> threading.Thread:
-    """Start Spark's Python workers (and import lakestate in them) while the run recovers
-    and plans, instead of when the first batch's processing starts."""
+class SparkStarter:
+    """The run's SparkSession, started only when a run has records to process (a run that
+    finds nothing new needs no JVM), in the background as soon as it is known to be needed,
+    with its Python workers warmed up (lakestate imported in them) while the run recovers
+    its local stores and plans."""
 
-    def warm_up() -> None:
-        def touch(rows):
-            import lakestate.engine.process  # noqa: F401
+    def __init__(self, master: str | None, app_name: str) -> None:
+        self.master = master
+        self.app_name = app_name
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._started = threading.Event()
+        self._thread: threading.Thread | None = None
 
-            yield from rows
+    def start(self) -> None:
+        """Start Spark in the background (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="spark-start", daemon=True)
+            self._thread.start()
 
-        with contextlib.suppress(Exception):
-            n = spark.sparkContext.defaultParallelism
-            spark.sparkContext.parallelize(range(n), n).mapPartitions(touch).count()
+    def __call__(self) -> SparkSession:
+        """The session, waiting for it to be up."""
+        self.start()
+        self._started.wait()
+        if self._session is None:
+            raise StreamsException(f"Spark did not start: {self._error}") from self._error
+        return self._session
 
-    thread = threading.Thread(target=warm_up, name="warm-python-workers", daemon=True)
-    thread.start()
-    return thread
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        from lakestate.engine.spark import get_spark
+
+        try:
+            self._session = get_spark(self.master, app_name=self.app_name)
+        except BaseException as exc:  # reported to the caller of __call__
+            self._error = exc
+        finally:
+            self._started.set()
+        if self._session is not None:
+            _warm_python_workers(self._session)
+
+
+def _warm_python_workers(spark: SparkSession) -> None:
+    """Start Spark's Python workers and import lakestate in them."""
+
+    def touch(rows):
+        import lakestate.engine.process  # noqa: F401
+
+        yield from rows
+
+    with contextlib.suppress(Exception):
+        n = spark.sparkContext.defaultParallelism
+        spark.sparkContext.parallelize(range(n), n).mapPartitions(touch).count()
 
 
 class _Runner:
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkStarter,
         app: App,
         app_path: str,
         wh: Warehouse,
@@ -187,9 +225,15 @@ class _Runner:
 
     def run(self, tasks: list[TaskId], limit: int | None, deadline: float | None) -> RunResult:
         result = RunResult()
-        recovered = recover(self.layout, tasks, self.state_dir, self.isolation, self.say)
-        committed = dict(recovered.committed)
-        replays = recovered.replays
+        standing = where_tasks_stand(self.layout, tasks)
+        committed = dict(standing.committed)
+        replays = standing.replays
+        if not replays and not self._plan(tasks, committed):
+            result.caught_up = True
+            self.say("caught up: no new input")
+            return result
+        self.spark.start()  # while the local stores recover
+        recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
         while limit is None or len(result.batches) < limit:
             if deadline is not None and result.batches and time.monotonic() >= deadline:
                 self.say("time budget spent: no new batch")
@@ -217,7 +261,7 @@ class _Runner:
     def _plan(self, tasks: list[TaskId], committed: dict[TaskId, Committed]) -> list[TaskPlan]:
         subs = {t.subtopology for t in tasks}
         ends = {
-            topic: logtable.end_offsets(self.spark, self.wh, topic)
+            topic: layout_end_offsets(self.layout, topic)
             for sub in sorted(subs)
             for topic in self.layout.inputs[sub]
         }
@@ -232,7 +276,7 @@ class _Runner:
                 if not ranges:
                     continue
                 # Unordered: each task orders its records by offset (process._in_order).
-                df = logtable.read_range(self.spark, self.wh, topic, ranges, ordered=False)
+                df = logtable.read_range(self.spark(), self.wh, topic, ranges, ordered=False)
                 frames.append(
                     df.select(
                         F.lit(sub).cast("int").alias("sub"),

@@ -483,3 +483,51 @@ def test_snapshot_of_a_task_whose_keys_are_all_deleted_keeps_one_tombstone():
     assert compaction.snapshot_rows(rows, 5).select(["batch_id", "raw_key"]).to_pylist() == [
         {"batch_id": 2, "raw_key": b"b"}
     ]
+
+
+def test_sigkills_in_batches_and_in_compaction_racing_them_lose_nothing(spark, counts_runs):
+    """Batches killed at commit steps and compactions killed at theirs, at the same time;
+    reruns of both finish with the uninterrupted result."""
+    import threading
+
+    runs = counts_runs
+    runs.restore(spark)
+    logtable.append_records(spark, runs.wh, "events", runs.more)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    env["LAKESTATE_SPARK_MASTER"] = "local[2]"
+    env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
+    code = (
+        "from lakestate.engine.runner import run_app; "
+        f"run_app({str(APPS / runs.app_file)!r}, warehouse={runs.wh.root!r}, "
+        f"state_dir={str(runs.state)!r}, max_records={MORE_MAX_RECORDS}, until_caught_up=True)"
+    )
+    stop = threading.Event()
+    compactions: list[int] = []
+
+    def compact_and_get_killed() -> None:
+        points = (compaction.FAULT_BEFORE_COMMIT, compaction.FAULT_AFTER_COMMIT, None)
+        while not stop.is_set():
+            point = points[len(compactions) % len(points)]
+            proc = _compact_in_subprocess(runs.wh, runs.app, point or "")
+            compactions.append(proc.returncode)
+
+    racer = threading.Thread(target=compact_and_get_killed)
+    racer.start()
+    try:
+        for fault in ("after_progress@5", "after_changelog:counts@5", "after_tables@6", None):
+            run_env = dict(env, LAKESTATE_FAULT=fault) if fault else env
+            proc = subprocess.run(
+                [sys.executable, "-c", code],
+                env=run_env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert proc.returncode == (-9 if fault else 0), (fault, proc.stderr[-3000:])
+    finally:
+        stop.set()
+        racer.join()
+    assert -9 in compactions and 0 in compactions, compactions
+    compact(runs.wh, runs.app, say=lambda _: None)
+    assert runs.results(spark) == runs.expected

@@ -97,3 +97,18 @@ def test_a_last_batch_that_changed_nothing_keeps_the_view(spark, tmp_path):
     result = _run(wh, tmp_path / "s", max_batches=1)
     assert {t for b in result.batches for t in b} == {"0_0", "0_1"}
     assert _state(spark, wh, "counts__counts") == before
+
+
+def test_cli_status_shows_every_task_its_batch_and_lag(spark, tmp_path, capsys):
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", events(40, seed=34), partitions=2)
+    _run(wh, tmp_path / "s", max_batches=1)
+    capsys.readouterr()
+    args = ["status", "counts", "--warehouse", wh.root, "--state-dir", str(tmp_path / "s")]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split("\t") for line in lines if line.startswith("0_")]
+    assert sorted(r[0] for r in rows) == ["0_0", "0_1"]
+    for _task, batch, topic, _p, committed, end, lag, _t, local in rows:
+        assert (batch, topic, committed, local) == ("1", "events", "10", "10")
+        assert int(lag) == int(end) - 10 > 0

@@ -232,10 +232,8 @@ def test_compaction_leaves_one_snapshot_and_views_restores_agree(spark, request,
     assert runs.results(spark) == runs.expected
 
 
-def test_batches_commit_while_compaction_runs_again_and_again(spark, counts_runs):
-    runs = counts_runs
-    runs.restore(spark)
-    logtable.append_records(spark, runs.wh, "events", runs.more)
+def _batches_command(runs: AppRuns) -> tuple[dict[str, str], str]:
+    """The environment and code of a process that runs the rest of the input."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
     env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
@@ -244,6 +242,14 @@ def test_batches_commit_while_compaction_runs_again_and_again(spark, counts_runs
         f"run_app({str(APPS / runs.app_file)!r}, warehouse={runs.wh.root!r}, "
         f"state_dir={str(runs.state)!r}, max_records={MORE_MAX_RECORDS}, until_caught_up=True)"
     )
+    return env, code
+
+
+def test_batches_commit_while_compaction_runs_again_and_again(spark, counts_runs):
+    runs = counts_runs
+    runs.restore(spark)
+    logtable.append_records(spark, runs.wh, "events", runs.more)
+    env, code = _batches_command(runs)
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         env=env,
@@ -493,14 +499,7 @@ def test_sigkills_in_batches_and_in_compaction_racing_them_lose_nothing(spark, c
     runs = counts_runs
     runs.restore(spark)
     logtable.append_records(spark, runs.wh, "events", runs.more)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    env["LAKESTATE_SPARK_MASTER"] = "local[2]"
-    env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
-    code = (
-        "from lakestate.engine.runner import run_app; "
-        f"run_app({str(APPS / runs.app_file)!r}, warehouse={runs.wh.root!r}, "
-        f"state_dir={str(runs.state)!r}, max_records={MORE_MAX_RECORDS}, until_caught_up=True)"
-    )
+    env, code = _batches_command(runs)
     stop = threading.Event()
     compactions: list[int] = []
 

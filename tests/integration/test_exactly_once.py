@@ -75,6 +75,21 @@ def _run_together(codes: list[str]) -> list[tuple[int, str, str]]:
     return [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
 
 
+def _uninterrupted(spark, tmp_path, records) -> Warehouse:
+    """A warehouse where one uninterrupted run processed ``records``."""
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=reference.root,
+        state_dir=str(tmp_path / "ref"),
+        max_records=MAX_RECORDS,
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    return reference
+
+
 def _results(spark, wh: Warehouse):
     return (
         topic_rows(spark, wh, "counts-out"),
@@ -86,16 +101,7 @@ def _results(spark, wh: Warehouse):
 
 def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spark, tmp_path):
     records = events(N, seed=11)
-    reference = Warehouse(tmp_path / "reference")
-    produce(spark, reference, "events", records, partitions=2)
-    run_app(
-        str(APPS / "counts.py"),
-        warehouse=reference.root,
-        state_dir=str(tmp_path / "ref"),
-        max_records=MAX_RECORDS,
-        until_caught_up=True,
-        say=lambda _: None,
-    )
+    reference = _uninterrupted(spark, tmp_path, records)
     expected = _results(spark, reference)
 
     wh = Warehouse(tmp_path / "wh")
@@ -176,16 +182,7 @@ def test_two_processes_with_disjoint_tasks_commit_side_by_side(spark, tmp_path):
     each with its own state directory; both commit every batch, and the result equals a
     single process's."""
     records = events(N, seed=15)
-    reference = Warehouse(tmp_path / "reference")
-    produce(spark, reference, "events", records, partitions=2)
-    run_app(
-        str(APPS / "counts.py"),
-        warehouse=reference.root,
-        state_dir=str(tmp_path / "ref"),
-        max_records=MAX_RECORDS,
-        until_caught_up=True,
-        say=lambda _: None,
-    )
+    reference = _uninterrupted(spark, tmp_path, records)
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     codes = [

@@ -230,8 +230,31 @@ def test_a_task_batch_is_committed_once_and_complete_when_its_tables_hold_it(war
 
     table = delta_commits.open_table(other)
     delta_commits.append(
-        table, pa.Table.from_pylist([], changelog.schema("timestamped_key_value")),
-        "fenced", {t0: 2}, {},
+        table,
+        pa.Table.from_pylist([], changelog.schema("timestamped_key_value")),
+        "fenced",
+        {t0: 2},
+        {},
     )
     assert is_complete(warehouse, "fenced", history.last(t0))
     assert not is_complete(warehouse, "fenced", history.last(t1))
+
+
+def test_a_run_that_finds_nothing_new_starts_no_jvm(spark, warehouse, tmp_path):
+    """A scheduled run with no new input reads where its tasks stand and the topics' ends
+    from the Delta logs (delta-rs), and ends without starting Spark."""
+    import subprocess
+    import sys
+
+    produce(spark, warehouse, "events", events(20, seed=8), partitions=2)
+    _run(warehouse, tmp_path / "state")
+    code = (
+        "import pyspark; from lakestate.engine.runner import run_app; "
+        f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "
+        f"state_dir={str(tmp_path / 'state')!r}, until_caught_up=True); "
+        "print('CAUGHT_UP', r.caught_up, len(r.batches)); "
+        "print('JVM', pyspark.SparkContext._active_spark_context is not None)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CAUGHT_UP True 0" in proc.stdout and "JVM False" in proc.stdout, proc.stdout

@@ -187,6 +187,20 @@ def create_topic(
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise ValueError(f"topic {topic!r}: partitions must be an int >= 1, got {partitions!r}")
     path = _path(warehouse, topic)
+    # Under the topic's lock: two processes creating it at once (two runs of disjoint tasks
+    # of an app, both creating its sinks) would see each other's half-written table.
+    with append_lock(warehouse, topic):
+        return _create_topic(spark, warehouse, topic, partitions, path, exist_ok)
+
+
+def _create_topic(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    topic: str,
+    partitions: int,
+    path: str,
+    exist_ok: bool,
+) -> str:
     if topic_exists(spark, warehouse, topic):
         existing = _read_partitions(spark, warehouse, topic)
         if existing != partitions:

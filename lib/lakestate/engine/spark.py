@@ -16,7 +16,8 @@ Environment:
 ``LAKESTATE_SHUFFLE_PARTITIONS``
     ``spark.sql.shuffle.partitions`` (default 4: the data per batch is small).
 ``LAKESTATE_DRIVER_MEMORY``
-    ``spark.driver.memory`` (default: Spark's own, 1g).
+    ``spark.driver.memory`` (default 4g: a batch's output is collected to the driver as
+    Arrow, to be committed from there through delta-rs).
 ``LAKESTATE_SPARK_CONF``
     A JSON object of further Spark confs (applied after the defaults above).
 ``LAKESTATE_LOG_LEVEL``
@@ -48,6 +49,7 @@ __all__ = [
 DEFAULT_MASTER = "local[*]"
 DEFAULT_SHUFFLE_PARTITIONS = 4
 DEFAULT_LOG_LEVEL = "WARN"
+DEFAULT_DRIVER_MEMORY = "4g"
 SCALA_BINARY_VERSION = "2.13"
 
 #: Session confs that turn Delta on. lakestate's tables are plain Delta (no deletion vectors,
@@ -160,9 +162,10 @@ def spark_conf(
     }
     if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():
         conf["spark.master"] = _resolve_master(master)
-    driver_memory = os.environ.get("LAKESTATE_DRIVER_MEMORY")
-    if driver_memory:
-        conf["spark.driver.memory"] = driver_memory
+    conf["spark.driver.memory"] = os.environ.get("LAKESTATE_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY)
+    # The batch's output comes to the driver in one piece (toArrow): no cap below the
+    # driver's memory.
+    conf["spark.driver.maxResultSize"] = "0"
     env_conf = os.environ.get("LAKESTATE_SPARK_CONF")
     if env_conf:
         try:

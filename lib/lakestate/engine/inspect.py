@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakestate.engine import local, progress
-from lakestate.engine.changelog import compaction_txn_id
+from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.engine.recovery import is_complete
 from lakestate.io import delta_commits, logtable
 from lakestate.state.base import IsolationLevel, TopicPartition
@@ -99,13 +99,25 @@ def state_frame(
 
 
 def _latest(changelog: DataFrame, pin: str) -> DataFrame:
-    """Per task and key, the row with the highest batch_id up to the pin, unless a tombstone."""
+    """Per task and key, the row with the highest batch_id up to the pin, unless a
+    tombstone. Rows compaction wrote (``snapshot_through`` set) hold one row per key and are
+    older than every other row of their task, so they need no ranking: a snapshot row
+    stands unless a newer row of its key follows it (an anti-join with the tail's keys);
+    only the tail since the last compaction is ranked."""
+    pinned = changelog.where(F.expr(f"batch_id <= {pin}"))
+    snapshot = pinned.where(F.col(SNAPSHOT_COLUMN).isNotNull())
+    tail = pinned.where(F.col(SNAPSHOT_COLUMN).isNull())
     newest_first = Window.partitionBy("task", "raw_key").orderBy(F.col("batch_id").desc())
-    return (
-        changelog.where(F.expr(f"batch_id <= {pin}"))
-        .withColumn("_lakestate_rank", F.row_number().over(newest_first))
-        .where("_lakestate_rank = 1 AND raw_value IS NOT NULL")
+    tail_latest = (
+        tail.withColumn("_lakestate_rank", F.row_number().over(newest_first))
+        .where("_lakestate_rank = 1")
         .drop("_lakestate_rank")
+    )
+    standing = snapshot.join(tail.select("task", "raw_key"), ["task", "raw_key"], "left_anti")
+    return (
+        standing.select(*changelog.columns)
+        .unionByName(tail_latest)
+        .where(F.col("raw_value").isNotNull())
     )
 
 

@@ -419,3 +419,28 @@ def test_entries_read_back_as_written(entry):
     assert _decode_entry(raw) == entry
     assert [type(f) for f in _decode_entry(raw)] == [type(f) for f in entry]
     assert _decode_entry(b"[1, 2, null]") == DedupEntry(1, 2, None)  # any JSON spelling
+
+
+def test_restoring_many_rows_at_once_equals_one_by_one(store_factory):
+    """A restore applies a changelog's rows in bulk (restore_entries): the same store as
+    applying them one by one, index entries and count included; tombstones delete."""
+    source = store_factory()
+    with source.new_transaction() as txn:
+        view = DedupStore(NAME, lambda: txn)
+        for i in range(20):
+            view.put(f"id-{i}", 1_000 + i * 7 % 11, i)
+        txn.commit()
+    rows = [
+        (k, v) for k, v in source.iterate(NAME) if not view_class("dedup").is_index_only(k)
+    ]
+    rows += [(rows[0][0], None)]  # the first id deleted later
+    one, many = store_factory(), store_factory()
+    with one.new_transaction() as txn:
+        for raw_key, raw_value in rows:
+            restore_entry("dedup", txn, NAME, raw_key, raw_value)
+        txn.commit()
+    with many.new_transaction() as txn:
+        view_class("dedup").restore_entries(txn, NAME, dict(rows).items())
+        txn.commit()
+    assert list(one.iterate(NAME)) == list(many.iterate(NAME))
+    assert DedupStore(NAME, lambda: many).size() == 19

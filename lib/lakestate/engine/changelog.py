@@ -159,10 +159,8 @@ def read_changes(
 
 
 def restore_into(txn, kind: str, store: str, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
-    """Apply changelog entries to a local store's transaction; returns how many."""
-    restore = view_class(kind).restore_entry
-    n = 0
-    for raw_key, raw_value in entries:
-        restore(txn, store, raw_key, raw_value)
-        n += 1
-    return n
+    """Apply changelog entries (one per key) to a local store's transaction; returns how
+    many."""
+    entries = list(entries)
+    view_class(kind).restore_entries(txn, store, entries)
+    return len(entries)

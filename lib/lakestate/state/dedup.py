@@ -344,6 +344,22 @@ class DedupStore:
         }
 
     @staticmethod
+    def restore_entries(txn: Any, name: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``restore_entry`` of many changelog rows (one per key) at once: the ids' entries,
+        index entries and count in one write, deletes one by one."""
+        puts = []
+        for raw_key, raw_value in entries:
+            if DedupStore.is_index_only(raw_key):
+                continue
+            if raw_value is None:
+                _delete(txn, name, raw_key)
+            else:
+                entry = _decode_entry(raw_value)
+                puts.append((raw_key, entry.ts, entry.offset, entry.source))
+        if puts:
+            _put(txn, name, puts)
+
+    @staticmethod
     def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
         """Apply one state-table row (``raw_value`` None: a deleted row) to a local store
         being restored or caught up, keeping the time index and the count in step."""

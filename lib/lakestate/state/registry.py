@@ -3,7 +3,7 @@ register here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Protocol
 
 from lakestate.errors import TopologyException
@@ -22,7 +22,8 @@ class StoreKind(Protocol):
     ``is_index_only(raw_key)``: True for a local-only entry derived from others (e.g. a
     dedup store's time index): no changelog row; ``restore_entry`` rebuilds it.
     ``restore_entry(txn, name, raw_key, raw_value)``: apply one changelog row (``raw_value``
-    None: a tombstone) to a local store being restored or caught up.
+    None: a tombstone) to a local store being restored or caught up;
+    ``restore_entries(txn, name, entries)`` the same for many rows (one per key) at once.
     """
 
     kind: ClassVar[str]
@@ -36,6 +37,11 @@ class StoreKind(Protocol):
 
     @staticmethod
     def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None: ...
+
+    @staticmethod
+    def restore_entries(
+        txn: Any, name: str, entries: Iterable[tuple[bytes, bytes | None]]
+    ) -> None: ...
 
 
 STORE_KINDS: dict[str, type[StoreKind]] = {

@@ -7,7 +7,7 @@ Each key holds its latest value and that value's timestamp. Readers outside proc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException
@@ -95,6 +95,11 @@ class TimestampedKeyValueStore:
     def is_index_only(raw_key: bytes) -> bool:
         """Every entry of this store is state: a changelog row."""
         return False
+
+    @staticmethod
+    def restore_entries(txn: Any, name: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``restore_entry`` of many changelog rows at once."""
+        txn.put_all(name, entries)
 
     @staticmethod
     def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:

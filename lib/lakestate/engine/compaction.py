@@ -47,7 +47,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
-from lakestate.engine import faults, progress
+from lakestate.engine import faults
 from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.engine.inspect import app_pin
 from lakestate.engine.maintenance import table_lock
@@ -131,7 +131,7 @@ def compact(
         tables = [t for t in tables if t.store == store]
     # The pin before any changelog snapshot: a batch complete at pin time is then in it.
     pin = app_pin(warehouse, app)
-    owners = progress.table_writers(warehouse, app)
+    owners = pin.writers
     done: list[TaskCompaction] = []
     for table in tables:
         path = warehouse.changelog_path(app, table.store)

@@ -36,22 +36,25 @@ def view_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class AppPin:
-    """The batch each task of an app is read at, and each task's last progress row."""
+    """The batch each task of an app is read at, each task's last progress row, and per
+    table the sub-topologies whose tasks wrote it (``progress.table_writers``)."""
 
     batches: dict[TaskId, int]
     rows: dict[TaskId, progress.TaskProgress]
+    writers: dict[str, set[int]]
 
 
 def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
     """Each task at its last complete batch, or at ``batch`` if it is further."""
     path = warehouse.progress_path(app)
     if not delta_commits.table_exists(path):
-        return AppPin({}, {})
+        return AppPin({}, {}, {})
     history = progress.read(path)
     batches: dict[TaskId, int] = {}
     rows: dict[TaskId, progress.TaskProgress] = {}
+    opened: dict[str, object] = {}  # tables opened once for every task's completeness
     for task, found in history.rows.items():
-        complete = next((r for r in found if is_complete(warehouse, app, r)), None)
+        complete = next((r for r in found if is_complete(warehouse, app, r, opened)), None)
         if complete is None:
             continue
         rows[task] = complete
@@ -62,13 +65,13 @@ def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
             + ", ".join(f"{t}: {b}" for t, b in sorted(batches.items()))
             + ")"
         )
-    return AppPin(batches, rows)
+    return AppPin(batches, rows, progress.table_writers(warehouse, app))
 
 
-def _pin_expression(warehouse: Warehouse, app: str, pin: AppPin, changelog_path: str) -> str:
+def _pin_expression(app: str, pin: AppPin, changelog_path: str) -> str:
     """SQL: the batch a changelog row's task is pinned at (-1: none). A pin before the
     batch a task's rows were compacted through cannot be answered: ValueError."""
-    subs = progress.table_writers(warehouse, app).get(changelog_path, set())
+    subs = pin.writers.get(changelog_path, set())
     table = delta_commits.open_table(changelog_path)
     for task, batch in sorted(pin.batches.items()):
         if task.subtopology not in subs:
@@ -95,7 +98,7 @@ def state_frame(
     helper for plain Spark SQL users."""
     path = warehouse.changelog_path(app, store)
     raw = spark.read.format("delta").load(path)
-    return _latest(raw, _pin_expression(warehouse, app, app_pin(warehouse, app, batch), path))
+    return _latest(raw, _pin_expression(app, app_pin(warehouse, app, batch), path))
 
 
 def _latest(changelog: DataFrame, pin: str) -> DataFrame:
@@ -145,7 +148,7 @@ def register_views(
             raw = spark.read.format("delta").option("versionAsOf", version).load(table.path)
             name = view_name(f"{app}__{table.store}")
             raw.createOrReplaceTempView(name + CHANGELOG_SUFFIX)
-            expression = _pin_expression(warehouse, app, pin, table.path)
+            expression = _pin_expression(app, pin, table.path)
             _latest(raw, expression).createOrReplaceTempView(name)
             views[name] = views[name + CHANGELOG_SUFFIX] = table.path
     return views

@@ -228,7 +228,9 @@ class _Runner:
         standing = where_tasks_stand(self.layout, tasks)
         committed = dict(standing.committed)
         replays = standing.replays
-        if not replays and not self._plan(tasks, committed):
+        # The first plan, made before anything else: a run with nothing new ends here.
+        planned = None if replays else self._plan(tasks, committed)
+        if planned == []:
             result.caught_up = True
             self.say("caught up: no new input")
             return result
@@ -246,7 +248,8 @@ class _Runner:
                     + ", ".join(f"task {p.task} (batch {p.batch_id})" for p in plans)
                 )
             else:
-                plans, replayed = self._plan(tasks, committed), set()
+                plans = planned if planned is not None else self._plan(tasks, committed)
+                planned, replayed = None, set()
                 if not plans:
                     result.caught_up = True
                     self.say("caught up: no new input")

@@ -18,7 +18,7 @@ from lakestate.errors import (
     StreamsException,
     TopologyException,
 )
-from lakestate.records import Change, Record
+from lakestate.records import Change, Record, Window, Windowed
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
 from lakestate.topology.graph import Topology
 
@@ -41,4 +41,6 @@ __all__ = [
     "StreamsException",
     "Topology",
     "TopologyException",
+    "Window",
+    "Windowed",
 ]

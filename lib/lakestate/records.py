@@ -35,6 +35,28 @@ class Change:
     old_value: Any
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Window:
+    """A time window: ``start`` inclusive, ``end`` exclusive, epoch ms (Kafka's ``Window``;
+    a session window's end is its last record's timestamp, inclusive, as in Kafka)."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed:
+    """The key of a windowed aggregation's result: the record key and its window."""
+
+    key: Any
+    window: Window
+
+    def as_fields(self) -> dict[str, Any]:
+        """How a sink writes this key: ``{"key", "window_start", "window_end"}``, so SQL
+        reads the window as fields (``key:window_start``), not as an opaque string."""
+        return {"key": self.key, "window_start": self.window.start, "window_end": self.window.end}
+
+
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     """Where the record being processed came from; None for records not read from a topic."""

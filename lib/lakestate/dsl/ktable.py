@@ -24,14 +24,27 @@ if TYPE_CHECKING:
 class KTable:
     """A table: the latest value per key. Updates flow downstream as changes (new, old)."""
 
-    def __init__(self, graph: GraphBuilder, node: str, store_name: str | None) -> None:
+    def __init__(
+        self,
+        graph: GraphBuilder,
+        node: str,
+        store_name: str | None,
+        window_grace_ms: int | None = None,
+    ) -> None:
         self._graph = graph
         self._node = node
         self._store_name = store_name
+        self._window_grace_ms = window_grace_ms
 
     @property
     def node_name(self) -> str:
         return self._node
+
+    @property
+    def window_grace_ms(self) -> int | None:
+        """For a windowed table (keys are ``Windowed``): its windows' grace period in ms,
+        which ``suppress(until_window_closes)`` waits for; None for other tables."""
+        return self._window_grace_ms
 
     @property
     def query_store_name(self) -> str | None:

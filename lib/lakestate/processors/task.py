@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
-from lakestate.records import Record, RecordMetadata
+from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.state.base import StateStore, TopicPartition, Transaction
 from lakestate.state.constants import (
     DEFAULT_UNCOMMITTED_MAX_BYTES,
@@ -275,11 +275,14 @@ class Task:
         append = self._output.append
         for record in records:
             headers = record.headers
+            key = record.key
+            if type(key) is Windowed:
+                key = key.as_fields()
             append(
                 Output(
                     topic,
                     record,
-                    checked_json_text(record.key, "key"),
+                    checked_json_text(key, "key"),
                     checked_json_text(record.value, "value"),
                     None if headers is None else checked_json_text(headers, "headers"),
                 )

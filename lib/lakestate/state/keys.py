@@ -20,6 +20,8 @@ tag     type        body
 0x06    bytes       same escaping and terminator as str
 0x07    tuple       the elements' encodings, terminated by 0x00
 0x08    dict/list   canonical JSON (sorted keys, compact), escaped like str
+0x09    Windowed    the key's encoding, then window start and end as 8 bytes each,
+                    big-endian with the sign bit flipped (by key, then start, then end)
 ======  ==========  =================================================================
 
 Every encoding is self-delimiting, and every byte that may follow a tuple element (a tag
@@ -37,6 +39,7 @@ import struct
 from typing import Any
 
 from lakestate.errors import SerializationException
+from lakestate.records import Window, Windowed
 from lakestate.state.serde import a_type, check_json, loads
 
 __all__ = [
@@ -57,6 +60,7 @@ TAG_STR = 0x05
 TAG_BYTES = 0x06
 TAG_TUPLE = 0x07
 TAG_JSON = 0x08
+TAG_WINDOWED = 0x09
 
 _END = 0x00  # terminates str/bytes/json bodies and tuples
 _ESCAPE = 0xFF  # follows an escaped 0x00 inside a str/bytes/json body
@@ -197,6 +201,13 @@ def _encode(value: Any, out: bytearray, path: str) -> None:
         for i, element in enumerate(value):
             _encode(element, out, f"{path}[{i}]")
         out.append(_END)
+    elif isinstance(value, Windowed):
+        out.append(TAG_WINDOWED)
+        _encode(value.key, out, f"{path}.key")
+        for bound in (value.window.start, value.window.end):
+            if not isinstance(bound, int) or not _I64_MIN <= bound <= _I64_MAX:
+                raise SerializationException(f"{path} has a window bound that is not ms: {bound!r}")
+            out += _U64.pack((bound + _SIGN) & _MASK)
     elif isinstance(value, dict | list):
         check_json(value, path)
         text = json.dumps(
@@ -207,7 +218,7 @@ def _encode(value: Any, out: bytearray, path: str) -> None:
     else:
         raise SerializationException(
             f"{path} is {a_type(value)}, which cannot be a key "
-            "(keys are None, bool, int, float, str, bytes, tuples of these, dict or list)"
+            "(keys are None, bool, int, float, str, bytes, tuples of these, dict, list or Windowed)"
         )
 
 
@@ -271,4 +282,9 @@ def _decode(raw: bytes, pos: int) -> tuple[Any, int]:
     if tag == TAG_JSON:
         body, pos = _unescape(raw, pos)
         return loads(body.decode("utf-8", "surrogatepass")), pos
+    if tag == TAG_WINDOWED:
+        key, pos = _decode(raw, pos)
+        start = _U64.unpack_from(raw, pos)[0] - _SIGN
+        end = _U64.unpack_from(raw, pos + 8)[0] - _SIGN
+        return Windowed(key, Window(start, end)), pos + 16
     raise SerializationException(f"malformed key encoding {raw!r}: unknown type tag {tag:#04x}")

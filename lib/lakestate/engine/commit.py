@@ -61,6 +61,7 @@ class TaskResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> partition -> n
     stores: tuple[str, ...] = ()  # stores with changelog rows
+    processor_metadata: dict[str, int] = field(default_factory=dict)
 
 
 def tables_of(layout: AppLayout, result: TaskResult) -> tuple[str, ...]:
@@ -110,6 +111,7 @@ def commit_batch(
                     r.records,
                     tables_of(layout, r),
                     r.metrics,
+                    r.processor_metadata,
                 )
                 for r in results
                 if r.task not in replayed

@@ -33,11 +33,12 @@ class TaskPlan:
 @dataclass(frozen=True)
 class Committed:
     """Where a task stands: its last complete batch (0: none), the next offset of each of
-    its inputs, its stream time."""
+    its inputs, its stream time and its processors' metadata."""
 
     batch_id: int = 0
     offsets: Mapping[str, int] = field(default_factory=dict)
     stream_time: int | None = None
+    processor_metadata: Mapping[str, int] = field(default_factory=dict)
 
     def offset(self, topic: str) -> int:
         return self.offsets.get(topic, 0)

@@ -244,6 +244,7 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             "reached": reached,
             "processed": processed,
             "stream_time": task.stream_time,
+            "processor_metadata": task.processor_metadata,
             "metrics": task.metrics,
             "stores": stores,
         }

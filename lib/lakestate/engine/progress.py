@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+from deltalake.schema import Field, PrimitiveType
 
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
@@ -38,6 +39,9 @@ SCHEMA = pa.schema(
         pa.field("records", pa.int64()),
         pa.field("tables", pa.string()),  # JSON [table, ...] written, relative to the warehouse
         pa.field("metrics", pa.string()),  # JSON {name: value}
+        # JSON {key: int}, the task's processor metadata (a column added in place to older
+        # tables, where it reads as null: none)
+        pa.field("processor_metadata", pa.string()),
     ]
 )
 
@@ -56,6 +60,7 @@ class TaskProgress:
     records: int
     tables: tuple[str, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict)
+    processor_metadata: dict[str, int] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -69,6 +74,7 @@ class TaskProgress:
             "records": self.records,
             "tables": json.dumps(list(self.tables)),
             "metrics": json.dumps(self.metrics, sort_keys=True),
+            "processor_metadata": json.dumps(self.processor_metadata, sort_keys=True),
         }
 
     @staticmethod
@@ -84,6 +90,7 @@ class TaskProgress:
             row["records"],
             tuple(json.loads(row["tables"])),
             json.loads(row["metrics"]),
+            json.loads(row.get("processor_metadata") or "{}"),
         )
 
 
@@ -123,6 +130,9 @@ def table_writers(warehouse: Warehouse, app: str) -> dict[str, set[int]]:
 
 
 def ensure_table(path: str, app: str) -> None:
+    if delta_commits.table_exists(path):
+        _add_missing_columns(path)
+        return
     delta_commits.create_table(
         path,
         SCHEMA,
@@ -130,6 +140,16 @@ def ensure_table(path: str, app: str) -> None:
         name=f"{app}__progress",
         description=f"lakestate progress of app {app} (format {FORMAT}): a row per task per batch",
     )
+
+
+def _add_missing_columns(path: str) -> None:
+    """Add the columns of SCHEMA a table made by an earlier lakestate lacks (nullable, so
+    its rows read as having none); a metadata-only Delta commit, done once."""
+    table = delta_commits.open_table(path)
+    have = set(table.schema().to_arrow().names)
+    missing = [f for f in SCHEMA if f.name not in have]
+    if missing:
+        table.alter.add_columns([Field(f.name, PrimitiveType("string"), True) for f in missing])
 
 
 def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -> History:

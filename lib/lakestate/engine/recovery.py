@@ -25,6 +25,7 @@ from lakestate.engine.layout import AppLayout
 from lakestate.engine.plan import Committed, TaskPlan
 from lakestate.engine.progress import TaskProgress
 from lakestate.io import delta_commits
+from lakestate.state import processor_metadata
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -41,7 +42,7 @@ class Recovered:
 def committed_of(row: TaskProgress | None) -> Committed:
     if row is None:
         return Committed()
-    return Committed(row.batch_id, dict(row.offsets), row.stream_time)
+    return Committed(row.batch_id, dict(row.offsets), row.stream_time, row.processor_metadata)
 
 
 def is_complete(
@@ -174,6 +175,7 @@ def _finish(
             changelog.restore_into(txn, kind, name, entries)
         if committed.stream_time is not None:
             txn.set_stream_time(committed.stream_time)
+        processor_metadata.write(txn, committed.processor_metadata)
         namespace, key, value = local.batch_marker(committed.batch_id)
         txn.put(namespace, key, value)
         txn.commit(_expected(layout, task, committed))

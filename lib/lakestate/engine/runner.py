@@ -256,7 +256,9 @@ class _Runner:
                     break
             results = self._run_batch(plans, committed, replayed)
             for r in results:
-                committed[r.task] = Committed(r.batch_id, dict(r.offsets), r.stream_time)
+                committed[r.task] = Committed(
+                    r.batch_id, dict(r.offsets), r.stream_time, r.processor_metadata
+                )
             result.batches.append({str(r.task): r.batch_id for r in results})
             result.records += sum(r.records for r in results)
         return result
@@ -369,6 +371,7 @@ class _Runner:
                         for topic, per in info["output_partitions"].items()
                     },
                     tuple(info["stores"]),
+                    info["processor_metadata"],
                 )
             )
         return results

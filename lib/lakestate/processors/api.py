@@ -50,6 +50,20 @@ class ProcessorContext(Protocol):
 
     def set_metric(self, name: str, value: float) -> None: ...
 
+    def get_metric(self, name: str) -> float:
+        """The task-level metric ``name`` as it stands (0 when never set)."""
+        ...
+
+    def processor_metadata(self, key: str) -> int | None:
+        """The integer kept under ``key`` with the task's committed state (None: none);
+        see ``lakestate.state.processor_metadata``."""
+        ...
+
+    def set_processor_metadata(self, key: str, value: int) -> None:
+        """Keep ``value`` under ``key``: committed, rolled back and restored with the task's
+        state. Set it where the stores are written (``finish_chunk`` for chunked processors)."""
+        ...
+
 
 class Processor:
     """One node's per-task logic, written once.

@@ -15,6 +15,7 @@ from lakestate.errors import ProcessingException, SerializationException, Stream
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.records import Record, RecordMetadata, Windowed
+from lakestate.state import processor_metadata as metadata_store
 from lakestate.state.base import StateStore, TopicPartition, Transaction
 from lakestate.state.constants import (
     DEFAULT_UNCOMMITTED_MAX_BYTES,
@@ -97,6 +98,15 @@ class _NodeContext:
     def set_metric(self, name: str, value: float) -> None:
         self._task.metrics[name] = value
 
+    def get_metric(self, name: str) -> float:
+        return self._task.metrics.get(name, 0)
+
+    def processor_metadata(self, key: str) -> int | None:
+        return self._task.processor_metadata.get(key)
+
+    def set_processor_metadata(self, key: str, value: int) -> None:
+        self._task.processor_metadata[key] = value
+
 
 class Task:
     """Runs sub-topology ``subtopology_id`` for partition ``partition``."""
@@ -127,6 +137,7 @@ class Task:
         self.transaction: Transaction = store.new_transaction()
         committed_time = store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
+        self.processor_metadata: dict[str, int] = metadata_store.read(store)
         self.current_metadata: RecordMetadata | None = None
         self.metrics: dict[str, float] = {}
         self._committed_metrics: dict[str, float] = {}
@@ -326,6 +337,7 @@ class Task:
         worker stages the writes, and ``engine/commit.py`` commits Delta, then the local
         store) and calls ``post_commit``."""
         self.transaction.set_stream_time(self.stream_time)
+        metadata_store.write(self.transaction, self.processor_metadata)
         return PreparedCommit(self.transaction, dict(offsets), list(self._output))
 
     def complete_commit(self, prepared: PreparedCommit) -> None:
@@ -354,6 +366,7 @@ class Task:
         self.metrics = dict(self._committed_metrics)
         committed_time = self.store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
+        self.processor_metadata = metadata_store.read(self.store)
         self.transaction = self.store.new_transaction()
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.errors import (
     InvalidStateStoreException,
     ProcessingException,
@@ -24,6 +25,7 @@ from lakestate.topology.graph import Topology
 
 __all__ = [
     "App",
+    "BufferConfig",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
     "Deduplicated",
@@ -39,6 +41,7 @@ __all__ = [
     "SerializationException",
     "StreamsBuilder",
     "StreamsException",
+    "Suppressed",
     "Topology",
     "TopologyException",
     "Window",

@@ -19,6 +19,7 @@ from lakestate.topology.graph import StoreSpec
 if TYPE_CHECKING:
     from lakestate.dsl.grouped import KGroupedTable
     from lakestate.dsl.kstream import KStream
+    from lakestate.dsl.suppressed import Suppressed
 
 
 class KTable:
@@ -110,6 +111,23 @@ class KTable:
         name = self._graph.new_name("KTABLE-TOSTREAM-")
         self._graph.add_processor(name, self._node, TableToStream)
         return KStream(self._graph, name, repartition_required=False)
+
+    def suppress(self, suppressed: Suppressed) -> KTable:
+        """Holds back updates as ``suppressed`` says (KIP-328): final window results
+        (``Suppressed.until_window_closes``, windowed tables only) or at most one update per
+        key per time limit (``Suppressed.until_time_limit``). The result is not
+        materialized; see dsl/suppressed.py and processors/suppress.py."""
+        from lakestate.dsl.suppressed import add_suppression
+
+        spec = self._graph.stores.get(self._store_name) if self._store_name else None
+        name = add_suppression(
+            self._graph,
+            self._node,
+            suppressed,
+            self._window_grace_ms,
+            None if spec is None else spec.kind,
+        )
+        return KTable(self._graph, name, None, window_grace_ms=self._window_grace_ms)
 
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> KGroupedTable:
         """Re-groups rows by ``selector(key, value) -> (new_key, new_value)``, for an

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Protocol
 
 from lakestate.errors import TopologyException
 from lakestate.state.dedup import DedupStore
+from lakestate.state.suppression_buffer import SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore
 
 
@@ -47,6 +48,7 @@ class StoreKind(Protocol):
 STORE_KINDS: dict[str, type[StoreKind]] = {
     TimestampedKeyValueStore.kind: TimestampedKeyValueStore,
     DedupStore.kind: DedupStore,
+    SuppressionBuffer.kind: SuppressionBuffer,
 }
 
 

@@ -11,13 +11,13 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from lakestate.errors import StreamsException
 from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Task
-from lakestate.records import Record, to_millis
+from lakestate.records import Record, duration_millis, to_millis
 from lakestate.state.base import StateStore, TopicPartition, isolation_for
 from lakestate.state.memory import in_memory_store
 from lakestate.state.registry import open_view
@@ -178,6 +178,7 @@ class TopologyTestDriver:
         self._clock: dict[str, int] = {}
         self._outputs: dict[str, deque[TestRecord]] = {}
         self._closed = False
+        self.wall_clock_ms = 0  # advance_wall_clock_time's clock: drives nothing
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -216,6 +217,15 @@ class TopologyTestDriver:
 
     def get_all_state_stores(self) -> dict[str, Any]:
         return {name: self.get_state_store(name) for name in self.topology.stores}
+
+    def advance_wall_clock_time(self, duration: timedelta | int) -> None:
+        """Advance the driver's wall clock by ``duration`` (a timedelta, or ms). Accepted
+        for Kafka's API; nothing in lakestate runs on wall-clock time (suppression is driven
+        by stream time, as KIP-328 specifies), so it changes no output."""
+        try:
+            self.wall_clock_ms += duration_millis(duration, "duration")
+        except (TypeError, ValueError) as exc:
+            raise StreamsException(f"advance_wall_clock_time: {exc}") from None
 
     def metrics(self) -> dict[str, float]:
         """Task metrics summed over tasks, by name."""

@@ -1,0 +1,209 @@
+"""``KTable.suppress`` (KIP-328): final window results and rate limiting.
+
+Per record reaching the node (a table update ``Change(new, old)`` of a key):
+
+1. The node's observed stream time becomes the max of itself and the record's timestamp.
+   It is kept in the buffer's stats entry, so it is committed with the buffer and survives
+   batches, restarts and restores (Kafka keeps it in memory only).
+2. The update is buffered (``SuppressionBuffer.put``) at its buffer time: the window end for
+   ``until_window_closes`` (whose suppression duration is the window's grace), the record's
+   timestamp for ``until_time_limit``. A key already buffered keeps its buffer time and its
+   prior value; only its latest value, timestamp and headers are kept.
+3. Entries leave, oldest buffer time first (ties by key), while the oldest buffer time is
+   ``<=`` observed stream time minus the suppression duration: a window ``[s, e)`` with
+   grace ``g`` is emitted once stream time reaches ``e + g``.
+4. If the buffer is then over its bound (more than ``max_records`` entries or more than
+   ``max_bytes`` bytes): ``emit_early_when_full`` evicts oldest first until it is not;
+   ``shut_down_when_full`` raises (the task rolls the record back: nothing of its batch is
+   committed); ``spill_to_disk_when_full`` keeps every entry in the task's store and has no
+   bound in memory, so it never emits early and never fails.
+
+An evicted entry is forwarded as ``Change(latest value, prior value)`` with the latest
+update's timestamp and headers. The old value is the one the key had before its first
+buffered update, i.e. the last value this node forwarded for it, so downstream table
+operators subtract what they were given (Kafka forwards the last update's old value).
+For final results an evicted tombstone is dropped (no result for the window was ever
+emitted, as in Kafka); a time limit forwards it.
+
+Everything above depends only on the records in order and the committed buffer, so the
+output does not depend on where batches end. Wall-clock time plays no part.
+
+Metrics (KIP-328 names; summed over the task's suppression buffers, like every task
+metric; restored from the buffer's stats entry when a task opens, so they are totals over
+the app's life, not per batch):
+
+- ``suppression-buffer-count-current/avg/max``: entries held now / on average / at most,
+  sampled once per record after its evictions
+- ``suppression-buffer-size-current/avg/max``: the same in bytes (``buffer_size``)
+- ``suppression-emit-total``: records forwarded
+- ``suppression-emit-rate``: records forwarded per second of stream time the node has seen
+  (at least one second): stream time drives suppression, so this rate is deterministic
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakestate.errors import StreamsException
+from lakestate.processors.api import Processor
+from lakestate.records import Change, Record, Windowed
+from lakestate.state.suppression_buffer import BufferedRecord, SuppressionBuffer
+
+EMIT_EARLY = "emit_early"
+SHUT_DOWN = "shut_down"
+SPILL_TO_DISK = "spill_to_disk"
+
+COUNT_CURRENT = "suppression-buffer-count-current"
+COUNT_AVG = "suppression-buffer-count-avg"
+COUNT_MAX = "suppression-buffer-count-max"
+SIZE_CURRENT = "suppression-buffer-size-current"
+SIZE_AVG = "suppression-buffer-size-avg"
+SIZE_MAX = "suppression-buffer-size-max"
+EMIT_TOTAL = "suppression-emit-total"
+EMIT_RATE = "suppression-emit-rate"
+METRICS = (
+    COUNT_CURRENT,
+    COUNT_AVG,
+    COUNT_MAX,
+    SIZE_CURRENT,
+    SIZE_AVG,
+    SIZE_MAX,
+    EMIT_TOTAL,
+    EMIT_RATE,
+)
+
+
+def buffer_metrics(stats: dict[str, int]) -> dict[str, float]:
+    """The KIP-328 metrics of one buffer from its stats entry."""
+    samples = stats["samples"]
+    span_ms = max(stats["stream_time"] - stats["first_time"], 1000)
+    return {
+        COUNT_CURRENT: stats["count"],
+        COUNT_AVG: stats["count_sum"] / samples if samples else 0.0,
+        COUNT_MAX: stats["count_max"],
+        SIZE_CURRENT: stats["size"],
+        SIZE_AVG: stats["size_sum"] / samples if samples else 0.0,
+        SIZE_MAX: stats["size_max"],
+        EMIT_TOTAL: stats["emitted"],
+        EMIT_RATE: stats["emitted"] * 1000 / span_ms,
+    }
+
+
+class Suppress(Processor):
+    """The suppress node (see the module docstring). ``final_results``: until_window_closes
+    (buffer time is the window end, tombstones dropped); ``duration_ms``: the grace for
+    final results, the time limit otherwise; ``max_records``/``max_bytes``: None is
+    unbounded; ``when_full``: EMIT_EARLY, SHUT_DOWN or SPILL_TO_DISK."""
+
+    def __init__(
+        self,
+        node_name: str,
+        store_name: str,
+        final_results: bool,
+        duration_ms: int,
+        max_records: int | None,
+        max_bytes: int | None,
+        when_full: str,
+    ) -> None:
+        self.node_name = node_name
+        self.store_name = store_name
+        self.final_results = final_results
+        self.duration_ms = duration_ms
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.when_full = when_full
+
+    def init(self, context) -> None:
+        super().init(context)
+        self.buffer: SuppressionBuffer = context.get_state_store(self.store_name)
+        # The committed totals count as this task's metrics from the start.
+        for name, value in buffer_metrics(self.buffer.stats()).items():
+            if value:
+                context.metric(name, value)
+
+    def process(self, record: Record) -> None:
+        buffer = self.buffer
+        before = buffer_metrics(buffer.stats())
+        change = record.value
+        if not isinstance(change, Change):  # a plain value: an update from nothing
+            change = Change(change, None)
+        observed = buffer.observe(record.timestamp)
+        buffer.put(
+            self._buffer_time(record),
+            record.key,
+            change.new_value,
+            change.old_value,
+            record.timestamp,
+            record.headers,
+        )
+        out: list[Record] = []
+        emit = self._emitter(out)
+        expiry = observed - self.duration_ms
+
+        def expired() -> bool:
+            oldest = buffer.min_buffer_time()
+            return oldest is not None and oldest <= expiry
+
+        buffer.evict_while(expired, emit)
+        if self.when_full != SPILL_TO_DISK and self._over_capacity():
+            if self.when_full == EMIT_EARLY:
+                buffer.evict_while(self._over_capacity, emit)
+            else:
+                raise StreamsException(self._full_message())
+        buffer.record_sample(len(out))
+        buffer.flush()
+        after = buffer_metrics(buffer.stats())
+        for name in METRICS:
+            if after[name] != before[name]:
+                self.context.metric(name, after[name] - before[name])
+        for r in out:
+            self.context.forward(r)
+
+    def _buffer_time(self, record: Record) -> int:
+        if not self.final_results:
+            return record.timestamp
+        key = record.key
+        if type(key) is not Windowed:
+            raise StreamsException(
+                f"suppress node {self.node_name}: until_window_closes needs Windowed keys, "
+                f"got {key!r}"
+            )
+        return key.window.end
+
+    def _emitter(self, out: list[Record]) -> Any:
+        drop_tombstones = self.final_results
+
+        def emit(buffered: BufferedRecord) -> None:
+            if buffered.value is None and drop_tombstones:
+                return
+            out.append(
+                Record(
+                    buffered.key,
+                    Change(buffered.value, buffered.prior_value),
+                    buffered.timestamp,
+                    buffered.headers,
+                )
+            )
+
+        return emit
+
+    def _over_capacity(self) -> bool:
+        buffer = self.buffer
+        return (self.max_records is not None and buffer.num_records() > self.max_records) or (
+            self.max_bytes is not None and buffer.buffer_size() > self.max_bytes
+        )
+
+    def _full_message(self) -> str:
+        buffer = self.buffer
+
+        def bound(limit: int | None) -> str:
+            return "unbounded" if limit is None else str(limit)
+
+        return (
+            f"suppression buffer {self.store_name!r} (node {self.node_name}) is full: it holds "
+            f"{buffer.num_records()} records (max_records {bound(self.max_records)}) and "
+            f"{buffer.buffer_size()} bytes (max_bytes {bound(self.max_bytes)}), and its "
+            "BufferConfig is shut_down_when_full(); nothing of this batch is committed. Raise "
+            "the bound, or use spill_to_disk_when_full() (strict, on disk) or "
+            "emit_early_when_full() (not strict)"
+        )

@@ -12,6 +12,8 @@ from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
+from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
+from lakestate.dsl.windows import SessionWindows, TimeWindows
 from lakestate.errors import (
     InvalidStateStoreException,
     ProcessingException,
@@ -39,9 +41,13 @@ __all__ = [
     "ProcessingException",
     "Record",
     "SerializationException",
+    "SessionWindowedKStream",
+    "SessionWindows",
     "StreamsBuilder",
     "StreamsException",
     "Suppressed",
+    "TimeWindowedKStream",
+    "TimeWindows",
     "Topology",
     "TopologyException",
     "Window",

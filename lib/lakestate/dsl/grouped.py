@@ -8,6 +8,9 @@ from typing import Any
 from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder, check_callable
 from lakestate.dsl.ktable import KTable
 from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
+from lakestate.dsl.windows import SessionWindows, TimeWindows
+from lakestate.errors import TopologyException
 from lakestate.processors.aggregate import (
     StreamAggregate,
     count_aggregator,
@@ -47,6 +50,23 @@ class KGroupedStream:
             name, parent, lambda: StreamAggregate(store, initializer, aggregator), [store]
         )
         return KTable(self._graph, name, store)
+
+    def windowed_by(
+        self, windows: TimeWindows | SessionWindows
+    ) -> TimeWindowedKStream | SessionWindowedKStream:
+        """Aggregate per key and window: ``TimeWindows`` (tumbling, hopping) or
+        ``SessionWindows``. The result is a windowed KTable."""
+        if isinstance(windows, TimeWindows):
+            return TimeWindowedKStream(
+                self._graph, self._node, self._repartition_required, windows
+            )
+        if isinstance(windows, SessionWindows):
+            return SessionWindowedKStream(
+                self._graph, self._node, self._repartition_required, windows
+            )
+        raise TopologyException(
+            f"windowed_by takes TimeWindows or SessionWindows, got {type(windows).__name__}"
+        )
 
     def count(self, materialized: Materialized | None = None) -> KTable:
         """The number of records per key."""

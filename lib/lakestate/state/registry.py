@@ -10,6 +10,7 @@ from lakestate.errors import TopologyException
 from lakestate.state.dedup import DedupStore
 from lakestate.state.suppression_buffer import SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore
+from lakestate.state.window import SessionStore, WindowStore
 
 
 class StoreKind(Protocol):
@@ -21,7 +22,8 @@ class StoreKind(Protocol):
     ``changelog_row(raw_key, raw_value)``: a stored entry's typed columns (a dict), or None
     for an entry that ``is_index_only``.
     ``is_index_only(raw_key)``: True for a local-only entry derived from others (e.g. a
-    dedup store's time index): no changelog row; ``restore_entry`` rebuilds it.
+    dedup store's time index): no changelog row; the kind rebuilds it (``restore_entry``,
+    or later on demand, like the dedup store's purge floor).
     ``restore_entry(txn, name, raw_key, raw_value)``: apply one changelog row (``raw_value``
     None: a tombstone) to a local store being restored or caught up;
     ``restore_entries(txn, name, entries)`` the same for many rows (one per key) at once.
@@ -49,6 +51,8 @@ STORE_KINDS: dict[str, type[StoreKind]] = {
     TimestampedKeyValueStore.kind: TimestampedKeyValueStore,
     DedupStore.kind: DedupStore,
     SuppressionBuffer.kind: SuppressionBuffer,
+    WindowStore.kind: WindowStore,
+    SessionStore.kind: SessionStore,
 }
 
 

@@ -215,6 +215,21 @@ class TopologyTestDriver:
     def get_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)
 
+    def get_window_store(self, name: str) -> Any:
+        """The window store ``name`` (``fetch(key, time_from, time_to)``, ``fetch_all``)."""
+        return self._typed_store(name, "window")
+
+    def get_session_store(self, name: str) -> Any:
+        """The session store ``name`` (``fetch(key)``, ``find_sessions``, ``fetch_session``)."""
+        return self._typed_store(name, "session")
+
+    def _typed_store(self, name: str, kind: str) -> Any:
+        spec = self.topology.stores.get(name)
+        if spec is None or spec.kind != kind:
+            found = "no such store" if spec is None else f"a {spec.kind} store"
+            raise StreamsException(f"store {name!r} is not a {kind} store ({found})")
+        return self.get_state_store(name)
+
     def get_all_state_stores(self) -> dict[str, Any]:
         return {name: self.get_state_store(name) for name in self.topology.stores}
 

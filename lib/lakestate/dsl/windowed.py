@@ -1,0 +1,170 @@
+"""Windowed streams: a grouped stream cut into time windows or sessions, then aggregated
+into a windowed KTable (keys ``Windowed(key, Window(start, end))``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lakestate.dsl.builder import GraphBuilder, check_callable
+from lakestate.dsl.ktable import KTable
+from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.windows import SessionWindows, TimeWindows
+from lakestate.processors.aggregate import (
+    count_aggregator,
+    count_initializer,
+    reducer_as_aggregator,
+)
+from lakestate.processors.windowed_aggregate import (
+    SessionWindowedAggregate,
+    TimeWindowedAggregate,
+)
+from lakestate.topology.graph import StoreSpec
+
+WINDOW = "window"
+SESSION = "session"
+
+
+class _Windowed:
+    def __init__(self, graph: GraphBuilder, node: str, repartition_required: bool) -> None:
+        self._graph = graph
+        self._node = node
+        self._repartition_required = repartition_required
+
+    def _add(
+        self,
+        prefix: str,
+        materialized: Materialized | None,
+        kind: str,
+        checks: tuple[tuple[Any, str], ...],
+        factory_of: Callable[[str], Callable[[], Any]],
+        close_after_ms: int,
+    ) -> KTable:
+        # Kafka names windowed nodes and stores like the unwindowed ones.
+        name = self._graph.new_name(prefix)
+        for fn, what in checks:
+            check_callable(fn, what, name)
+        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
+        parent = self._node
+        if self._repartition_required:
+            parent = self._graph.repartition(parent, f"{store}-repartition")
+        self._graph.add_store(StoreSpec(store, kind), name)
+        self._graph.add_processor(name, parent, factory_of(store), [store])
+        return KTable(self._graph, name, store, window_grace_ms=close_after_ms)
+
+
+class TimeWindowedKStream(_Windowed):
+    """A grouped stream in time windows (tumbling or hopping)."""
+
+    def __init__(
+        self, graph: GraphBuilder, node: str, repartition_required: bool, windows: TimeWindows
+    ) -> None:
+        super().__init__(graph, node, repartition_required)
+        self._windows = windows
+
+    def _aggregate(
+        self,
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None,
+        checks: tuple[tuple[Any, str], ...] = (),
+        prefix: str = "KSTREAM-AGGREGATE-",
+    ) -> KTable:
+        windows = self._windows
+        return self._add(
+            prefix,
+            materialized,
+            WINDOW,
+            checks,
+            lambda store: lambda: TimeWindowedAggregate(store, windows, initializer, aggregator),
+            windows.grace_ms,
+        )
+
+    def count(self, materialized: Materialized | None = None) -> KTable:
+        """The number of records per key and window (null values count, as in Kafka)."""
+        return self._aggregate(count_initializer, count_aggregator, materialized)
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Per key and window: ``agg = aggregator(key, value, agg)``, from ``initializer()``."""
+        checks = ((initializer, "initializer"), (aggregator, "aggregator"))
+        return self._aggregate(initializer, aggregator, materialized, checks)
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | None = None
+    ) -> KTable:
+        """Per key and window: the first value, then ``reducer(agg, value)``."""
+        return self._aggregate(
+            None,
+            reducer_as_aggregator(reducer),
+            materialized,
+            ((reducer, "reducer"),),
+            prefix="KSTREAM-REDUCE-",
+        )
+
+
+class SessionWindowedKStream(_Windowed):
+    """A grouped stream in session windows."""
+
+    def __init__(
+        self, graph: GraphBuilder, node: str, repartition_required: bool, windows: SessionWindows
+    ) -> None:
+        super().__init__(graph, node, repartition_required)
+        self._windows = windows
+
+    def _aggregate(
+        self,
+        initializer: Callable[[], Any] | None,
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None,
+        checks: tuple[tuple[Any, str], ...] = (),
+        prefix: str = "KSTREAM-AGGREGATE-",
+    ) -> KTable:
+        windows = self._windows
+        return self._add(
+            prefix,
+            materialized,
+            SESSION,
+            checks,
+            lambda store: lambda: SessionWindowedAggregate(
+                store, windows, initializer, aggregator, merger
+            ),
+            windows.close_after_ms,
+        )
+
+    def count(self, materialized: Materialized | None = None) -> KTable:
+        """The number of records per key and session."""
+        return self._aggregate(
+            count_initializer, count_aggregator, lambda _k, a, b: a + b, materialized
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        merger: Callable[[Any, Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Per key and session: ``aggregator(key, value, agg)`` from ``initializer()``;
+        ``merger(key, agg1, agg2)`` combines two sessions that a record joins."""
+        checks = ((initializer, "initializer"), (aggregator, "aggregator"), (merger, "merger"))
+        return self._aggregate(initializer, aggregator, merger, materialized, checks)
+
+    def reduce(
+        self, reducer: Callable[[Any, Any], Any], materialized: Materialized | None = None
+    ) -> KTable:
+        """Per key and session: the first value, then ``reducer(agg, value)``; merged
+        sessions are reduced together, older first."""
+        return self._aggregate(
+            None,
+            reducer_as_aggregator(reducer),
+            lambda _k, a, b: reducer(a, b),
+            materialized,
+            ((reducer, "reducer"),),
+            prefix="KSTREAM-REDUCE-",
+        )

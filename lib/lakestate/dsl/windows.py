@@ -1,0 +1,94 @@
+"""Window specifications (KIP-328 grace periods): tumbling and hopping time windows, and
+session windows. Durations are ``timedelta``; windows and timestamps are epoch ms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from lakestate.errors import TopologyException
+from lakestate.records import Window
+
+
+def _millis(value: timedelta, what: str, positive: bool) -> int:
+    if not isinstance(value, timedelta):
+        raise TopologyException(f"{what} must be a timedelta, got {value!r}")
+    ms = int(value / timedelta(milliseconds=1))
+    if ms < 0 or (positive and ms == 0):
+        raise TopologyException(
+            f"{what} must be {'positive' if positive else 'zero or more'}, got {value}"
+        )
+    return ms
+
+
+@dataclass(frozen=True)
+class TimeWindows:
+    """Fixed-size windows ``[start, start + size)``, one every ``advance`` ms (tumbling
+    when ``advance == size``, hopping otherwise), aligned to the epoch. A record updates
+    every window containing it; a window accepts records until stream time reaches its
+    end + ``grace``, after which it is closed and late records are dropped."""
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int
+
+    @staticmethod
+    def of_size_with_no_grace(size: timedelta) -> TimeWindows:
+        size_ms = _millis(size, "window size", positive=True)
+        return TimeWindows(size_ms, size_ms, 0)
+
+    @staticmethod
+    def of_size_and_grace(size: timedelta, grace: timedelta) -> TimeWindows:
+        size_ms = _millis(size, "window size", positive=True)
+        return TimeWindows(size_ms, size_ms, _millis(grace, "grace period", positive=False))
+
+    def advance_by(self, advance: timedelta) -> TimeWindows:
+        """Hopping windows: a new window every ``advance`` (0 < advance <= size)."""
+        advance_ms = _millis(advance, "window advance", positive=True)
+        if advance_ms > self.size_ms:
+            raise TopologyException(
+                f"window advance ({advance_ms} ms) must not exceed the window size "
+                f"({self.size_ms} ms)"
+            )
+        return TimeWindows(self.size_ms, advance_ms, self.grace_ms)
+
+    def windows_for(self, timestamp: int) -> list[Window]:
+        """Every window containing ``timestamp``, by start."""
+        size, advance = self.size_ms, self.advance_ms
+        start = (max(0, timestamp - size + advance) // advance) * advance
+        out = []
+        while start <= timestamp:
+            out.append(Window(start, start + size))
+            start += advance
+        return out
+
+    @property
+    def close_after_ms(self) -> int:
+        """How long after a window's end it stays open: the grace period."""
+        return self.grace_ms
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """Sessions: a key's records less than ``gap`` ms apart share a session ``[first,
+    last]`` (both inclusive); a record between two sessions merges them. A session accepts
+    records until stream time reaches its end + gap + ``grace``."""
+
+    gap_ms: int
+    grace_ms: int
+
+    @staticmethod
+    def of_inactivity_gap_with_no_grace(gap: timedelta) -> SessionWindows:
+        return SessionWindows(_millis(gap, "inactivity gap", positive=True), 0)
+
+    @staticmethod
+    def of_inactivity_gap_and_grace(gap: timedelta, grace: timedelta) -> SessionWindows:
+        return SessionWindows(
+            _millis(gap, "inactivity gap", positive=True),
+            _millis(grace, "grace period", positive=False),
+        )
+
+    @property
+    def close_after_ms(self) -> int:
+        """How long after a session's end it stays open: the gap plus the grace period."""
+        return self.gap_ms + self.grace_ms

@@ -42,7 +42,10 @@ def run(topology, records, config=None):
         topic = d.create_input_topic("in")
         for key, value, ts in records:
             topic.pipe_input(key, value, timestamp=ts)
-        out = [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out").read_records_to_list()]
+        out = [
+            (r.key, r.value, r.timestamp)
+            for r in d.create_output_topic("out").read_records_to_list()
+        ]
         return out, d.metrics()
 
 
@@ -163,12 +166,16 @@ def test_lateness_metrics():
 
 def test_aggregate_and_reduce():
     b = ls.StreamsBuilder()
-    grouped = b.stream("in").group_by_key().windowed_by(ls.TimeWindows.of_size_with_no_grace(ms(10)))
+    grouped = (
+        b.stream("in").group_by_key().windowed_by(ls.TimeWindows.of_size_with_no_grace(ms(10)))
+    )
     grouped.aggregate(lambda: "", lambda k, v, agg: agg + v).to_stream().to("out")
     out, _ = run(b.build(), [("a", "x", 1), ("a", "y", 2)])
     assert [v for _, v, _ in out] == ["x", "xy"]
     b = ls.StreamsBuilder()
-    grouped = b.stream("in").group_by_key().windowed_by(ls.TimeWindows.of_size_with_no_grace(ms(10)))
+    grouped = (
+        b.stream("in").group_by_key().windowed_by(ls.TimeWindows.of_size_with_no_grace(ms(10)))
+    )
     grouped.reduce(lambda agg, v: agg + v).to_stream().to("out")
     out, _ = run(b.build(), [("a", 1, 1), ("a", 2, 2), ("a", 4, 11)])
     assert out == [(W("a", 0, 10), 1, 1), (W("a", 0, 10), 3, 2), (W("a", 10, 20), 4, 11)]
@@ -323,7 +330,10 @@ def _all_outputs_in_batches(topology, records, cut_every, config):
             topic.pipe_record_list(
                 [ls.testing.TestRecord(k, v, ts) for k, v, ts in records[i : i + cut_every]]
             )
-        return [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out").read_records_to_list()]
+        return [
+            (r.key, r.value, r.timestamp)
+            for r in d.create_output_topic("out").read_records_to_list()
+        ]
 
 
 @pytest.mark.parametrize("backend", ["memory", "rocksdb"])

@@ -1,0 +1,75 @@
+"""KIP-328 suppression on the engine: a rate-limited count gives the driver's output
+exactly, in one batch or many, and when the local state is wiped between batches (the
+buffer and the suppress node's stream time come back from the changelog); the buffer is
+an SQL table, and its metrics reach the progress rows (``lakestate status``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from engine_helpers import APPS, driver_outputs, events, produce, topic_rows
+from lakestate.engine.inspect import app_pin, state_frame
+from lakestate.engine.runner import run_app
+from lakestate.processors.suppress import COUNT_CURRENT, EMIT_TOTAL
+from lakestate.warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+N = 150
+APP = "rate_limited.py"
+
+
+def _run(wh, state, **kwargs):
+    kwargs.setdefault("until_caught_up", True)
+    return run_app(
+        str(APPS / APP), warehouse=wh.root, state_dir=str(state), say=lambda _: None, **kwargs
+    )
+
+
+def _outputs(spark, wh):
+    return [(p, k, v, ts) for p, _, k, v, ts in topic_rows(spark, wh, "limited-counts")]
+
+
+@pytest.mark.parametrize("max_records", [10_000, 17])
+def test_rate_limited_count_matches_the_driver(spark, tmp_path, max_records):
+    records = events(N, keys=5, seed=3)
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    result = _run(wh, tmp_path / "state", max_records=max_records)
+    assert (len(result.batches) == 1) == (max_records == 10_000)
+    expected = driver_outputs(APP, records, 2, ["limited-counts"], with_partition=True)
+    got = _outputs(spark, wh)
+    assert got == expected["limited-counts"]
+    assert 0 < len(got) < N  # rate limited: fewer updates than records, but some
+
+    # The buffer as SQL: what is still held, and when it will be emitted.
+    rows = state_frame(spark, wh, "rate_limited", "rate-limit-store").collect()
+    held = [r for r in rows if r["key"] is not None]
+    stats = [r for r in rows if r["key"] is None]
+    assert len(stats) == 2  # one per task: the node's observed stream time in ts
+    assert held and all(r["buffer_time"] + 100 > s["ts"] for r in held for s in stats if s["task"] == r["task"])
+    assert all(json.loads(r["value"]) >= 1 for r in held)
+    # Metrics: totals over the app's life (not the last batch's), in the progress rows.
+    pin = app_pin(wh, "rate_limited")
+    metrics = [row.metrics for row in pin.rows.values()]
+    assert sum(m.get(EMIT_TOTAL, 0) for m in metrics) == len(got)
+    assert sum(m.get(COUNT_CURRENT, 0) for m in metrics) == len(held)
+
+
+def test_wiped_local_state_between_batches_changes_nothing(spark, tmp_path):
+    records = events(N, keys=5, seed=8)
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    state = tmp_path / "state"
+    batches = 0
+    while True:
+        result = _run(wh, state, max_records=20, max_batches=1, until_caught_up=False)
+        if not result.batches:
+            break
+        batches += 1
+        shutil.rmtree(state, ignore_errors=True)  # every batch restores from the changelogs
+    assert batches > 3
+    expected = driver_outputs(APP, records, 2, ["limited-counts"], with_partition=True)
+    assert _outputs(spark, wh) == expected["limited-counts"]

@@ -1,6 +1,6 @@
 """The dedup store (state/dedup.py) over both backends: id entries, the time index, the
-size, purging by a range scan of the index, state-table rows, and rebuilding the index and
-the size when a store is restored or caught up from its state-table rows."""
+size, purging by a range scan of the index from its floor, state-table rows, and rebuilding
+the index and the size when a store is restored or caught up from its state-table rows."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from lakestate.errors import InvalidStateStoreException
 from lakestate.state.base import Transaction
 from lakestate.state.dedup import (
     COUNT_KEY,
+    FLOOR_KEY,
     ID_PREFIX,
     TIME_PREFIX,
     DedupEntry,
     DedupStore,
     source_tag,
 )
-from lakestate.state.keys import encode_i64_be, encode_key
+from lakestate.state.keys import decode_i64_be, encode_i64_be, encode_key
 from lakestate.state.registry import restore_entry, view_class
 from lakestate.state.serde import decode_value
 from state_backends import BACKENDS, store_factories
@@ -64,6 +65,16 @@ class SpyReader:
 
 def raw(store, name=NAME) -> dict[bytes, bytes]:
     return dict(store.iterate(name))
+
+
+def floor(reader) -> int | None:
+    """The purge floor that ``reader`` (a store or a transaction) sees, None if absent."""
+    value = reader.get(NAME, FLOOR_KEY)
+    return None if value is None else decode_i64_be(value)
+
+
+def without_floor(entries: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    return {k: v for k, v in entries.items() if k != FLOOR_KEY}
 
 
 def test_put_get_delete_and_size(store_factory):
@@ -118,6 +129,9 @@ def test_layout_of_the_namespace(store_factory):
         TIME_PREFIX + encode_i64_be(7) + rid: b"",
         COUNT_KEY: b"1",
     }
+    assert h.view().purge_expired(5) == 0  # finds the least timestamp: the floor
+    h.commit()
+    assert raw(store)[FLOOR_KEY] == encode_i64_be(7)
 
 
 def test_purge_is_a_range_scan_of_the_index(store_factory):
@@ -149,15 +163,15 @@ def test_purge_is_a_range_scan_of_the_index(store_factory):
     assert spy.ranges == [(TIME_PREFIX + encode_i64_be(50), TIME_END)]
 
 
-def test_purge_memo_does_not_outlive_its_transaction(store_factory):
+def test_a_rolled_back_purge_leaves_no_floor(store_factory):
     h = Holder(store_factory())
     s = h.view()
     s.put("a", 1, 0)
     h.commit()
-    assert s.purge_expired(5) == 1
-    h.txn.close()  # rolled back
+    assert s.purge_expired(5) == 1 and floor(h.txn) is not None
+    h.txn.close()  # rolled back: the purge and its floor
     h.txn = h.store.new_transaction()
-    assert s.get("a") is not None
+    assert s.get("a") is not None and floor(h.txn) is None
     assert s.purge_expired(5) == 1  # a new transaction: purged again
     assert s.get("a") is None and s.size() == 0
 
@@ -194,6 +208,7 @@ def test_state_table_rows_are_id_entries_only(store_factory):
         {"dedup_id": '["k","x"]', "ts": 14, "offset": 0},
         {"dedup_id": '{"order":1}', "ts": 12, "offset": None},
     ]
+    assert DedupStore.is_index_only(FLOOR_KEY) and DedupStore.is_index_only(COUNT_KEY)
     assert not view_class("timestamped_key_value").is_index_only(TIME_PREFIX)
 
 
@@ -220,7 +235,8 @@ def test_restore_from_rows_rebuilds_index_and_size(store_factory):
         for raw_key, raw_value in _rows(source).items():
             restore_entry("dedup", txn, NAME, raw_key, raw_value)
         txn.commit()
-    assert raw(target) == raw(source)
+    assert floor(source) == 5
+    assert raw(target) == without_floor(raw(source))  # the floor is not restored
     assert decode_value(raw(target)[COUNT_KEY]) == 2
 
 
@@ -247,7 +263,7 @@ def test_catch_up_from_net_changes_keeps_index_and_size_exact(store_factory):
         for raw_key, raw_value in changes.items():
             restore_entry("dedup", txn, NAME, raw_key, raw_value)
         txn.commit()
-    assert raw(local) == raw(source)
+    assert raw(local) == without_floor(raw(source))
 
 
 def test_ensure_index_rebuilds_after_a_plain_restore(store_factory):
@@ -313,6 +329,7 @@ def test_purge_floor_carries_over_commits(store_factory):
     assert s.purge_expired(5) == 0
     assert scans.count == 1  # unknown floor: one scan, which finds the floor (10)
     h.commit()
+    assert floor(store) == 10  # committed with the transaction
     for cutoff in (6, 8, 10):  # one transaction per record, as in the test driver
         assert s.purge_expired(cutoff) == 0
         s.put(f"x{cutoff}", 30 + cutoff, cutoff)
@@ -320,6 +337,7 @@ def test_purge_floor_carries_over_commits(store_factory):
     assert scans.count == 1  # the floor came with each commit: nothing read
     assert s.purge_expired(15) == 1  # a passes
     assert scans.count == 2 and [k for k, _ in s.all()] == ["b", "x10", "x6", "x8"]
+    assert floor(h.txn) == 20
 
 
 def test_rollback_keeps_the_committed_floor(store_factory):
@@ -331,14 +349,17 @@ def test_rollback_keeps_the_committed_floor(store_factory):
     assert s.purge_expired(5) == 0
     h.commit()
     s.put("early", 7, 1)  # lowers the floor of this transaction only
+    assert floor(h.txn) == 7 and floor(store) == 10
     h.txn.close()
     h.txn = store.new_transaction()
+    assert floor(h.txn) == 10
     scans = CountingScans(store)
     assert s.purge_expired(9) == 0 and scans.count == 0
     assert s.purge_expired(11) == 1 and s.size() == 0
 
 
-def test_a_commit_by_another_writer_drops_the_floor(store_factory):
+@pytest.mark.parametrize("bulk", [False, True])
+def test_a_catch_up_below_the_floor_lowers_it(store_factory, bulk: bool):
     store = store_factory()
     h = Holder(store)
     s = h.view()
@@ -347,30 +368,24 @@ def test_a_commit_by_another_writer_drops_the_floor(store_factory):
     assert s.purge_expired(5) == 0  # floor 10
     h.commit()
     # Another transaction adds an older id without a view (a catch-up from state rows).
+    row = (ID_PREFIX + encode_key("old"), b"[3,9,null]")
     with store.new_transaction() as other:
-        restore_entry("dedup", other, NAME, ID_PREFIX + encode_key("old"), b"[3,9,null]")
+        if bulk:
+            view_class("dedup").restore_entries(other, NAME, [row])
+        else:
+            restore_entry("dedup", other, NAME, *row)
         other.commit()
-    assert s.purge_expired(5) == 1  # the floor was dropped: the scan finds "old"
+    assert floor(store) == 3
+    assert s.purge_expired(5) == 1  # the scan starts low enough to find "old"
     assert [k for k, _ in s.all()] == ["a"] and s.size() == 1
     h.commit()
-    # Through a view, the other writer keeps the floor up to date instead.
+    # Through a view, the other writer lowers it the same way.
     assert s.purge_expired(5) == 0
     h.commit()
     with store.new_transaction() as other:
         DedupStore(NAME, lambda: other).put("old", 4, 9)
         other.commit()
     assert s.purge_expired(5) == 1 and s.size() == 1
-
-
-def test_a_write_to_the_namespace_by_anyone_else_drops_the_floor(store_factory):
-    h = Holder(store_factory())
-    s = h.view()
-    s.put("a", 10, 0)
-    assert s.purge_expired(5) == 0  # floor 10
-    # A stale index entry written straight into the transaction, below the floor.
-    h.txn.put(NAME, TIME_PREFIX + encode_i64_be(2) + encode_key("gone"), b"")
-    assert s.purge_expired(5) == 0
-    assert list(s.by_time()) == [(10, "a")]  # the scan found and dropped it
 
 
 def test_read_uncommitted_purge_sees_open_writes_of_others(store_factory):
@@ -382,24 +397,77 @@ def test_read_uncommitted_purge_sees_open_writes_of_others(store_factory):
     s.put("a", 10, 0)
     h.commit()
     assert s.purge_expired(5) == 0  # floor 10
+    h.commit()
     other = store.new_transaction()
-    DedupStore(NAME, lambda: other).put("old", 3, 9)  # uncommitted, visible to h.txn
-    assert s.purge_expired(5) == 1  # as without a floor: the open write is purged here too
+    DedupStore(NAME, lambda: other).put("old", 3, 9)  # uncommitted, visible to h.txn...
+    assert floor(h.txn) == 3  # ... with the floor it lowered
+    assert s.purge_expired(5) == 1  # so the open write is purged here too
     other.close()
-    assert s.size() == 1
+    assert [k for k, _ in s.all()] == ["a"] and s.size() == 1
+    h.commit()
+    assert floor(store) == 10 and DedupStore(NAME, lambda: store).size() == 1
+    # An open write rolled back takes the floor it lowered with it.
+    other = store.new_transaction()
+    DedupStore(NAME, lambda: other).put("old", 2, 9)
+    other.close()
+    scans = CountingScans(store)
+    assert s.purge_expired(5) == 0 and scans.count == 0
 
 
 def test_put_below_the_floor_lowers_it(store_factory):
     h = Holder(store_factory())
     s = h.view()
     s.put("a", 10, 0)
-    assert s.purge_expired(5) == 0  # floor 10
-    s.put("b", 6, 1)
+    assert s.purge_expired(5) == 0 and floor(h.txn) == 10
+    s.put("c", 12, 2)  # above: the floor stays
+    assert floor(h.txn) == 10
+    ids = [s.id_key(k) for k in ("b", "d")]
+    s.put_many(zip(ids, (8, 6), (1, 3), (None, None), strict=True))  # to the least of them
+    assert floor(h.txn) == 6
     h.commit()
-    assert s.purge_expired(7) == 1
-    assert [k for k, _ in s.all()] == ["a"]
-    assert s.delete("a") == -1
-    assert s.purge_expired(11) == 0 and s.size() == 0
+    assert s.purge_expired(9) == 2
+    assert [k for k, _ in s.all()] == ["a", "c"] and floor(h.txn) == 10
+    assert s.delete("a") == -1 and floor(h.txn) == 10  # deletes leave it: still a floor
+    assert s.purge_expired(13) == 1 and s.size() == 0
+
+
+def test_a_restored_store_has_no_floor_until_its_next_purge(store_factory):
+    source = store_factory()
+    h = Holder(source)
+    _fill(h, [("a", 5, 0), ("b", 8, 1)])
+    assert h.view().purge_expired(2) == 0
+    h.commit()
+    assert floor(source) == 5
+    target = store_factory()
+    with target.new_transaction() as txn:
+        view_class("dedup").restore_entries(txn, NAME, _rows(source).items())
+        txn.commit()
+    assert floor(target) is None  # unknown
+    t = Holder(target)
+    spy = SpyReader(t.txn)
+    view = DedupStore(NAME, lambda: spy)
+    assert view.purge_expired(2) == 0
+    assert spy.ranges == [(TIME_PREFIX, TIME_END)]  # from the start of the index
+    assert floor(t.txn) == 5
+    assert view.purge_expired(4) == 0 and len(spy.ranges) == 1  # known now: nothing read
+
+
+def test_ensure_index_drops_the_floor_of_an_emptied_store(store_factory):
+    source = store_factory()
+    _fill(Holder(source), [("a", 5, 0), ("b", 1, 1)])
+    store = store_factory()
+    h = Holder(store)
+    _fill(h, [("x", 1, 0)])
+    assert h.view().purge_expired(100) == 1
+    h.commit()
+    assert floor(store) == 2**63 - 1  # an empty index: no cutoff passes it
+    with store.new_transaction() as txn:
+        for raw_key, raw_value in _rows(source).items():
+            txn.put(NAME, raw_key, raw_value)  # a restore unaware of the index
+        txn.commit()
+    assert h.view().ensure_index() == 2
+    assert floor(h.txn) is None  # below the new index entries: unknown
+    assert h.view().purge_expired(6) == 2 and h.view().size() == 0
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """The deduplication store (KIP-655): per deduplication id, the timestamp and offset of the
 last record forwarded, plus a time index so that expired ids are purged by a range scan.
 
-A store name is one namespace of the task's transaction, so the store keeps three kinds of
+A store name is one namespace of the task's transaction, so the store keeps four kinds of
 entries in that namespace, told apart by a one-byte prefix (keys from ``state/keys.py``,
 which are order-preserving):
 
@@ -11,6 +11,8 @@ key                                             value
 ``b"i" + encode_key(id)``                       JSON ``[ts, offset, source]`` (the id entry)
 ``b"t" + encode_i64_be(ts) + encode_key(id)``   ``b""`` (time index: ids in timestamp order)
 ``b"n"``                                        JSON count of id entries, absent when 0
+``b"f"``                                        ``encode_i64_be(floor)``: the purge floor
+                                                (see ``DedupStore``), absent when unknown
 ==============================================  ===========================================
 
 ``offset`` and ``source`` say where the forwarded record was read (both None for a record
@@ -21,10 +23,11 @@ two input topics of one task are not taken for a replay, without storing topic n
 
 Only id entries are state. They become rows of the store's Delta state table, with the
 typed columns ``(dedup_id, ts, offset)`` — ``dedup_id`` as JSON text, like the keys of the
-other stores — so SQL can answer "has id X been seen?". The index and the count are derived
-from the id entries: ``is_index_only`` tells the engine not to write them to Delta, and
-``restore_entry`` rebuilds them while a local store is restored (or caught up) from Delta
-rows. An index entry is only a hint: purging checks it against its id entry, so an index
+other stores — so SQL can answer "has id X been seen?". The index, the count and the floor
+are derived from the id entries: ``is_index_only`` tells the engine not to write them to
+Delta. ``restore_entry`` rebuilds the index and the count while a local store is restored
+(or caught up) from Delta rows; a restored store has no floor until its first purge sets
+it. An index entry is only a pointer: purging checks it against its id entry, so an index
 entry left behind by an overwritten or deleted id entry is simply dropped.
 """
 
@@ -38,7 +41,7 @@ from zlib import crc32
 import orjson
 
 from lakestate.errors import InvalidStateStoreException
-from lakestate.state.base import NO_HINT, Transaction
+from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.serde import decode_value, encode_value, json_text
@@ -48,6 +51,7 @@ __all__ = ["DedupEntry", "DedupStore", "source_tag"]
 ID_PREFIX = b"i"
 TIME_PREFIX = b"t"
 COUNT_KEY = b"n"
+FLOOR_KEY = b"f"
 _ID_END = b"j"  # the smallest key above every id entry
 _TIME_END = b"u"  # the smallest key above every index entry
 _TS_BYTES = 8
@@ -56,8 +60,8 @@ _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 _SIGN = 1 << 63
 _U64 = struct.Struct(">Q")
-# The floor of an index that holds nothing: no valid cutoff passes it.
-_NO_ENTRIES = _I64_MAX
+# The floor of an index that holds nothing (as stored): no valid cutoff passes it.
+_NO_ENTRIES = _U64.pack(_I64_MAX + _SIGN)
 _NOTHING_HELD: dict[bytes, Any] = {}
 _UNKNOWN = object()  # an id key _put must read
 
@@ -136,12 +140,14 @@ class DedupStore:
     queries); writes need a writer (a transaction). The size is kept in the store itself,
     updated on every change, so it is read in O(1).
 
-    Purging keeps a *floor*: a timestamp below which the time index holds no entry (the
-    least timestamp left in the index after a purge, lowered by later puts). A purge whose
-    cutoff does not pass the floor has nothing to do and reads nothing. The floor is kept
-    as a hint of the transaction (``Transaction.set_hint``), which carries it over commits
-    and drops it whenever someone else writes to the namespace; with a writer that is not
-    a Transaction it is remembered for that writer only.
+    Purging keeps a *floor* in the store (``FLOOR_KEY``): a timestamp below which the time
+    index holds no entry. A purge sets it to the least timestamp it leaves in the index;
+    every write of index entries lowers it (``_put``) or drops it (``ensure_index``);
+    deletes leave it. A purge whose cutoff does not pass the floor has nothing to do and
+    reads nothing; without a floor (unknown: a new or restored store) it scans from the
+    start of the index. Being an entry of the namespace, the floor commits and rolls back
+    with the writes it describes. Like the count, it is read, changed and written back, so
+    it assumes what a task guarantees: one open transaction writes the namespace at a time.
     """
 
     kind = "dedup"
@@ -151,8 +157,6 @@ class DedupStore:
             raise InvalidStateStoreException(f"store name {name!r} is reserved")
         self.name = name
         self._source = source
-        # (writer, floor) for a writer that is not a Transaction (which keeps hints).
-        self._floor_memo: tuple[Any, int] | None = None
 
     def __repr__(self) -> str:
         return f"DedupStore({self.name!r})"
@@ -164,19 +168,6 @@ class DedupStore:
         if type(txn) is not Transaction and not hasattr(txn, "put"):
             raise InvalidStateStoreException(f"store {self.name!r} is read-only here")
         return txn
-
-    def _floor(self, txn: Any) -> int | None:
-        """No index entry has a timestamp below the floor; None when unknown."""
-        if type(txn) is Transaction or isinstance(txn, Transaction):
-            return txn.hint(self.name)
-        memo = self._floor_memo
-        return memo[1] if memo is not None and memo[0] is txn else None
-
-    def _set_floor(self, txn: Any, floor: int) -> None:
-        if type(txn) is Transaction or isinstance(txn, Transaction):
-            txn.set_hint(self.name, floor)
-        else:
-            self._floor_memo = (txn, floor)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -243,47 +234,25 @@ class DedupStore:
         """``put_keyed`` of each (id key, ts, offset, source), the id keys all different, in
         one write; returns the number of new ids. ``held``: what ``get_by_key`` returned for
         some of these id keys, with no write to the store since; they are not read again."""
-        txn = self._source()
-        name = self.name
-        if type(txn) is Transaction:
-            floor = txn.hint(name)
-            if floor is None:
-                return _put(txn, name, entries, held=held)
-            # The writes and the floor they leave, in one call.
-            entries = tuple(entries)
-            return _put(txn, name, entries, min([floor, *(e[1] for e in entries)]), held)
-        self._check_writer(txn)
-        floor = self._floor(txn)
-        entries = tuple(entries)
-        added = _put(txn, name, entries, held=held)
-        if floor is not None:
-            self._set_floor(txn, min([floor, *(e[1] for e in entries)]))
-        return added
+        return _put(self._writer(), self.name, entries, held)
 
     def delete(self, dedup_id: Any) -> int:
         """Remove ``dedup_id``; returns the change in size (-1 if it was held, else 0)."""
-        txn = self._writer()
-        floor = self._floor(txn)
-        removed = _delete(txn, self.name, ID_PREFIX + encode_key(dedup_id))
-        if floor is not None:
-            self._set_floor(txn, floor)  # fewer entries: still a floor
-        return removed
+        return _delete(self._writer(), self.name, ID_PREFIX + encode_key(dedup_id))
 
     def purge_expired(self, cutoff: int) -> int:
         """Remove every id whose entry is older than ``cutoff`` (ts < cutoff): a range scan
         of the time index from the floor up to ``cutoff``, and one entry beyond (the new
-        floor). Nothing is read when ``cutoff`` does not pass the floor. Returns the number
-        of ids removed."""
-        txn = self._source()
-        if type(txn) is Transaction:
-            floor = txn.hint(self.name)
-        else:
-            floor = self._floor(self._check_writer(txn))
-        if floor is not None and cutoff <= floor:
-            return 0  # no index entry is older than the cutoff
+        floor). Nothing but the floor is read when ``cutoff`` does not pass it. Returns the
+        number of ids removed."""
+        txn = self._writer()
         name = self.name
+        # The floor and the cutoff as index timestamps: compared as bytes, as in the index.
+        floor = txn.get(name, FLOOR_KEY)
         end = encode_i64_be(cutoff)
-        start = TIME_PREFIX if floor is None else TIME_PREFIX + _ts_key(floor)
+        if floor is not None and end <= floor:
+            return 0  # no index entry is older than the cutoff
+        start = TIME_PREFIX if floor is None else TIME_PREFIX + floor
         removed = 0
         new_floor = _NO_ENTRIES
         # Writes land behind the scan (index entries already read, id entries out of its
@@ -291,7 +260,7 @@ class DedupStore:
         for raw_key, _ in txn.iterate(name, start, _TIME_END, False):
             ts_raw = raw_key[1 : 1 + _TS_BYTES]
             if ts_raw >= end:
-                new_floor = decode_i64_be(ts_raw)
+                new_floor = ts_raw
                 break
             id_key = ID_PREFIX + raw_key[1 + _TS_BYTES :]
             raw = txn.get(name, id_key)
@@ -301,7 +270,7 @@ class DedupStore:
             txn.put(name, raw_key, None)
         if removed:
             _add_to_count(txn, name, -removed)
-        self._set_floor(txn, new_floor)
+        txn.put(name, FLOOR_KEY, new_floor)
         return removed
 
     def ensure_index(self) -> int:
@@ -317,6 +286,8 @@ class DedupStore:
             txn.put(self.name, _index_key(_decode_entry(raw).ts, raw_key[1:]), b"")
         if ids:
             txn.put(self.name, COUNT_KEY, encode_value(len(ids)))
+            # A floor kept while the store was empty is above these entries: unknown now.
+            txn.put(self.name, FLOOR_KEY, None)
         return len(ids)
 
     # -- the Delta state table -------------------------------------------------------------
@@ -327,8 +298,9 @@ class DedupStore:
 
     @staticmethod
     def is_index_only(raw_key: bytes) -> bool:
-        """True for entries derived from the id entries (time index, count): they are not
-        state-table rows, and ``restore_entry`` rebuilds them."""
+        """True for entries derived from the id entries (time index, count, floor): they are
+        not state-table rows; ``restore_entry`` rebuilds the index and the count, and the
+        next purge the floor."""
         return not raw_key.startswith(ID_PREFIX)
 
     @staticmethod
@@ -376,17 +348,17 @@ def _put(
     txn: Any,
     name: str,
     entries: Iterable[tuple[bytes, int, int | None, int | None]],
-    hint: Any = NO_HINT,
     held: Mapping[bytes, DedupEntry | None] | None = None,
 ) -> int:
     """Set id entries (id key, ts, offset, source; the id keys all different), their index
-    entries and the count, in one write; returns the number of new ids. A Transaction
-    writer is left with ``hint`` for the namespace, if given. ``held``: the current
-    entries of some of the id keys (None: none), known to the caller (see put_many)."""
+    entries, the count and the floor they lower, in one write; returns the number of new
+    ids. ``held``: the current entries of some of the id keys (None: none), known to the
+    caller (see put_many)."""
     get = txn.get
     known = _NOTHING_HELD if held is None else held
     writes: list[tuple[bytes, bytes | None]] = []
     added = 0
+    lowest = _I64_MAX
     for id_key, ts, offset, source in entries:
         raw_id = id_key[1:]
         index_key = _index_key(ts, raw_id)  # checks ts before anything is written
@@ -402,22 +374,24 @@ def _put(
                 writes.append((_index_key(old_ts, raw_id), None))
         writes.append((id_key, _encode_entry(ts, offset, source)))
         writes.append((index_key, b""))
+        if ts < lowest:
+            lowest = ts
     if added:
         raw = get(name, COUNT_KEY)
         count = (0 if raw is None else _decode_count(raw)) + added
         writes.append((COUNT_KEY, b"%d" % count))  # encode_value(count): the same JSON
-    _write(txn, name, tuple(writes), hint)
+    if writes:
+        # No index entry may lie below a floor: lower it with these (read once per call).
+        floor = get(name, FLOOR_KEY)
+        low = _ts_key(lowest)
+        if floor is not None and low < floor:
+            writes.append((FLOOR_KEY, low))
+    _write(txn, name, tuple(writes))
     return added
 
 
-def _write(
-    txn: Any, name: str, items: tuple[tuple[bytes, bytes | None], ...], hint: Any = NO_HINT
-) -> None:
-    """``txn.put`` of each item, in one call when the writer can; a Transaction is left
-    with ``hint`` for the namespace, if given."""
-    if type(txn) is Transaction:
-        txn.put_all(name, items, hint)
-        return
+def _write(txn: Any, name: str, items: tuple[tuple[bytes, bytes | None], ...]) -> None:
+    """``txn.put`` of each item, in one call when the writer can."""
     put_all = getattr(txn, "put_all", None)
     if put_all is not None:
         put_all(name, items)

@@ -73,3 +73,53 @@ def test_wiped_local_state_between_batches_changes_nothing(spark, tmp_path):
     assert batches > 3
     expected = driver_outputs(APP, records, 2, ["limited-counts"], with_partition=True)
     assert _outputs(spark, wh) == expected["limited-counts"]
+
+
+def _readme_query() -> str:
+    """The open-windows query of README.md's SQL section, verbatim."""
+    text = (APPS.parents[2] / "README.md").read_text()
+    return text.split("```sql\n", 1)[1].split("```", 1)[0]
+
+
+def test_final_results_and_the_open_windows_query(spark, tmp_path):
+    import random
+
+    from lakestate.app import load_app
+    from lakestate.engine.inspect import register_views
+    from lakestate.io.partitioner import partition_for
+    from lakestate.testing import TopologyTestDriver
+
+    rng = random.Random(5)
+    hour = 3_600_000
+    # Four hours of events, out of order by up to 5 minutes (within the grace).
+    records = [
+        {"key": f"u{rng.randrange(4)}", "value": {"n": i}, "timestamp": 10 * hour + i * 60_000 + rng.randrange(300_000)}
+        for i in range(240)
+    ]
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    run_app(
+        str(APPS / "alerts.py"), warehouse=wh.root, state_dir=str(tmp_path / "state"),
+        max_records=40, until_caught_up=True, say=lambda _: None,
+    )
+    expected = driver_outputs("alerts.py", records, 2, ["alerts"], with_partition=True)
+    got = [(p, k, v, ts) for p, _, k, v, ts in topic_rows(spark, wh, "alerts")]
+    # Sinks write a windowed key as {"key", "window_start", "window_end"}.
+    assert got == [(p, k.as_fields(), v, ts) for p, k, v, ts in expected["alerts"]]
+    # One final result per user and window.
+    assert len({(k["key"], k["window_start"]) for _, k, _, _ in got}) == len(got) > 0
+    # The open windows, by README's query, are what the driver's buffers hold.
+    app = load_app(APPS / "alerts.py")
+    open_windows = set()
+    for p in range(2):
+        with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
+            topic = d.create_input_topic("events")
+            for r in records:
+                if partition_for(r["key"], 2) == p:
+                    topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
+            for held in d.get_state_store("final-counts-store").all():
+                w = held.key.window
+                open_windows.add((held.key.key, str(w.start), w.end, w.end + 600_000, str(held.value)))
+    register_views(spark, wh)
+    rows = spark.sql(_readme_query()).collect()
+    assert open_windows and {tuple(r) for r in rows} == open_windows

@@ -1,5 +1,5 @@
-"""Write buffers of transactions past the size where they keep a sorted index, and the
-hints typed views leave on a transaction (state/base.py)."""
+"""Write buffers of transactions past the size where they keep a sorted index, put_all,
+and the in-memory backend's index (state/base.py, state/memory.py)."""
 
 from __future__ import annotations
 
@@ -119,71 +119,6 @@ def test_index_threshold_is_small() -> None:
     assert 2 * base._INDEX_MIN < len(KEYS) - 1
 
 
-# -- hints -----------------------------------------------------------------------------------
-
-
-def test_a_hint_lives_until_someone_else_writes(store_factory) -> None:
-    store = store_factory()
-    txn = store.new_transaction()
-    assert txn.hint(NS) is None
-    txn.set_hint(NS, 5)
-    assert txn.hint(NS) == 5
-    txn.put("other", b"k", b"v")  # another namespace: the hint stays
-    assert txn.hint(NS) == 5
-    txn.put(NS, b"k", b"v")  # a write to the namespace drops it...
-    assert txn.hint(NS) is None
-    txn.set_hint(NS, 6)  # ... until the writer sets it again
-    txn.commit()
-    # Committed: later transactions inherit it.
-    second = store.new_transaction()
-    assert second.hint(NS) == 6
-    second.put(NS, b"k2", b"v")  # own writes the committed hint does not cover
-    assert second.hint(NS) is None
-    second.close()  # rolled back: the committed hint is still good
-    third = store.new_transaction()
-    assert third.hint(NS) == 6
-    third.set_hint(NS, 7)
-    third.close()  # a rolled-back hint is gone
-    assert store.new_transaction().hint(NS) == 6
-
-
-def test_a_commit_without_the_hint_invalidates_it(store_factory) -> None:
-    store = store_factory()
-    first = store.new_transaction()
-    first.set_hint(NS, 1)
-    first.commit()
-    reader = store.new_transaction()
-    reader.set_hint(NS, 2)  # the reader's own hint...
-    other = store.new_transaction()
-    other.put(NS, b"k", b"v")
-    other.commit()  # ... and the committed one are stale now
-    assert reader.hint(NS) is None
-    assert store.new_transaction().hint(NS) is None
-    # A commit that only reads keeps the committed hint it checked.
-    quiet = store.new_transaction()
-    quiet.set_hint(NS, 3)
-    quiet.put("other", b"k", b"v")
-    quiet.commit()
-    assert store.new_transaction().hint(NS) == 3
-
-
-def test_hints_under_read_uncommitted(store_factory) -> None:
-    store = store_factory(IsolationLevel.READ_UNCOMMITTED)
-    txn = store.new_transaction()
-    txn.set_hint(NS, 1)
-    other = store.new_transaction()
-    other.put(NS, b"k", b"v")  # visible to txn: its hint no longer describes what it reads
-    assert txn.hint(NS) is None
-    other.close()
-    assert txn.hint(NS) == 1  # the open writes are gone: what txn reads is as it was
-    other = store.new_transaction()
-    other.put(NS, b"k", b"v")
-    txn.set_hint(NS, 2)  # not kept while others hold writes there (they may roll back)
-    other.close()
-    assert txn.hint(NS) is None
-    assert store.new_transaction().hint(NS) is None  # nothing committed with a hint
-
-
 # -- the in-memory backend's index -----------------------------------------------------------
 
 
@@ -248,18 +183,14 @@ def test_put_all_is_puts_in_order(store_factory) -> None:
     items = [(b"b", b"1"), (b"a", None), (b"b", b"22"), (b"c", b"")]
     for k, v in items:
         one.put(NS, k, v)
-    many.set_hint(NS, 1)
     many.put_all(NS, items)
-    assert many.hint(NS) is None  # a write to the namespace, as with put
     assert list(many.changes()) == list(one.changes())
     assert many.approximate_num_uncommitted_entries() == one.approximate_num_uncommitted_entries()
     assert many.approximate_num_uncommitted_bytes() == one.approximate_num_uncommitted_bytes()
-    many.put_all(NS, [(b"d", b"4")], hint=7)  # the writer's hint, set with its writes
-    assert many.hint(NS) == 7
+    many.put_all(NS, [(b"d", b"4")])
     one.close()
     many.commit()
     assert list(store.iterate(NS)) == [(b"b", b"22"), (b"c", b""), (b"d", b"4")]
-    assert store.new_transaction().hint(NS) == 7
 
 
 @pytest.mark.parametrize("indexed", [False, True])

@@ -5,7 +5,8 @@ into namespaces (one per logical store, plus offsets and metadata), backed by a
 ``Backend`` (in memory, or RocksDB through rocksdict). All changes go through a
 ``Transaction``, which buffers them until ``commit(offsets)`` writes data and offsets in one
 atomic write. Typed stores (key-value, versioned, window, dedup...) are views that encode
-their keys and values into a namespace of a transaction.
+their keys and values into a namespace of a transaction, and keep there whatever else they
+need (indexes, counts...): a transaction holds bytes only and knows nothing of the views.
 
 Isolation (KIP-892): under READ_COMMITTED (``exactly_once_v2``) readers outside a
 transaction — other transactions and interactive queries through ``StateStore.get`` — see
@@ -21,7 +22,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from sortedcontainers import SortedList
 
@@ -103,9 +104,6 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-NO_HINT: Any = object()  # put_all's default: no hint to set
-
-
 class Transaction:
     """A read/write view of a StateStore that buffers writes until commit (KIP-892).
 
@@ -118,13 +116,12 @@ class Transaction:
     iterated.
     """
 
-    __slots__ = ("_store", "_buffers", "_indexes", "_hints", "_entries", "_bytes", "state")
+    __slots__ = ("_store", "_buffers", "_indexes", "_entries", "_bytes", "state")
 
     def __init__(self, store: StateStore) -> None:
         self._store = store
         self._buffers: dict[str, dict[bytes, bytes | None]] = {}
         self._indexes: dict[str, SortedList] = {}
-        self._hints: dict[str, tuple[Any, int]] = {}
         self._entries = 0
         self._bytes = 0
         self.state = _OPEN
@@ -172,14 +169,9 @@ class Transaction:
         if value is not None:
             self._bytes += len(value)
         buffer[key] = value
-        if self._hints:
-            self._hints.pop(namespace, None)
 
-    def put_all(
-        self, namespace: str, items: Iterable[tuple[bytes, bytes | None]], hint: Any = NO_HINT
-    ) -> None:
-        """``put`` each (key, value) of ``items`` in order; then ``set_hint(namespace,
-        hint)`` if a hint is given (a writer that keeps one does both in one call)."""
+    def put_all(self, namespace: str, items: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``put`` each (key, value) of ``items`` in order, in one call."""
         if self.state is not _OPEN:
             self._check_open()
         buffer = self._buffers.get(namespace)
@@ -202,13 +194,6 @@ class Transaction:
             buffer[key] = value
         self._entries += entries
         self._bytes += size
-        if hint is not NO_HINT:
-            store = self._store
-            if not (store._dirty_reads and store._others_write(namespace, self)):
-                self._hints[namespace] = (hint, store._versions.get(namespace, 0))
-                return
-        if self._hints:
-            self._hints.pop(namespace, None)
 
     def delete(self, namespace: str, key: bytes) -> None:
         self.put(namespace, key, None)
@@ -279,45 +264,6 @@ class Transaction:
         raw = self.get(META_NAMESPACE, STREAM_TIME_KEY)
         return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
-    # -- hints ---------------------------------------------------------------------------
-
-    def hint(self, namespace: str) -> Any:
-        """What a typed view noted about ``namespace`` with ``set_hint`` (e.g. a bound on
-        the keys it holds), or None when the note may no longer describe what this
-        transaction reads there.
-
-        A hint stays valid while the namespace is only written by whoever set it (any
-        ``put`` to the namespace drops this transaction's hint: the writer sets it again),
-        and no other transaction commits to the namespace (or, under READ_UNCOMMITTED, has
-        uncommitted writes there). Committing hands this transaction's valid hints on to
-        later transactions of the store; rolling back drops them.
-        """
-        if self.state is not _OPEN:
-            self._check_open()
-        store = self._store
-        held = self._hints.get(namespace)
-        if held is None:
-            if namespace in self._buffers:
-                return None  # own writes the committed hint does not account for
-            held = store._hints.get(namespace)
-            if held is None:
-                return None
-        if held[1] != store._versions.get(namespace, 0):
-            return None
-        if store._dirty_reads and store._others_write(namespace, self):
-            return None
-        return held[0]
-
-    def set_hint(self, namespace: str, value: Any) -> None:
-        """Note ``value`` about ``namespace`` as this transaction reads it now (see hint)."""
-        if self.state is not _OPEN:
-            self._check_open()
-        store = self._store
-        if store._dirty_reads and store._others_write(namespace, self):
-            self._hints.pop(namespace, None)  # it would describe writes that may roll back
-            return
-        self._hints[namespace] = (value, store._versions.get(namespace, 0))
-
     # -- end -----------------------------------------------------------------------------
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
@@ -338,8 +284,6 @@ class Transaction:
         self._buffers = {}
         if self._indexes:
             self._indexes = {}
-        if self._hints:
-            self._hints = {}
         self._entries = self._bytes = 0
         self._store._forget(self)
 
@@ -473,10 +417,6 @@ class StateStore:
         self._write_buffers = getattr(backend, "write_buffers", None)
         self._open: list[Transaction] = []
         self._closed = False
-        # Per namespace: how many commits have written it (what hints are checked against),
-        # and the hint of the last commit that left one (value, version it describes).
-        self._versions: dict[str, int] = {}
-        self._hints: dict[str, tuple[Any, int]] = {}
 
     def new_transaction(self) -> Transaction:
         if self._closed:
@@ -551,10 +491,6 @@ class StateStore:
             return []
         return [t for t in self._open if t is not exclude]
 
-    def _others_write(self, namespace: str, txn: Transaction) -> bool:
-        """True when another open transaction holds writes to ``namespace``."""
-        return any(t is not txn and namespace in t._buffers for t in self._open)
-
     def _read(self, namespace: str, key: bytes, exclude: Transaction | None) -> bytes | None:
         if self._dirty_reads:
             for txn in reversed(self._open):
@@ -599,16 +535,6 @@ class StateStore:
             self._backend.write(
                 [(ns, k, v) for ns, buffer in buffers.items() for k, v in buffer.items()], offsets
             )
-        versions = self._versions
-        hints = txn._hints
-        # Hints still valid before this commit describe the committed data after it.
-        if hints:
-            kept = [(ns, v) for ns, (v, seen) in hints.items() if seen == versions.get(ns, 0)]
-        for ns in buffers:
-            versions[ns] = versions.get(ns, 0) + 1
-        if hints:
-            for ns, value in kept:
-                self._hints[ns] = (value, versions.get(ns, 0))
 
     def _forget(self, txn: Transaction) -> None:
         try:

@@ -144,8 +144,8 @@ class DedupStore:
     index holds no entry. A purge sets it to the least timestamp it leaves in the index;
     every write of index entries lowers it (``_put``) or drops it (``ensure_index``);
     deletes leave it. A purge whose cutoff does not pass the floor has nothing to do and
-    reads nothing; without a floor (unknown: a new or restored store) it scans from the
-    start of the index. Being an entry of the namespace, the floor commits and rolls back
+    reads nothing but the floor; without a floor (unknown: a new or restored store) it
+    scans from the start of the index. Being an entry of the namespace, the floor commits and rolls back
     with the writes it describes. Like the count, it is read, changed and written back, so
     it assumes what a task guarantees: one open transaction writes the namespace at a time.
     """

@@ -461,3 +461,40 @@ def test_rate_limited_count(backend):
     # b@10 makes a (buffered at 0) due; b@30 first updates b (buffered at 10), then both
     # buffered keys are due: b (10) before a (12).
     assert out == [("a", 4, 9), ("b", 2, 30), ("a", 5, 12)]
+
+
+def test_kip_final_window_results_of_a_windowed_count(backend, strict):
+    """The KIP's example: alert on users with fewer than 3 events in an hour, waiting 10
+    minutes after the hour for late events; one final count per user and window."""
+    from lakestate import TimeWindows
+
+    hour, minute = 3_600_000, 60_000
+    b = StreamsBuilder()
+    (
+        b.stream("events")
+        .group_by_key()
+        .windowed_by(TimeWindows.of_size_and_grace(timedelta(hours=1), timedelta(minutes=10)))
+        .count()
+        .suppress(Suppressed.until_window_closes(strict))
+        .to_stream()
+        .filter(lambda key, count: count < 3)
+        .to("alerts")
+    )
+    with TopologyTestDriver(b.build(), backend) as d:
+        events = d.create_input_topic("events")
+        for user, ts in [("ann", 5), ("bob", 10), ("ann", 20), ("bob", 30), ("bob", 40), ("ann", 65)]:
+            events.pipe_input(user, "e", timestamp=ts * minute)
+        events.pipe_input("ann", "late", timestamp=55 * minute)  # within the grace: counted
+        assert d.create_output_topic("alerts").is_empty()
+        events.pipe_input("cat", "e", timestamp=hour + 10 * minute - 1)
+        assert d.create_output_topic("alerts").is_empty()  # the first hour closes at 70 min
+        events.pipe_input("cat", "e", timestamp=hour + 10 * minute)
+        alerts = d.create_output_topic("alerts").read_records_to_list()
+        # bob had 3 events; ann 3 (one late but within grace): no alert for the first hour.
+        assert alerts == []
+        events.pipe_input("dan", "e", timestamp=3 * hour)  # closes the second hour
+        alerts = d.create_output_topic("alerts").read_key_values_to_list()
+        assert alerts == [
+            (Windowed("ann", Window(hour, 2 * hour)), 1),
+            (Windowed("cat", Window(hour, 2 * hour)), 2),
+        ]

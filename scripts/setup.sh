@@ -2,7 +2,8 @@
 # Sets up everything lakestate needs on a fresh machine, idempotently:
 # Java 17 (Debian's package, if no java is on PATH), a Python 3.11 virtualenv in .venv with
 # the project and its pinned dependencies, and (once the engine needs them) the Delta jars in
-# a project-local cache so that later runs need no network.
+# a project-local cache so that later runs need no network; Maven and Kafka Streams (built
+# once into .cache/kstreams) for the conformance suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,14 @@ if ! command -v java >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
+# The conformance suite builds its Kafka Streams runner with Maven, which needs the JDK.
+if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+  echo "setup: installing Maven and the JDK (openjdk-17-jdk-headless) for the conformance suite"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -34,4 +43,6 @@ fi
 if [ -x scripts/fetch_jars.sh ]; then
   scripts/fetch_jars.sh
 fi
+# Kafka Streams itself, for the conformance suite (tests/conformance): built once into .cache.
+scripts/fetch_kstreams.sh >/dev/null
 echo "setup: ready ($(.venv/bin/python -c 'import lakestate, pyspark, delta; print("lakestate ok, pyspark", pyspark.__version__)'))"

@@ -1,0 +1,234 @@
+package lakestate.conformance;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import java.time.Duration;
+import java.util.Map;
+import org.apache.kafka.common.serialization.Deserializer;
+import org.apache.kafka.common.serialization.Serde;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.SessionWindowedKStream;
+import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.kstream.Suppressed.BufferConfig;
+import org.apache.kafka.streams.kstream.TimeWindowedKStream;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.kstream.WindowedSerdes;
+
+/**
+ * The topology kinds a scenario can name, each built with Kafka's DSL from the scenario's
+ * params. Every kind reads topic "in" (String keys, values by the scenario's value_serde) and
+ * writes topic "out". To add a kind, add a builder to {@link #KINDS} and the same kind to
+ * tests/conformance/harness.py (its Python twin).
+ *
+ * <p>The functions are fixed so both sides compute the same thing: reduce sums longs (a null
+ * as 0); aggregate starts from "0" and appends "+value" (so the output shows where the
+ * initializer ran); a session merger joins two aggregates with "&amp;" (so it shows which
+ * merged, in which order).
+ */
+final class Topologies {
+    static final String INPUT_TOPIC = "in";  // every kind writes Main.OUTPUT_TOPIC
+
+    /** A built topology and how to read its output topic. */
+    record Built(Topology topology, Deserializer<Object> outKey, Deserializer<Object> outValue) {}
+
+    interface Kind {
+        Built build(JsonNode params, Serde<Object> values);
+    }
+
+    /** The extension point: topology kind -> builder. */
+    static final Map<String, Kind> KINDS = Map.of(
+            "aggregate", Topologies::aggregate,
+            "time_windowed_aggregate", Topologies::timeWindowedAggregate,
+            "session_windowed_aggregate", Topologies::sessionWindowedAggregate);
+
+    static Built build(String kind, JsonNode params, String valueSerde) {
+        Kind builder = KINDS.get(kind);
+        if (builder == null) {
+            throw new IllegalArgumentException("unknown topology kind " + kind + "; known: " + KINDS.keySet());
+        }
+        return builder.build(params, serde(valueSerde));
+    }
+
+    // -- kinds ---------------------------------------------------------------------------------
+
+    /** groupByKey() then count / reduce / aggregate, optionally suppressed. */
+    static Built aggregate(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KGroupedStream<String, Object> grouped = grouped(builder, values);
+        String aggregation = params.get("aggregation").asText();
+        Serde<Object> outValues = resultSerde(aggregation, values);
+        KTable<String, Object> table = switch (aggregation) {
+            case "count" -> cast(grouped.count(Materialized.with(Serdes.String(), Serdes.Long())));
+            case "reduce" -> grouped.reduce(Topologies::sum, Materialized.with(Serdes.String(), values));
+            case "aggregate" -> cast(grouped.aggregate(
+                    Topologies::init, (k, v, agg) -> append(agg, v),
+                    Materialized.with(Serdes.String(), Serdes.String())));
+            default -> throw unknown("aggregation", aggregation);
+        };
+        table = suppress(table, params.get("suppress"));
+        table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), outValues));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), outValues.deserializer());
+    }
+
+    /** groupByKey().windowedBy(TimeWindows) (tumbling, or hopping with "advance"). */
+    static Built timeWindowedAggregate(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        Duration size = millis(params, "size");
+        TimeWindows windows = params.path("grace").isNull() || params.path("grace").isMissingNode()
+                ? TimeWindows.ofSizeWithNoGrace(size)
+                : TimeWindows.ofSizeAndGrace(size, millis(params, "grace"));
+        if (!params.path("advance").isNull() && !params.path("advance").isMissingNode()) {
+            windows = windows.advanceBy(millis(params, "advance"));
+        }
+        TimeWindowedKStream<String, Object> windowed = grouped(builder, values).windowedBy(windows);
+        String aggregation = params.get("aggregation").asText();
+        Serde<Object> outValues = resultSerde(aggregation, values);
+        KTable<Windowed<String>, Object> table = switch (aggregation) {
+            case "count" -> cast(windowed.count(Materialized.with(Serdes.String(), Serdes.Long())));
+            case "reduce" -> windowed.reduce(Topologies::sum, Materialized.with(Serdes.String(), values));
+            case "aggregate" -> cast(windowed.aggregate(
+                    Topologies::init, (k, v, agg) -> append(agg, v),
+                    Materialized.with(Serdes.String(), Serdes.String())));
+            default -> throw unknown("aggregation", aggregation);
+        };
+        Serde<Windowed<String>> keys = WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
+        table = suppress(table, params.get("suppress"));
+        table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, outValues));
+        return new Built(builder.build(), cast(keys.deserializer()), outValues.deserializer());
+    }
+
+    /** groupByKey().windowedBy(SessionWindows); aggregate merges with "&". */
+    static Built sessionWindowedAggregate(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        Duration gap = millis(params, "gap");
+        SessionWindows windows = params.path("grace").isNull() || params.path("grace").isMissingNode()
+                ? SessionWindows.ofInactivityGapWithNoGrace(gap)
+                : SessionWindows.ofInactivityGapAndGrace(gap, millis(params, "grace"));
+        SessionWindowedKStream<String, Object> windowed = grouped(builder, values).windowedBy(windows);
+        String aggregation = params.get("aggregation").asText();
+        Serde<Object> outValues = resultSerde(aggregation, values);
+        KTable<Windowed<String>, Object> table = switch (aggregation) {
+            case "count" -> cast(windowed.count(Materialized.with(Serdes.String(), Serdes.Long())));
+            case "reduce" -> windowed.reduce(Topologies::sum, Materialized.with(Serdes.String(), values));
+            case "aggregate" -> cast(windowed.aggregate(
+                    Topologies::init, (k, v, agg) -> append(agg, v), (k, one, two) -> one + "&" + two,
+                    Materialized.with(Serdes.String(), Serdes.String())));
+            default -> throw unknown("aggregation", aggregation);
+        };
+        Serde<Windowed<String>> keys = WindowedSerdes.sessionWindowedSerdeFrom(String.class);
+        table = suppress(table, params.get("suppress"));
+        table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, outValues));
+        return new Built(builder.build(), cast(keys.deserializer()), outValues.deserializer());
+    }
+
+    // -- suppress ------------------------------------------------------------------------------
+
+    /**
+     * {"until": "window_closes" | "time_limit", "time_limit": ms, "buffer": {"max_records": n,
+     * "max_bytes": n, "when_full": "emit_early" | "shut_down"}}; a buffer without limits is
+     * unbounded. Null: no suppress.
+     */
+    static <K> KTable<K, Object> suppress(KTable<K, Object> table, JsonNode spec) {
+        if (spec == null || spec.isNull()) {
+            return table;
+        }
+        JsonNode buffer = spec.path("buffer");
+        String until = spec.get("until").asText();
+        return switch (until) {
+            case "window_closes" -> {
+                if (!(bufferConfig(buffer) instanceof Suppressed.StrictBufferConfig strict)) {
+                    throw new IllegalArgumentException("until window_closes needs an unbounded or shut_down buffer");
+                }
+                yield table.suppress(cast(Suppressed.untilWindowCloses(strict)));
+            }
+            case "time_limit" -> table.suppress(Suppressed.untilTimeLimit(millis(spec, "time_limit"), bufferConfig(buffer)));
+            default -> throw unknown("suppress until", until);
+        };
+    }
+
+    static BufferConfig<?> bufferConfig(JsonNode buffer) {
+        boolean records = buffer.hasNonNull("max_records");
+        boolean bytes = buffer.hasNonNull("max_bytes");
+        if (!records && !bytes) {
+            return BufferConfig.unbounded();
+        }
+        BufferConfig<?> config = records ? BufferConfig.maxRecords(buffer.get("max_records").asLong())
+                : BufferConfig.maxBytes(buffer.get("max_bytes").asLong());
+        if (records && bytes) {
+            config = config.withMaxBytes(buffer.get("max_bytes").asLong());
+        }
+        String whenFull = buffer.path("when_full").asText("emit_early");
+        return switch (whenFull) {
+            case "emit_early" -> config.emitEarlyWhenFull();
+            case "shut_down" -> config.shutDownWhenFull();
+            default -> throw unknown("buffer when_full", whenFull);
+        };
+    }
+
+    // -- shared pieces -------------------------------------------------------------------------
+
+    static KGroupedStream<String, Object> grouped(StreamsBuilder builder, Serde<Object> values) {
+        return builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values))
+                .groupByKey(Grouped.with(Serdes.String(), values));
+    }
+
+    // Windowed aggregations pass null values on (unwindowed ones drop them), so both
+    // functions take nulls: sum counts a null as 0, append writes it as "null".
+    static Object sum(Object agg, Object value) {
+        return (agg == null ? 0L : (Long) agg) + (value == null ? 0L : (Long) value);
+    }
+
+    static String init() {
+        return "0";
+    }
+
+    static String append(String agg, Object value) {
+        return agg + "+" + value;
+    }
+
+    /** The serde of an aggregation's results: counts are longs, aggregates strings. */
+    static Serde<Object> resultSerde(String aggregation, Serde<Object> values) {
+        return switch (aggregation) {
+            case "count" -> cast(Serdes.Long());
+            case "aggregate" -> cast(Serdes.String());
+            default -> values;
+        };
+    }
+
+    static Serde<Object> serde(String name) {
+        return switch (name) {
+            case "long" -> cast(Serdes.Long());
+            case "string" -> cast(Serdes.String());
+            default -> throw unknown("value_serde", name);
+        };
+    }
+
+    static Duration millis(JsonNode params, String field) {
+        JsonNode node = params.get(field);
+        if (node == null || !node.isIntegralNumber()) {
+            throw new IllegalArgumentException("param " + field + " must be milliseconds, got " + node);
+        }
+        return Duration.ofMillis(node.asLong());
+    }
+
+    static IllegalArgumentException unknown(String what, String value) {
+        return new IllegalArgumentException("unknown " + what + ": " + value);
+    }
+
+    // The DSL is typed per scenario at run time; these casts erase what JSON cannot carry.
+    @SuppressWarnings("unchecked")
+    static <T> T cast(Object o) {
+        return (T) o;
+    }
+
+    private Topologies() {}
+}

@@ -38,7 +38,12 @@ FAULT_POINTS = [
 
 
 def _run_in_subprocess(
-    warehouse: Warehouse, state_dir: Path, fault: str | None, max_batches: int | None = None
+    warehouse: Warehouse,
+    state_dir: Path,
+    fault: str | None,
+    max_batches: int | None = None,
+    app: str = "counts.py",
+    max_records: int = MAX_RECORDS,
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
@@ -47,8 +52,8 @@ def _run_in_subprocess(
         env["LAKESTATE_FAULT"] = fault
     code = (
         "import sys; from lakestate.engine.runner import run_app; "
-        f"run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "
-        f"state_dir={str(state_dir)!r}, max_records={MAX_RECORDS}, "
+        f"run_app({str(APPS / app)!r}, warehouse={warehouse.root!r}, "
+        f"state_dir={str(state_dir)!r}, max_records={max_records}, "
         f"max_batches={max_batches!r}, until_caught_up=True)"
     )
     return subprocess.run(

@@ -396,7 +396,7 @@ def _output_rows(
         rows_of.append(i)
     for topic, rows_of in by_topic.items():
         found = partitions_of_texts(
-            [output[i].key_text for i in rows_of], ctx.topic_partitions[topic]
+            [output[i].partition_text for i in rows_of], ctx.topic_partitions[topic]
         )
         for i, target in zip(rows_of, found, strict=True):
             targets[i] = target

@@ -48,13 +48,17 @@ class PreparedCommit(NamedTuple):
 
 
 class Output(NamedTuple):
-    """A record a sink emitted, with its key, value and headers as canonical JSON text."""
+    """A record a sink emitted, with its key, value and headers as canonical JSON text.
+    ``partition_text`` is the text its partition is computed from: the key's, except for a
+    windowed key, whose windows all go where its inner key goes (Kafka's
+    ``WindowedStreamPartitioner``)."""
 
     topic: str
     record: Record
     key_text: str | None
     value_text: str | None
     headers_text: str | None
+    partition_text: str | None
 
 
 class _NodeContext:
@@ -288,14 +292,18 @@ class Task:
             headers = record.headers
             key = record.key
             if type(key) is Windowed:
-                key = key.as_fields()
+                key_text = checked_json_text(key.as_fields(), "key")
+                partition_text = checked_json_text(key.key, "key")
+            else:
+                key_text = partition_text = checked_json_text(key, "key")
             append(
                 Output(
                     topic,
                     record,
-                    checked_json_text(key, "key"),
+                    key_text,
                     checked_json_text(record.value, "value"),
                     None if headers is None else checked_json_text(headers, "headers"),
+                    partition_text,
                 )
             )
 

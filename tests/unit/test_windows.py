@@ -362,3 +362,18 @@ def test_a_restart_keeps_the_observed_stream_time(records, cut, tmp_path_factory
     first, _ = run(topology, records[:cut], config)
     second, _ = run(topology, records[cut:], config)
     assert first + second == expected
+
+
+def test_metric_totals_add_up_over_restarts(tmp_path):
+    """The late-drop and lateness totals are committed with the state: a second driver over
+    the same RocksDB directory goes on counting from them."""
+    topology = windowed_count(ls.TimeWindows.of_size_with_no_grace(ms(10)))
+    config = {"lakestate.state.backend": "rocksdb", "state.dir": str(tmp_path)}
+    _, first = run(topology, [("a", "x", 20), ("a", "x", 5)], config)
+    _, second = run(topology, [("a", "x", 3), ("a", "x", 2021)], config)
+    assert first["late-record-drop-total"] == 1
+    assert second["late-record-drop-total"] == 2
+    assert second["record-lateness-max"] == 17
+    assert second["record-lateness-avg"] == pytest.approx((0 + 15 + 17 + 0) / 4)
+    # Per second of stream time the node has seen (20 ms .. 2021 ms: 2 s).
+    assert second["late-record-drop-rate"] == pytest.approx(2 / 2.001)

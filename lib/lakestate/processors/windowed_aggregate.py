@@ -24,8 +24,13 @@ from lakestate.records import Change, Record, Window, Windowed
 NO_TIME = -1
 
 
+# Metric totals kept as processor metadata, so they add up over batches and restarts.
+_TOTALS = ("late-record-drop-total", "record-lateness-count", "record-lateness-sum")
+_MAX = "record-lateness-max"
+
+
 class _Lateness:
-    """Late-record and lateness metrics of one chunk, added to the task's at its end."""
+    """The late-record and lateness metrics of one chunk."""
 
     def __init__(self) -> None:
         self.late_drops = 0
@@ -40,21 +45,68 @@ class _Lateness:
         if lateness > self.max:
             self.max = lateness
 
-    def publish(self, context: Any) -> None:
-        dropped = self.late_drops + self.null_keys
+
+class _Metrics:
+    """One windowed aggregation's metrics: ``dropped-records`` (null keys and late records),
+    ``late-record-drop-total`` and ``-rate`` (per second of stream time the node has seen),
+    ``record-lateness-avg`` and ``-max``. The totals are processor metadata of the node's
+    store, so they survive batches and restarts; the task metrics start from them."""
+
+    def __init__(self, context: Any, store_name: str) -> None:
+        self.context = context
+        self.prefix = f"{store_name}."
+        self.first_key = f"{store_name}.first-stream-time"
+        self.pending: _Lateness | None = None
+        for name in _TOTALS:
+            held = context.processor_metadata(self.prefix + name)
+            if held:
+                context.metric(name, held)
+        self._raise_max(context.processor_metadata(self.prefix + _MAX) or 0)
+
+    def _raise_max(self, value: int) -> None:
+        if value > self.context.get_metric(_MAX):
+            self.context.set_metric(_MAX, value)
+
+    def publish(self, chunk: _Lateness, observed: int) -> None:
+        """Add a chunk's counts to the task metrics (rolled back with a failed chunk); they
+        are kept as metadata by ``keep``."""
+        context = self.context
+        dropped = chunk.late_drops + chunk.null_keys
         if dropped:
             context.metric("dropped-records", dropped)
-        if self.late_drops:
-            context.metric("late-record-drop-total", self.late_drops)
-        if self.count:
-            context.metric("record-lateness-count", self.count)
-            context.metric("record-lateness-sum", self.total)
-            total = context.get_metric("record-lateness-sum")
+        if chunk.late_drops:
+            context.metric("late-record-drop-total", chunk.late_drops)
+        if chunk.count:
+            context.metric("record-lateness-count", chunk.count)
+            context.metric("record-lateness-sum", chunk.total)
             context.set_metric(
-                "record-lateness-avg", total / context.get_metric("record-lateness-count")
+                "record-lateness-avg",
+                context.get_metric("record-lateness-sum")
+                / context.get_metric("record-lateness-count"),
             )
-            if self.max > context.get_metric("record-lateness-max"):
-                context.set_metric("record-lateness-max", self.max)
+            self._raise_max(chunk.max)
+        first = context.processor_metadata(self.first_key)
+        first = observed if first is None else first
+        seconds = max(1.0, (observed - first) / 1000)
+        context.set_metric(
+            "late-record-drop-rate", context.get_metric("late-record-drop-total") / seconds
+        )
+        self.pending = chunk
+
+    def keep(self, observed: int) -> None:
+        """Write the last published chunk's counts into the node's metadata."""
+        chunk, self.pending = self.pending, None
+        if chunk is None or observed < 0:
+            return
+        context, prefix = self.context, self.prefix
+        if context.processor_metadata(self.first_key) is None:
+            context.set_processor_metadata(self.first_key, observed)
+        for name, delta in zip(_TOTALS, (chunk.late_drops, chunk.count, chunk.total), strict=True):
+            if delta:
+                held = context.processor_metadata(prefix + name) or 0
+                context.set_processor_metadata(prefix + name, held + delta)
+        if chunk.max > (context.processor_metadata(prefix + _MAX) or 0):
+            context.set_processor_metadata(prefix + _MAX, chunk.max)
 
 
 class TimeWindowedAggregate(Processor):
@@ -83,6 +135,7 @@ class TimeWindowedAggregate(Processor):
         self._time_key = f"{self.store_name}.observed_stream_time"
         self._pending: dict[Windowed, tuple[Any, int]] = {}
         self._observed = NO_TIME
+        self._metrics = _Metrics(context, self.store_name)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         store, windows = self.store, self.windows
@@ -128,7 +181,7 @@ class TimeWindowedAggregate(Processor):
                 pending[windowed] = None if new is None else (new, new_ts)
                 out.append(Record(windowed, Change(new, old), new_ts, record.headers))
                 at.append(chunk.at[i])
-        metrics.publish(self.context)
+        self._metrics.publish(metrics, observed)
         self._pending = pending
         self._observed = observed
         return chunk.with_records(out, at)
@@ -141,6 +194,7 @@ class TimeWindowedAggregate(Processor):
                 for w, held in pending.items()
             )
         observed = self._observed
+        self._metrics.keep(observed)
         if observed != NO_TIME:
             previous = self.context.processor_metadata(self._time_key)
             if previous is None or observed > previous:
@@ -175,18 +229,20 @@ class SessionWindowedAggregate(Processor):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
         self._time_key = f"{self.store_name}.observed_stream_time"
+        self._metrics = _Metrics(context, self.store_name)
 
     def process(self, record: Record) -> None:
         context = self.context
         metrics = _Lateness()
         key = record.key
-        if key is None:
-            metrics.null_keys += 1
-            metrics.publish(context)
-            return
-        ts = record.timestamp
         observed = context.processor_metadata(self._time_key)
         observed = NO_TIME if observed is None else observed
+        if key is None:
+            metrics.null_keys += 1
+            self._metrics.publish(metrics, observed)
+            self._metrics.keep(observed)
+            return
+        ts = record.timestamp
         metrics.record(observed - ts if observed > ts else 0)
         observed = max(observed, ts)
         gap = self.windows.gap_ms
@@ -217,7 +273,8 @@ class SessionWindowedAggregate(Processor):
             writes.append((Windowed(key, session), new, end))
             self.store.put_all(writes)
             forwards.append(Record(Windowed(key, session), Change(new, None), end))
-        metrics.publish(context)
+        self._metrics.publish(metrics, observed)
+        self._metrics.keep(observed)
         previous = context.processor_metadata(self._time_key)
         if previous is None or observed > previous:
             context.set_processor_metadata(self._time_key, observed)

@@ -1,0 +1,151 @@
+"""lakestate's twin of each topology kind (kstreams/.../Topologies.java builds Kafka's).
+
+``BUILDERS`` maps a kind to the function building its topology with lakestate's DSL, the
+same functions as the Java side: reduce sums (a null as 0); aggregate starts from "0" and appends
+"+value"; a session merger joins two aggregates as "one&two". A kind (or option) lakestate
+cannot build yet raises NotImplementedError naming it, so its tests skip instead of fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import lakestate as ls
+from scenario import (
+    INPUT_TOPIC,
+    OUTPUT_TOPIC,
+    AggregateParams,
+    Buffer,
+    Params,
+    SessionWindowedParams,
+    Suppress,
+    TimeWindowedParams,
+)
+
+
+# Windowed aggregations pass null values on (unwindowed ones drop them): as in Java, sum
+# counts a null as 0 and append writes it as "null".
+def _sum(agg: int | None, value: int | None) -> int:
+    return (agg or 0) + (value or 0)
+
+
+def _init() -> str:
+    return "0"
+
+
+def _append(_key: Any, value: Any, agg: str) -> str:
+    return f"{agg}+{'null' if value is None else value}"
+
+
+def _merge(_key: Any, one: str, two: str) -> str:
+    return f"{one}&{two}"
+
+
+def _ms(millis: int) -> timedelta:
+    return timedelta(milliseconds=millis)
+
+
+def _require(name: str, kind: str) -> Any:
+    """``lakestate.<name>``, or NotImplementedError while lakestate lacks it."""
+    if not hasattr(ls, name):
+        raise NotImplementedError(f"lakestate does not build {kind} yet (no lakestate.{name})")
+    return getattr(ls, name)
+
+
+def _grouped(builder: ls.StreamsBuilder) -> ls.KGroupedStream:
+    return builder.stream(INPUT_TOPIC).group_by_key()
+
+
+def _aggregated(grouped: Any, aggregation: str, session: bool = False) -> ls.KTable:
+    """count / reduce / aggregate of a grouped (or windowed) stream."""
+    if aggregation == "count":
+        return grouped.count()
+    if aggregation == "reduce":
+        return grouped.reduce(_sum)
+    if aggregation == "aggregate":
+        if session:
+            return grouped.aggregate(_init, _append, _merge)
+        return grouped.aggregate(_init, _append)
+    raise ValueError(f"unknown aggregation {aggregation!r}")
+
+
+def _suppressed(table: ls.KTable, suppress: Suppress | None) -> ls.KTable:
+    if suppress is None:
+        return table
+    kind = f"suppress(until {suppress.until})"
+    suppressed_cls = _require("Suppressed", kind)
+    buffer = _buffer_config(suppress.buffer, kind)
+    if suppress.until == "window_closes":
+        return table.suppress(suppressed_cls.until_window_closes(buffer))
+    assert suppress.time_limit is not None, "until time_limit needs a time_limit"
+    return table.suppress(suppressed_cls.until_time_limit(_ms(suppress.time_limit), buffer))
+
+
+def _buffer_config(buffer: Buffer, kind: str) -> Any:
+    config_cls = _require("BufferConfig", kind)
+    if buffer.unbounded:
+        return config_cls.unbounded()
+    if buffer.max_records is not None:
+        config = config_cls.max_records(buffer.max_records)
+        if buffer.max_bytes is not None:
+            config = config.with_max_bytes(buffer.max_bytes)
+    else:
+        config = config_cls.max_bytes(buffer.max_bytes)
+    if buffer.when_full == "emit_early":
+        return config.emit_early_when_full()
+    if buffer.when_full == "shut_down":
+        return config.shut_down_when_full()
+    return config.spill_to_disk_when_full()
+
+
+# -- the kinds -----------------------------------------------------------------------------
+
+
+def aggregate(params: AggregateParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    table = _aggregated(_grouped(builder), params.aggregation)
+    _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def time_windowed_aggregate(params: TimeWindowedParams) -> ls.Topology:
+    windows_cls = _require("TimeWindows", params.kind)
+    if params.grace is None:
+        windows = windows_cls.of_size_with_no_grace(_ms(params.size))
+    else:
+        windows = windows_cls.of_size_and_grace(_ms(params.size), _ms(params.grace))
+    if params.advance is not None:
+        windows = windows.advance_by(_ms(params.advance))
+    builder = ls.StreamsBuilder()
+    table = _aggregated(_grouped(builder).windowed_by(windows), params.aggregation)
+    _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def session_windowed_aggregate(params: SessionWindowedParams) -> ls.Topology:
+    windows_cls = _require("SessionWindows", params.kind)
+    if params.grace is None:
+        windows = windows_cls.of_inactivity_gap_with_no_grace(_ms(params.gap))
+    else:
+        windows = windows_cls.of_inactivity_gap_and_grace(_ms(params.gap), _ms(params.grace))
+    builder = ls.StreamsBuilder()
+    grouped = _grouped(builder).windowed_by(windows)
+    table = _aggregated(grouped, params.aggregation, session=True)
+    _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
+    AggregateParams.kind: aggregate,
+    TimeWindowedParams.kind: time_windowed_aggregate,
+    SessionWindowedParams.kind: session_windowed_aggregate,
+}
+
+
+def build(params: Params) -> ls.Topology:
+    builder = BUILDERS.get(params.kind)
+    if builder is None:
+        raise NotImplementedError(f"lakestate_kinds has no builder for {params.kind!r}")
+    return builder(params)

@@ -1,0 +1,224 @@
+"""Random scenarios, seeded so that a failure replays: out-of-order timestamps, null keys
+and values, and timestamps placed on the boundaries where Kafka's behaviour turns.
+
+Windows and grace periods are a few milliseconds, so random timestamps cross boundaries
+often; on top of that, a third of the records are put exactly on one: a window's end + grace
+- 1 and end + grace (the last stream time at which the window is open, the first at which
+it is closed), a window's last millisecond, a window end + grace at the current stream time
+(a record just in time or just too late), a session gap's edge (merge or not), and a
+suppression time limit's edge.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from scenario import (
+    AggregateParams,
+    Aggregation,
+    Buffer,
+    Input,
+    Params,
+    Scenario,
+    SessionWindowedParams,
+    Suppress,
+    TimeWindowedParams,
+)
+
+KEYS = ("a", "b", "c")
+AGGREGATIONS: tuple[Aggregation, ...] = ("count", "reduce", "aggregate")
+
+Boundaries = Callable[[int, list[int]], list[int]]  # (stream time, recent ts) -> candidates
+
+
+def _key(rng: random.Random) -> str | None:
+    return None if rng.random() < 0.08 else rng.choice(KEYS)
+
+
+def _value(rng: random.Random, serde: str) -> int | str | None:
+    if rng.random() < 0.08:
+        return None
+    number = rng.randint(-3, 9)
+    return number if serde == "long" else f"v{number}"
+
+
+def inputs(rng: random.Random, n: int, boundaries: Boundaries, spread: int) -> list[Input]:
+    """``n`` records: a random walk of timestamps (up to ``spread`` ms back or forth from
+    the stream time), a third of them on a boundary ``boundaries`` gives instead."""
+    records: list[Input] = []
+    stream_time = rng.randint(0, 2 * spread)
+    for _ in range(n):
+        recent = [r.ts for r in records[-4:]]
+        candidates = [t for t in boundaries(stream_time, recent) if t >= 0] if recent else []
+        if candidates and rng.random() < 0.35:
+            ts = rng.choice(candidates)
+            # A boundary means something for the key it was computed from: reuse it mostly.
+            key = records[-1].key if rng.random() < 0.7 else _key(rng)
+        else:
+            ts = max(0, stream_time + rng.randint(-spread, spread))
+            key = _key(rng)
+        records.append(Input(key, None, ts))
+        stream_time = max(stream_time, ts)
+    return records
+
+
+def _with_values(rng: random.Random, records: list[Input], serde: str) -> tuple[Input, ...]:
+    return tuple(Input(r.key, _value(rng, serde), r.ts, r.topic) for r in records)
+
+
+def time_window_boundaries(size: int, grace: int, advance: int) -> Boundaries:
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        out = []
+        for ts in recent:
+            # The windows holding ts start at multiples of advance in (ts - size, ts].
+            first = max(0, (ts - size) // advance + 1)
+            for start in range(first * advance, ts + 1, advance):
+                end = start + size
+                out += [end + grace - 1, end + grace, end - 1]
+        # A window whose end + grace is the stream time (closed) or one past it (open).
+        for target in (stream_time - grace, stream_time - grace + 1):
+            end = ((target - size) // advance) * advance + size
+            out += [end - 1, end - size]
+        return out
+
+    return candidates
+
+
+def session_boundaries(gap: int, grace: int) -> Boundaries:
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        out = [t + d for t in recent for d in (gap, gap + 1, -gap, -gap - 1)]
+        for d in (-1, 0, 1):
+            out += [stream_time - grace + d, stream_time - grace - gap + d]
+        return out
+
+    return candidates
+
+
+def time_limit_boundaries(limit: int, inner: Boundaries) -> Boundaries:
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        return inner(stream_time, recent) + [t + limit + d for t in recent for d in (-1, 0)]
+
+    return candidates
+
+
+def no_boundaries(stream_time: int, recent: list[int]) -> list[int]:
+    return list(recent)  # equal timestamps: ties keep the first aggregate's timestamp
+
+
+# -- scenario groups -----------------------------------------------------------------------
+
+
+def _serde(rng: random.Random, aggregation: str) -> str:
+    # reduce sums longs; count and aggregate take strings too.
+    return "long" if aggregation == "reduce" or rng.random() < 0.6 else "string"
+
+
+def _scenario(
+    rng: random.Random, name: str, params: Params, boundaries: Boundaries, spread: int
+) -> Scenario:
+    serde = _serde(rng, params.aggregation)
+    records = inputs(rng, rng.randint(8, 40), boundaries, spread)
+    return Scenario(name, params, _with_values(rng, records, serde), serde)
+
+
+def _time_windows(
+    rng: random.Random, aggregation: Aggregation, hopping: bool, suppress: Suppress | None = None
+) -> tuple[TimeWindowedParams, Boundaries]:
+    size = rng.choice((3, 5, 10))
+    grace = rng.choice((None, 0, 1, 4))
+    advance = rng.choice([a for a in (1, 2, size // 2) if 0 < a < size]) if hopping else None
+    params = TimeWindowedParams(aggregation, size, grace, advance, suppress)
+    return params, time_window_boundaries(size, grace or 0, advance or size)
+
+
+def _session_windows(
+    rng: random.Random, aggregation: Aggregation, suppress: Suppress | None = None
+) -> tuple[SessionWindowedParams, Boundaries]:
+    gap = rng.choice((2, 3, 5))
+    grace = rng.choice((None, 0, 1, 4))
+    return SessionWindowedParams(aggregation, gap, grace, suppress), session_boundaries(
+        gap, grace or 0
+    )
+
+
+def unwindowed(seed: int, aggregation: Aggregation, count: int) -> list[Scenario]:
+    rng = random.Random(f"{seed}/aggregate/{aggregation}")
+    return [
+        _scenario(
+            rng, f"aggregate-{aggregation}-{i}", AggregateParams(aggregation), no_boundaries, 5
+        )
+        for i in range(count)
+    ]
+
+
+def windowed(seed: int, shape: str, aggregation: Aggregation, count: int) -> list[Scenario]:
+    """``shape``: "tumbling", "hopping" or "session"."""
+    rng = random.Random(f"{seed}/{shape}/{aggregation}")
+    scenarios = []
+    for i in range(count):
+        if shape == "session":
+            params, boundaries = _session_windows(rng, aggregation)
+        else:
+            params, boundaries = _time_windows(rng, aggregation, shape == "hopping")
+        scenarios.append(_scenario(rng, f"{shape}-{aggregation}-{i}", params, boundaries, 6))
+    return scenarios
+
+
+def _buffer(rng: random.Random, max_bytes: bool, strict: bool) -> Buffer:
+    """A random buffer config: unbounded, or bounded by records (or by bytes, with
+    ``max_bytes``); strict ones never emit early (what until_window_closes takes)."""
+    when_full = "shut_down" if strict else rng.choice(("emit_early", "emit_early", "shut_down"))
+    if max_bytes:
+        # Kafka counts a buffered record as its serialized key, value and prior value plus
+        # its record context, some 40 bytes here: these limits hold one to a few records.
+        return Buffer(max_bytes=rng.choice((60, 150, 300)), when_full=when_full)
+    if rng.random() < 0.4:
+        return Buffer()
+    return Buffer(max_records=rng.randint(1, 4), when_full=when_full)
+
+
+def suppressed(
+    seed: int, group: str, until: str, shapes: tuple[str, ...], count: int, max_bytes: bool = False
+) -> list[Scenario]:
+    """Suppressed tables, ``until`` "window_closes" or "time_limit", over aggregations of
+    the ``shapes`` ("tumbling", "hopping", "session", "unwindowed"); buffers bounded by
+    bytes only with ``max_bytes``. Scenarios are named ``{group}-{i}``."""
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        aggregation = rng.choice(AGGREGATIONS)
+        if until == "window_closes":
+            buffer = Buffer() if rng.random() < 0.6 else _buffer(rng, max_bytes, strict=True)
+            suppress = Suppress("window_closes", None, buffer)
+        else:
+            buffer = _buffer(rng, max_bytes, strict=False)
+            suppress = Suppress("time_limit", rng.choice((0, 1, 3, 8)), buffer)
+        shape = rng.choice(shapes)
+        if shape == "unwindowed":
+            params, boundaries = AggregateParams(aggregation, suppress), no_boundaries
+        elif shape == "session":
+            params, boundaries = _session_windows(rng, aggregation, suppress)
+        else:
+            params, boundaries = _time_windows(rng, aggregation, shape == "hopping", suppress)
+        if suppress.time_limit is not None:
+            boundaries = time_limit_boundaries(suppress.time_limit, boundaries)
+        scenarios.append(_scenario(rng, f"{group}-{i}", params, boundaries, 6))
+    return scenarios
+
+
+def spilling(seed: int, count: int) -> list[Scenario]:
+    """Suppression buffers that spill to disk when full: lakestate only (Kafka plays them
+    unbounded; see harness.for_kafka)."""
+    rng = random.Random(f"{seed}/spill")
+    scenarios = []
+    for i in range(count):
+        aggregation = rng.choice(AGGREGATIONS)
+        buffer = Buffer(max_records=rng.randint(1, 3), when_full="spill_to_disk")
+        if rng.random() < 0.5:
+            suppress = Suppress("window_closes", None, buffer)
+        else:
+            suppress = Suppress("time_limit", rng.choice((1, 3)), buffer)
+        params, boundaries = _time_windows(rng, aggregation, rng.random() < 0.5, suppress)
+        scenarios.append(_scenario(rng, f"spill-{i}", params, boundaries, 6))
+    return scenarios

@@ -1,0 +1,137 @@
+"""The conformance scenario format: what a scenario is and what playing it gives.
+
+A scenario names a topology kind with its params and lists input records; an ``Outcome``
+is the output topic's records in one normalised form, whichever side played it. The JSON
+the Kafka runner reads is ``Scenario.to_json()``; it answers in ``Outcome``'s fields.
+
+Every kind reads topic "in" (string keys; values by ``value_serde``) and writes topic
+"out". The functions are fixed on both sides (see kstreams/.../Topologies.java): reduce sums
+longs; aggregate starts from "0" and appends "+value"; a session merger joins two aggregates
+as "one&two". Windowed aggregations pass null values on (unwindowed ones drop them), so sum
+takes a null as 0 and append writes it as "null".
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
+
+INPUT_TOPIC = "in"
+OUTPUT_TOPIC = "out"
+
+Aggregation = Literal["count", "reduce", "aggregate"]
+
+
+@dataclass(frozen=True)
+class Input:
+    """One record piped into ``topic``: ``key``/``value`` may be None; ``ts`` epoch ms."""
+
+    key: str | None
+    value: int | str | None
+    ts: int
+    topic: str = INPUT_TOPIC
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A suppression buffer (Kafka's ``BufferConfig``): no limit at all is ``unbounded()``.
+    ``spill_to_disk`` is lakestate's own: Kafka has no such mode (see ``for_kafka``)."""
+
+    max_records: int | None = None
+    max_bytes: int | None = None
+    when_full: Literal["emit_early", "shut_down", "spill_to_disk"] = "emit_early"
+
+    @property
+    def unbounded(self) -> bool:
+        return self.max_records is None and self.max_bytes is None
+
+
+@dataclass(frozen=True)
+class Suppress:
+    """``Suppressed.untilWindowCloses(buffer)`` or ``untilTimeLimit(time_limit ms, buffer)``."""
+
+    until: Literal["window_closes", "time_limit"]
+    time_limit: int | None = None
+    buffer: Buffer = field(default_factory=Buffer)
+
+
+@dataclass(frozen=True)
+class AggregateParams:
+    """``groupByKey()`` then the aggregation (and suppress, if any)."""
+
+    kind: ClassVar[str] = "aggregate"
+    aggregation: Aggregation
+    suppress: Suppress | None = None
+
+
+@dataclass(frozen=True)
+class TimeWindowedParams:
+    """``windowedBy(TimeWindows.ofSizeWithNoGrace(size))`` (grace None) or
+    ``ofSizeAndGrace(size, grace)``; ``.advanceBy(advance)`` when advance is set (hopping)."""
+
+    kind: ClassVar[str] = "time_windowed_aggregate"
+    aggregation: Aggregation
+    size: int
+    grace: int | None = None
+    advance: int | None = None
+    suppress: Suppress | None = None
+
+
+@dataclass(frozen=True)
+class SessionWindowedParams:
+    """``windowedBy(SessionWindows.ofInactivityGapWithNoGrace(gap))`` (grace None) or
+    ``ofInactivityGapAndGrace(gap, grace)``."""
+
+    kind: ClassVar[str] = "session_windowed_aggregate"
+    aggregation: Aggregation
+    gap: int
+    grace: int | None = None
+    suppress: Suppress | None = None
+
+
+Params = AggregateParams | TimeWindowedParams | SessionWindowedParams
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    params: Params
+    inputs: tuple[Input, ...]
+    value_serde: Literal["long", "string"] = "long"
+
+    @property
+    def kind(self) -> str:
+        return self.params.kind
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "params": asdict(self.params),
+            "value_serde": self.value_serde,
+            "inputs": [asdict(i) for i in self.inputs],
+        }
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    """One record of the output topic. ``window_*`` are None for unwindowed keys; a session
+    window's end is its last record's timestamp (inclusive), as in Kafka. ``input`` is the
+    index of the input record whose processing output it."""
+
+    key: Any
+    window_start: int | None
+    window_end: int | None
+    value: Any
+    ts: int
+    input: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a scenario gave: the output records in order, the records dropped (null key or
+    value, or too late for their window), and the error that stopped it, if one did."""
+
+    records: tuple[OutRecord, ...]
+    dropped_records: int | None
+    error: str | None = None

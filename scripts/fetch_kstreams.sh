@@ -30,6 +30,7 @@ if [ ! -f "$dir/classpath.txt" ]; then
       -Dmaven.test.skip=true package >"$cache/build-$hash.log" 2>&1; then
       cat "$cache/build-$hash.log" >&2
       echo "fetch_kstreams: the build failed (log: $cache/build-$hash.log)" >&2
+      rm -rf "$build"
       exit 1
     fi
     rm -f "$cache/build-$hash.log"

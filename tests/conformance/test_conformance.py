@@ -86,20 +86,7 @@ GROUPS: dict[str, list[Scenario]] = {
 
 # Groups where lakestate is known to differ from Kafka 4.4, and why. Strict: once lakestate
 # agrees, the test fails until its entry here is removed.
-SESSION_CLOSE_BOUNDARY = (
-    "Kafka never finds a session ending exactly at stream time - gap - grace to merge with "
-    "(its RocksDB session store keeps gap + grace), yet accepts records there, each starting "
-    "a new session of its own; lakestate merges with such a session if it was created after "
-    "stream time reached that point (session-close-boundary: Kafka counts 1 then 1, lakestate "
-    "1 then 2)"
-)
 KNOWN_DIFFERENCES = {
-    "session-count": SESSION_CLOSE_BOUNDARY,
-    "session-reduce": SESSION_CLOSE_BOUNDARY,
-    "session-aggregate": SESSION_CLOSE_BOUNDARY,
-    "suppress-window_closes-session": SESSION_CLOSE_BOUNDARY,
-    "suppress-time_limit-session": SESSION_CLOSE_BOUNDARY,
-    "session-close-boundary": SESSION_CLOSE_BOUNDARY,
     "suppress-max_bytes": (
         "lakestate sizes a buffered record otherwise than Kafka (its serialized key, value, "
         "prior value and record context), so a max_bytes buffer fills at other records"

@@ -45,14 +45,17 @@ def test_rate_limited_count_matches_the_driver(spark, tmp_path, max_records):
     assert 0 < len(got) < N  # rate limited: fewer updates than records, but some
 
     # The buffer as SQL: what is still held, and when it will be emitted.
-    rows = state_frame(spark, wh, "rate_limited", "rate-limit-store").collect()
-    held = [r for r in rows if r["key"] is not None]
-    stats = [r for r in rows if r["key"] is None]
-    assert len(stats) == 2  # one per task: the node's observed stream time in ts
-    assert held and all(r["buffer_time"] + 100 > s["ts"] for r in held for s in stats if s["task"] == r["task"])
+    held = state_frame(spark, wh, "rate_limited", "rate-limit-store").collect()
+    # The node's observed stream time is its processor metadata, in the progress rows.
+    pin = app_pin(wh, "rate_limited")
+    stream_times = {
+        row.task.partition: row.processor_metadata["rate-limit-store.stream_time"]
+        for row in pin.rows.values()
+    }
+    assert len(stream_times) == 2
+    assert held and all(r["buffer_time"] + 100 > stream_times[r["task"]] for r in held)
     assert all(json.loads(r["value"]) >= 1 for r in held)
     # Metrics: totals over the app's life (not the last batch's), in the progress rows.
-    pin = app_pin(wh, "rate_limited")
     metrics = [row.metrics for row in pin.rows.values()]
     assert sum(m.get(EMIT_TOTAL, 0) for m in metrics) == len(got)
     assert sum(m.get(COUNT_CURRENT, 0) for m in metrics) == len(held)

@@ -32,6 +32,7 @@ from lakestate.processors.suppress import (
     SIZE_CURRENT,
     SIZE_MAX,
 )
+from lakestate.state import processor_metadata
 from lakestate.testing.driver import TestRecord, TopologyTestDriver
 
 BACKENDS = {"memory": {}, "rocksdb": {"lakestate.state.backend": "rocksdb"}}
@@ -310,7 +311,8 @@ def test_shut_down_when_full_names_the_buffer_and_commits_nothing(config_name, b
         assert d.get_key_value_store("in-STATE-STORE-0000000001").get("B") is None
         buffer = d.get_state_store("limited-store")
         assert [r.key for r in buffer.all()] == ["A"]
-        assert buffer.stream_time() == 0
+        committed = processor_metadata.read(d._tasks[0].store)
+        assert committed["limited-store.stream_time"] == 0
         assert d.metrics()[COUNT_CURRENT] == 1
         # The task carries on from the committed buffer: A is due at 100.
         source.pipe_input("A", 2, timestamp=100)

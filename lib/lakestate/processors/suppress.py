@@ -3,7 +3,7 @@
 Per record reaching the node (a table update ``Change(new, old)`` of a key):
 
 1. The node's observed stream time becomes the max of itself and the record's timestamp.
-   It is kept in the buffer's stats entry, so it is committed with the buffer and survives
+   It is the node's processor metadata, so it is committed with the buffer and survives
    batches, restarts and restores (Kafka keeps it in memory only).
 2. The update is buffered (``SuppressionBuffer.put``) at its buffer time: the window end for
    ``until_window_closes`` (whose suppression duration is the window's grace), the record's
@@ -29,8 +29,8 @@ Everything above depends only on the records in order and the committed buffer, 
 output does not depend on where batches end. Wall-clock time plays no part.
 
 Metrics (KIP-328 names; summed over the task's suppression buffers, like every task
-metric; restored from the buffer's stats entry when a task opens, so they are totals over
-the app's life, not per batch):
+metric; their totals are the node's processor metadata, restored when a task opens, so they
+are totals over the app's life, not per batch):
 
 - ``suppression-buffer-count-current/avg/max``: entries held now / on average / at most,
   sampled once per record after its evictions
@@ -73,8 +73,22 @@ METRICS = (
 )
 
 
+# The node's processor metadata (each under "<store>.<field>"), -1/0 before any record.
+_STATS = {
+    "stream_time": -1,  # the max timestamp of records that reached the node
+    "first_time": -1,  # the first record's timestamp (the start of emit-rate's span)
+    "emitted": 0,
+    "samples": 0,
+    "count_sum": 0,
+    "size_sum": 0,
+    "count_max": 0,
+    "size_max": 0,
+}
+
+
 def buffer_metrics(stats: dict[str, int]) -> dict[str, float]:
-    """The KIP-328 metrics of one buffer from its stats entry."""
+    """The KIP-328 metrics of one buffer from the node's stats (its metadata, plus the
+    buffer's ``count`` and ``size``)."""
     samples = stats["samples"]
     span_ms = max(stats["stream_time"] - stats["first_time"], 1000)
     return {
@@ -116,18 +130,35 @@ class Suppress(Processor):
     def init(self, context) -> None:
         super().init(context)
         self.buffer: SuppressionBuffer = context.get_state_store(self.store_name)
+        self._keys = {field: f"{self.store_name}.{field}" for field in _STATS}
         # The committed totals count as this task's metrics from the start.
-        for name, value in buffer_metrics(self.buffer.stats()).items():
+        for name, value in buffer_metrics(self._stats()).items():
             if value:
                 context.metric(name, value)
 
+    def _stats(self) -> dict[str, int]:
+        held = self.context.processor_metadata
+        stats = {f: held(key) for f, key in self._keys.items()}
+        stats = {f: _STATS[f] if v is None else v for f, v in stats.items()}
+        stats["count"] = self.buffer.num_records()
+        stats["size"] = self.buffer.buffer_size()
+        return stats
+
+    def _keep(self, stats: dict[str, int]) -> None:
+        keep = self.context.set_processor_metadata
+        for field, key in self._keys.items():
+            keep(key, stats[field])
+
     def process(self, record: Record) -> None:
         buffer = self.buffer
-        before = buffer_metrics(buffer.stats())
+        stats = self._stats()
+        before = buffer_metrics(stats)
         change = record.value
         if not isinstance(change, Change):  # a plain value: an update from nothing
             change = Change(change, None)
-        observed = buffer.observe(record.timestamp)
+        if stats["first_time"] < 0:
+            stats["first_time"] = record.timestamp
+        observed = stats["stream_time"] = max(stats["stream_time"], record.timestamp)
         buffer.put(
             self._buffer_time(record),
             record.key,
@@ -150,9 +181,17 @@ class Suppress(Processor):
                 buffer.evict_while(self._over_capacity, emit)
             else:
                 raise StreamsException(self._full_message())
-        buffer.record_sample(len(out))
         buffer.flush()
-        after = buffer_metrics(buffer.stats())
+        # Sampled once per record, after its evictions.
+        count, size = buffer.num_records(), buffer.buffer_size()
+        stats.update(count=count, size=size, emitted=stats["emitted"] + len(out))
+        stats["samples"] += 1
+        stats["count_sum"] += count
+        stats["size_sum"] += size
+        stats["count_max"] = max(stats["count_max"], count)
+        stats["size_max"] = max(stats["size_max"], size)
+        self._keep(stats)
+        after = buffer_metrics(stats)
         for name in METRICS:
             if after[name] != before[name]:
                 self.context.metric(name, after[name] - before[name])

@@ -244,10 +244,14 @@ class SessionWindowedAggregate(Processor):
             return
         ts = record.timestamp
         metrics.record(observed - ts if observed > ts else 0)
+        gap, grace = self.windows.gap_ms, self.windows.grace_ms
+        # Sessions ending at or before the close time of the stream time before this record
+        # are past the store's retention (gap + grace, as Kafka's): never merged again,
+        # whether or not a purge has removed them yet.
+        retained = observed - gap - grace + 1
         observed = max(observed, ts)
-        gap = self.windows.gap_ms
-        close = observed - self.windows.grace_ms - gap
-        merged = self.store.find_sessions(key, ts - gap, ts + gap)
+        close = observed - grace - gap
+        merged = self.store.find_sessions(key, max(ts - gap, retained), ts + gap)
         start, end = ts, ts
         agg = None if self.initializer is None else self.initializer()
         for window, value in merged:
@@ -280,6 +284,6 @@ class SessionWindowedAggregate(Processor):
             context.set_processor_metadata(self._time_key, observed)
             # Sessions ending at or before the close time are out of the store's retention
             # (gap + grace, as Kafka's): a later record must not find them.
-            self.store.delete_ending_before(observed - gap - self.windows.grace_ms + 1)
+            self.store.delete_ending_before(observed - gap - grace + 1)
         for r in forwards:
             context.forward(r)

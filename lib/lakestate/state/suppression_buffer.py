@@ -2,9 +2,9 @@
 
 One buffer contract, modelled on Kafka's ``TimeOrderedKeyValueBuffer``: ``put`` a table
 update under a buffer time, ``evict_while`` a condition holds (oldest buffer time first),
-the prior value of a buffered key, ``num_records``, ``buffer_size``, ``min_buffer_time``;
-plus the suppress node's observed stream time and its metric totals, which are part of the
-committed state (Kafka forgets both on restart).
+the prior value of a buffered key, ``num_records``, ``buffer_size``, ``min_buffer_time``.
+(The suppress node's observed stream time and metric totals are its processor metadata,
+committed with the buffer: see processors/suppress.py.)
 
 Per key only the latest update is kept. An update to a buffered key replaces its value,
 timestamp and headers but keeps its buffer time (the timer is not restarted) and its prior
@@ -20,16 +20,15 @@ key                                                 value
                                                     prior_value, headers]`` (an entry)
 ``b"t" + encode_i64_be(buffer_time) + encode_key``  ``b""`` (time index: buffer-time order,
                                                     ties by key)
-``b"s"``                                            JSON stats: the node's observed stream
-                                                    time, count and size, metric totals
+``b"s"``                                            JSON ``{"count", "size"}`` of the
+                                                    entries
 ==================================================  ======================================
 
-Entries and the stats entry are state: they become rows of the store's Delta table, whose
-typed columns are ``key, value, prior_value, ts, buffer_time`` (a windowed key as
-``{"key", "window_start", "window_end"}``). The stats entry is the row with a null key:
-``ts`` is the observed stream time, ``value`` the stats JSON. The time index is index-only
-(``restore_entry`` rebuilds it). An entry's size is the length of its stored key plus its
-stored value; the buffer's size is the sum over its entries.
+Only entries are state: they become rows of the store's Delta table, whose typed columns
+are ``key, value, prior_value, ts, buffer_time`` (a windowed key as ``{"key",
+"window_start", "window_end"}``). The time index and the stats entry are derived from the
+entries (index-only); restoring rebuilds them. An entry's size is the length of its stored
+key plus its stored value; the buffer's size is the sum over its entries.
 
 Two ways of holding the same entries, chosen by ``spill_to_disk``:
 
@@ -39,7 +38,7 @@ Two ways of holding the same entries, chosen by ``spill_to_disk``:
   transaction it was built or updated in: it is handed on to the next transaction only if
   that one committed; otherwise (a rolled-back record or batch) it is rebuilt from the
   store. (Only the view writes the namespace, in the task's transactions.)
-- on disk (``spill_to_disk_when_full``): nothing but the stats is held; entries are read
+- on disk (``spill_to_disk_when_full``): nothing but count and size is held; entries are read
   from the task's store (RocksDB in the engine), the oldest by a seek of the time index.
   Uncommitted changes stay bounded by ``statestore.uncommitted.max.bytes`` (KIP-892).
 """
@@ -66,19 +65,8 @@ STATS_KEY = b"s"
 _TIME_END = b"u"  # the smallest key above every index entry
 _TS_BYTES = 8
 
-# The stats entry's fields and their values in an empty buffer that has seen nothing.
-_NO_STATS = {
-    "stream_time": -1,  # the max timestamp of records that reached the node
-    "first_time": -1,  # the first record's timestamp (the start of emit-rate's span)
-    "count": 0,
-    "size": 0,
-    "emitted": 0,
-    "count_max": 0,
-    "size_max": 0,
-    "count_sum": 0,
-    "size_sum": 0,
-    "samples": 0,
-}
+# The stats entry of an empty buffer.
+_NO_STATS = {"count": 0, "size": 0}
 
 
 class BufferedRecord(NamedTuple):
@@ -241,27 +229,11 @@ class SuppressionBuffer:
         first = self._first(self._current())
         return None if first is None else first[0]
 
-    def stream_time(self) -> int:
-        """The max timestamp of the records that reached the node (-1 before any)."""
-        return self._current().stats["stream_time"]
-
-    def stats(self) -> dict[str, int]:
-        """The stats entry: stream time, count and size, and the metric totals."""
-        return dict(self._current().stats)
 
     def approximate_num_entries(self) -> int:
         return self.num_records()
 
     # -- writes ------------------------------------------------------------------------------
-
-    def observe(self, timestamp: int) -> int:
-        """Advance the observed stream time to ``timestamp`` if it is later; returns it."""
-        stats = self._current().stats
-        if stats["first_time"] < 0:
-            stats["first_time"] = timestamp
-        if timestamp > stats["stream_time"]:
-            stats["stream_time"] = timestamp
-        return stats["stream_time"]
 
     def put(
         self,
@@ -331,27 +303,15 @@ class SuppressionBuffer:
             callback(_record(decode_key(raw_key[1:]), entry))
         return evicted
 
-    def record_sample(self, emitted: int) -> None:
-        """Note, once per processed record, the buffer's count and size (for the metrics'
-        avg and max) and ``emitted``, the records it forwarded for it."""
-        stats = self._current().stats
-        stats["emitted"] += emitted
-        stats["samples"] += 1
-        stats["count_sum"] += stats["count"]
-        stats["size_sum"] += stats["size"]
-        stats["count_max"] = max(stats["count_max"], stats["count"])
-        stats["size_max"] = max(stats["size_max"], stats["size"])
-
     def flush(self) -> None:
-        """Write the stats entry (stream time, count, size, metric totals)."""
+        """Write the stats entry (count and size): once per record, after its changes."""
         state = self._current()
         self._write(state, [(STATS_KEY, encode_value(state.stats))])
 
     # -- the Delta state table -------------------------------------------------------------
 
     # Key and values as JSON text (a windowed key as {"key", "window_start", "window_end"}),
-    # the latest update's timestamp and the buffer time (epoch ms). The stats row has a
-    # null key, the observed stream time in ts and the stats JSON in value.
+    # the latest update's timestamp and the buffer time (epoch ms).
     STATE_COLUMNS = (
         ("key", "STRING"),
         ("value", "STRING"),
@@ -362,21 +322,13 @@ class SuppressionBuffer:
 
     @staticmethod
     def is_index_only(raw_key: bytes) -> bool:
-        """True for time-index entries: not state-table rows; ``restore_entry`` rebuilds them."""
-        return raw_key.startswith(TIME_PREFIX)
+        """True for the time index and the stats entry: not state-table rows; restoring
+        rebuilds them."""
+        return not raw_key.startswith(ENTRY_PREFIX)
 
     @staticmethod
     def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
         """The typed columns of one stored entry, or None for an index-only entry."""
-        if raw_key == STATS_KEY:
-            stats = decode_value(raw_value)
-            return {
-                "key": None,
-                "value": json_text(stats),
-                "prior_value": None,
-                "ts": stats.get("stream_time"),
-                "buffer_time": None,
-            }
         if not raw_key.startswith(ENTRY_PREFIX):
             return None
         key = decode_key(raw_key[1:])
@@ -391,23 +343,29 @@ class SuppressionBuffer:
 
     @staticmethod
     def restore_entries(txn: Any, name: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """``restore_entry`` of many changelog rows (one per key)."""
+        """Apply changelog rows (``raw_value`` None: a tombstone) to a local store being
+        restored or caught up, keeping the time index and the stats entry in step."""
+        raw_stats = txn.get(name, STATS_KEY)
+        stats = dict(_NO_STATS) if raw_stats is None else decode_value(raw_stats)
         for raw_key, raw_value in entries:
-            SuppressionBuffer.restore_entry(txn, name, raw_key, raw_value)
-
-    @staticmethod
-    def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
-        """Apply one changelog row (``raw_value`` None: a tombstone) to a local store being
-        restored or caught up, keeping the time index in step with the entries."""
-        if SuppressionBuffer.is_index_only(raw_key):
-            return  # never in Delta; derived here
-        if raw_key.startswith(ENTRY_PREFIX):
+            if not raw_key.startswith(ENTRY_PREFIX):
+                continue  # never in Delta; derived here
             old = txn.get(name, raw_key)
             if old is not None:
                 txn.put(name, _index_key(decode_value(old)[0], raw_key[1:]), None)
+                stats["count"] -= 1
+                stats["size"] -= len(raw_key) + len(old)
             if raw_value is not None:
                 txn.put(name, _index_key(decode_value(raw_value)[0], raw_key[1:]), b"")
-        txn.put(name, raw_key, raw_value)
+                stats["count"] += 1
+                stats["size"] += len(raw_key) + len(raw_value)
+            txn.put(name, raw_key, raw_value)
+        txn.put(name, STATS_KEY, encode_value(stats) if stats["count"] else None)
+
+    @staticmethod
+    def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
+        """``restore_entries`` of one row."""
+        SuppressionBuffer.restore_entries(txn, name, ((raw_key, raw_value),))
 
 
 def _record(key: Any, entry: _Entry) -> BufferedRecord:

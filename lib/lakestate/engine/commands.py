@@ -218,32 +218,62 @@ def maintain(args: argparse.Namespace, ctx) -> int:
 
 def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=1000, help="sample events to generate")
+    p.add_argument(
+        "--app",
+        choices=("demo", "clicks"),
+        default="demo",
+        help="demo: per-user counts (jobs/demo.py); clicks: per-user clicks a minute, final "
+        "results only, and rate-limited alerts (jobs/clicks.py: windows and suppression)",
+    )
 
 
 def demo(args: argparse.Namespace, ctx) -> int:
-    """Generate sample input, run the demo app's DAG through Airflow (``dags test``) on local
-    Spark, then print the sink and an SQL query over its state table."""
+    """Generate sample input, run the app's DAG through Airflow (``dags test``) on local
+    Spark, then print its sinks and SQL queries over its state tables."""
     from lakestate.app import load_module
-    from lakestate.errors import StreamsException
     from lakestate.io import logtable
 
-    demo_module = load_module(REPO / "jobs" / "demo.py")
+    module = load_module(REPO / "jobs" / f"{args.app}.py")
     spark = ctx.spark
-    logtable.create_topic(spark, ctx.warehouse, demo_module.INPUT_TOPIC, 2)
-    start = logtable.end_offsets(spark, ctx.warehouse, demo_module.INPUT_TOPIC)
+    logtable.create_topic(spark, ctx.warehouse, module.INPUT_TOPIC, 2)
+    start = logtable.end_offsets(spark, ctx.warehouse, module.INPUT_TOPIC)
     seed = sum(start.values())
-    records = [
-        {"key": k, "value": v, "timestamp": t}
-        for k, v, t in demo_module.sample_events(args.records, seed=seed)
-    ]
-    logtable.append_records(spark, ctx.warehouse, demo_module.INPUT_TOPIC, records)
-    ctx.print(f"demo: produced {len(records)} sample events to topic {demo_module.INPUT_TOPIC!r}")
+    if args.app == "clicks":
+        start_ms = module.START_MS
+        if seed:
+            # Go on after the clicks already there: clicks at the same times again would
+            # all be late (their windows closed), and dropped.
+            newest = (
+                logtable.read_topic(spark, ctx.warehouse, module.INPUT_TOPIC)
+                .agg({"timestamp": "max"})
+                .first()[0]
+            )
+            start_ms = max(start_ms, -(-newest // 60_000) * 60_000)
+        sample = module.sample_clicks(args.records, seed=seed, start_ms=start_ms)
+    else:
+        sample = module.sample_events(args.records, seed=seed)
+    records = [{"key": k, "value": v, "timestamp": t} for k, v, t in sample]
+    logtable.append_records(spark, ctx.warehouse, module.INPUT_TOPIC, records)
+    ctx.print(f"demo: produced {len(records)} sample events to topic {module.INPUT_TOPIC!r}")
     ctx.close()  # the DAG's Spark job runs in its own process
+    _run_dag(ctx, f"lakestate_{module.app.name}")
+    if args.app == "clicks":
+        _show_clicks(ctx, module)
+    else:
+        _show_counts(ctx, module)
+    return 0
+
+
+def _run_dag(ctx, dag_id: str) -> None:
+    """``airflow dags test DAG_ID`` until caught up, its batches printed, its log in
+    airflow_home/; raises if the run failed."""
+    from lakestate.errors import StreamsException
+
     env = dict(os.environ, LAKESTATE_WAREHOUSE=ctx.warehouse.root)
-    log_path = REPO / "airflow_home" / "demo-dag-test.log"
+    log_path = REPO / "airflow_home" / f"{dag_id.removeprefix('lakestate_')}-dag-test.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     ctx.print(
-        "demo: running DAG lakestate_demo through Airflow (dags test) on local Spark; "
+        f"demo: running DAG {dag_id} through Airflow (dags test) on local Spark; "
         f"its log: {log_path}"
     )
     with open(log_path, "w") as log:
@@ -252,7 +282,7 @@ def demo(args: argparse.Namespace, ctx) -> int:
                 str(REPO / "scripts" / "airflow.sh"),
                 "dags",
                 "test",
-                "lakestate_demo",
+                dag_id,
                 "-c",
                 json.dumps({"until_caught_up": True}),
             ],
@@ -271,6 +301,9 @@ def demo(args: argparse.Namespace, ctx) -> int:
             ctx.print(f"  {found.group(0)}")
     if proc.returncode != 0 or "state=success" not in text:
         raise StreamsException(f"the demo DAG run failed; see {log_path}")
+
+
+def _show_counts(ctx, demo_module) -> None:
     from lakestate.engine.inspect import sql as run_sql
     from lakestate.engine.inspect import view_name
 
@@ -290,4 +323,65 @@ def demo(args: argparse.Namespace, ctx) -> int:
     ctx.print(f'demo: lakestate sql "{query}"')
     for row in run_sql(spark, ctx.warehouse, query).collect():
         ctx.print(f"  {row['key']}\t{row['count']}\t(task {row['task']})")
-    return 0
+
+
+def _show_clicks(ctx, clicks) -> None:
+    """The clicks app's final results, alerts, dropped late records and open windows."""
+    from lakestate.engine.inspect import app_pin, format_time, view_name
+    from lakestate.engine.inspect import sql as run_sql
+
+    def hhmm(ms) -> str:  # sample clicks span minutes of one day: the time of day, UTC
+        return format_time(int(ms))[11:]
+
+    spark, wh = ctx.spark, ctx.warehouse
+    final = view_name(clicks.FINAL_TOPIC)
+    query = (
+        "SELECT get_json_object(key, '$.key') AS user, "
+        "CAST(get_json_object(key, '$.window_start') AS BIGINT) AS window_start, value AS clicks "
+        f"FROM {final} ORDER BY timestamp DESC, offset DESC LIMIT 10"
+    )
+    ctx.print(
+        f"demo: final results, one per user and minute once its window closed (topic "
+        f"{clicks.FINAL_TOPIC!r}), the last 10:"
+    )
+    ctx.print(f'  lakestate sql "{query}"')
+    for row in run_sql(spark, wh, query).collect():
+        ctx.print(f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks} clicks")
+    limit = int(clicks.ALERT_INTERVAL.total_seconds() // 60)
+    ctx.print(
+        f"demo: alerts, at most one per user per {limit} minutes of stream time (topic "
+        f"{clicks.ALERT_TOPIC!r}):"
+    )
+    alerts = run_sql(
+        spark,
+        wh,
+        f"SELECT timestamp, value FROM {view_name(clicks.ALERT_TOPIC)} ORDER BY timestamp",
+    )
+    for row in alerts.collect():
+        alert = json.loads(row.value)
+        ctx.print(
+            f"  at {hhmm(row.timestamp)}: {alert['user']} clicked {alert['clicks']} times in "
+            f"the minute from {hhmm(alert['window_start'])}"
+        )
+    metrics = [row.metrics for row in app_pin(wh, clicks.app.name).rows.values()]
+    late = sum(m.get("late-record-drop-total", 0) for m in metrics)
+    lateness = max((m.get("record-lateness-max", 0) for m in metrics), default=0)
+    ctx.print(
+        f"demo: late records dropped (late-record-drop-total): {late:g}; the one furthest behind "
+        f"arrived {lateness / 1000:g} s behind stream time (record-lateness-max)"
+    )
+    store = view_name(f"{clicks.app.name}__{clicks.FINAL_BUFFER}-store")
+    grace = int(clicks.GRACE.total_seconds() * 1000)
+    query = (
+        "SELECT get_json_object(key, '$.key') AS user, "
+        "CAST(get_json_object(key, '$.window_start') AS BIGINT) AS window_start, "
+        f"buffer_time + {grace} AS final_at, value AS clicks_so_far FROM {store} "
+        "WHERE key IS NOT NULL ORDER BY buffer_time, user"
+    )
+    ctx.print("demo: windows still open, emitted once their task's stream time passes end + grace:")
+    ctx.print(f'  lakestate sql "{query}"')
+    for row in run_sql(spark, wh, query).collect():
+        ctx.print(
+            f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks_so_far} clicks so far, final "
+            f"once stream time reaches {hhmm(row.final_at)}"
+        )

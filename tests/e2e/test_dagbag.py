@@ -34,6 +34,18 @@ def test_every_dag_file_imports_cleanly(described: dict) -> None:
     assert MAINTENANCE_DAG in described["dags"]
 
 
+def test_clicks_dags_run_the_clicks_app(described: dict) -> None:
+    dag = described["dags"]["lakestate_clicks"]
+    assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "clicks.py"
+    (task,) = dag["tasks"]
+    assert task["is_spark_submit"], task["class"]
+    assert task["application_args"][0] == str(REPO / "jobs" / "clicks.py")
+    assert task["name"] == "clicks"
+    maintenance = described["dags"]["lakestate_clicks_maintenance"]
+    assert Path(maintenance["fileloc"]).resolve() == REPO / "dags" / "clicks_maintenance.py"
+    assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
+
+
 def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
     dag = described["dags"][DEMO_DAG]
     assert dag["max_active_runs"] == 1

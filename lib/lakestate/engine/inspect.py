@@ -68,11 +68,23 @@ def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
     return AppPin(batches, rows, progress.table_writers(warehouse, app))
 
 
-def _pin_expression(app: str, pin: AppPin, changelog_path: str) -> str:
-    """SQL: the batch a changelog row's task is pinned at (-1: none). A pin before the
-    batch a task's rows were compacted through cannot be answered: ValueError."""
+@dataclass(frozen=True)
+class _StorePin:
+    """How a store's changelog is read at an app pin: ``expression`` is SQL giving the
+    batch a row's task is pinned at (-1: none); ``snapshot_only`` is True when every task
+    is pinned at exactly the batch its rows were compacted through, so no row of the pin
+    lies in a tail."""
+
+    expression: str
+    snapshot_only: bool
+
+
+def _store_pin(app: str, pin: AppPin, changelog_path: str) -> _StorePin:
+    """The pin of one store. A pin before the batch a task's rows were compacted through
+    cannot be answered: ValueError."""
     subs = pin.writers.get(changelog_path, set())
     table = delta_commits.open_table(changelog_path)
+    snapshot_only = True
     for task, batch in sorted(pin.batches.items()):
         if task.subtopology not in subs:
             continue
@@ -83,12 +95,15 @@ def _pin_expression(app: str, pin: AppPin, changelog_path: str) -> str:
                 f"its state as of batch {batch} is gone from the changelog; query batch "
                 f"{compacted} or later (or read an older table version with Delta time travel)"
             )
+        snapshot_only = snapshot_only and batch == compacted
     cases = [
         f"WHEN {t.partition} THEN {b}"
         for t, b in sorted(pin.batches.items())
         if t.subtopology in subs
     ]
-    return f"CASE task {' '.join(cases)} ELSE -1 END" if cases else "-1"
+    if not cases:
+        return _StorePin("-1", False)
+    return _StorePin(f"CASE task {' '.join(cases)} ELSE -1 END", snapshot_only)
 
 
 def state_frame(
@@ -98,16 +113,19 @@ def state_frame(
     helper for plain Spark SQL users."""
     path = warehouse.changelog_path(app, store)
     raw = spark.read.format("delta").load(path)
-    return _latest(raw, _pin_expression(app, app_pin(warehouse, app, batch), path))
+    return _latest(raw, _store_pin(app, app_pin(warehouse, app, batch), path))
 
 
-def _latest(changelog: DataFrame, pin: str) -> DataFrame:
+def _latest(changelog: DataFrame, pin: _StorePin) -> DataFrame:
     """Per task and key, the row with the highest batch_id up to the pin, unless a
     tombstone. Rows compaction wrote (``snapshot_through`` set) hold one row per key and are
     older than every other row of their task, so they need no ranking: a snapshot row
     stands unless a newer row of its key follows it (an anti-join with the tail's keys);
-    only the tail since the last compaction is ranked."""
-    pinned = changelog.where(F.expr(f"batch_id <= {pin}"))
+    only the tail since the last compaction is ranked. When the pin has no tail (every
+    task pinned at its compaction), the snapshot rows are the state as they are."""
+    pinned = changelog.where(F.expr(f"batch_id <= {pin.expression}"))
+    if pin.snapshot_only:
+        return pinned.where(F.col(SNAPSHOT_COLUMN).isNotNull() & F.col("raw_value").isNotNull())
     snapshot = pinned.where(F.col(SNAPSHOT_COLUMN).isNotNull())
     tail = pinned.where(F.col(SNAPSHOT_COLUMN).isNull())
     newest_first = Window.partitionBy("task", "raw_key").orderBy(F.col("batch_id").desc())
@@ -148,8 +166,7 @@ def register_views(
             raw = spark.read.format("delta").option("versionAsOf", version).load(table.path)
             name = view_name(f"{app}__{table.store}")
             raw.createOrReplaceTempView(name + CHANGELOG_SUFFIX)
-            expression = _pin_expression(app, pin, table.path)
-            _latest(raw, expression).createOrReplaceTempView(name)
+            _latest(raw, _store_pin(app, pin, table.path)).createOrReplaceTempView(name)
             views[name] = views[name + CHANGELOG_SUFFIX] = table.path
     return views
 

@@ -23,6 +23,7 @@ from lakestate.errors import (
 )
 from lakestate.records import Change, Record, Window, Windowed
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
+from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
 from lakestate.topology.graph import Topology
 
 __all__ = [
@@ -50,6 +51,8 @@ __all__ = [
     "TimeWindows",
     "Topology",
     "TopologyException",
+    "VersionedKeyValueStore",
+    "VersionedRecord",
     "Window",
     "Windowed",
 ]

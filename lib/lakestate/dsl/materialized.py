@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
 
 from lakestate.errors import TopologyException
 
@@ -17,6 +19,9 @@ class Materialized:
     """
 
     store_name: str | None = None
+    # Set by ``as_versioned``: the store is a versioned key-value store (state/versioned.py)
+    # keeping old versions this long (ms) behind its observed stream time.
+    history_retention_ms: int | None = None
 
     @staticmethod
     def as_(store_name: str) -> Materialized:
@@ -34,3 +39,32 @@ class Materialized:
     @staticmethod
     def with_defaults() -> Materialized:
         return Materialized()
+
+    @staticmethod
+    def as_versioned(store_name: str, history_retention: timedelta) -> Materialized:
+        """A named versioned key-value store (KIP-889) keeping versions ``history_retention``
+        behind its observed stream time; the retention doubles as its grace period."""
+        named = Materialized.as_(store_name)
+        if not isinstance(history_retention, timedelta):
+            raise TopologyException(
+                f"Materialized.as_versioned: history retention must be a timedelta, "
+                f"got {history_retention!r}"
+            )
+        ms = int(history_retention / timedelta(milliseconds=1))
+        if ms <= 0:
+            raise TopologyException(
+                f"Materialized.as_versioned: history retention must be positive (at least "
+                f"1 ms), got {history_retention}"
+            )
+        return replace(named, history_retention_ms=ms)
+
+    @property
+    def is_versioned(self) -> bool:
+        return self.history_retention_ms is not None
+
+    def store_options(self) -> dict[str, Any]:
+        """The store kind's options (``StoreSpec.options``, the view's constructor
+        arguments) this names: the history retention of a versioned store."""
+        if self.history_retention_ms is None:
+            return {}
+        return {"history_retention_ms": self.history_retention_ms}

@@ -10,6 +10,7 @@ from lakestate.errors import TopologyException
 from lakestate.state.dedup import DedupStore
 from lakestate.state.suppression_buffer import SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore
+from lakestate.state.versioned import VersionedKeyValueStore
 from lakestate.state.window import SessionStore, WindowStore
 
 
@@ -53,6 +54,7 @@ STORE_KINDS: dict[str, type[StoreKind]] = {
     SuppressionBuffer.kind: SuppressionBuffer,
     WindowStore.kind: WindowStore,
     SessionStore.kind: SessionStore,
+    VersionedKeyValueStore.kind: VersionedKeyValueStore,
 }
 
 

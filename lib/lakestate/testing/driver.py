@@ -223,6 +223,11 @@ class TopologyTestDriver:
         """The session store ``name`` (``fetch(key)``, ``find_sessions``, ``fetch_session``)."""
         return self._typed_store(name, "session")
 
+    def get_versioned_key_value_store(self, name: str) -> Any:
+        """The versioned store ``name`` (``get(key)``, ``get(key, as_of)``, ``put``,
+        ``delete``): reads see committed data; each put or delete commits at once."""
+        return self._typed_store(name, "versioned")
+
     def _typed_store(self, name: str, kind: str) -> Any:
         spec = self.topology.stores.get(name)
         if spec is None or spec.kind != kind:

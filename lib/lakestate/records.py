@@ -29,10 +29,22 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What a KTable forwards: the new value and the value it replaces (None when absent)."""
+    """What a KTable forwards: the new value and the value it replaces (None when absent).
+
+    ``is_latest`` (KIP-914) is False when the update is older, by timestamp, than the
+    latest version of its key in a *versioned* table (``KTable.is_versioned``): it was put
+    into the version history but does not replace the current value. It is set where a
+    versioned store is written (a versioned table source, ``to_table``, a ``filter`` or
+    ``map_values`` materialized ``as_versioned``: False iff the store's ``put`` did not
+    return -1) and carried unchanged through unmaterialized ``filter``/``map_values``;
+    every other producer of changes (unversioned stores, aggregations) leaves it True.
+    Processors with versioned semantics skip ``is_latest=False`` changes: the table
+    aggregation (at ``group_by``) and table-table joins; ``to_stream`` forwards them.
+    """
 
     new_value: Any
     old_value: Any
+    is_latest: bool = True
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -151,6 +151,7 @@ def test_map_values_maps_updates_and_keeps_deletes(config):
             TestRecord("u1", "EU", 1),
             TestRecord("u1", "US", 2),
             TestRecord("u1", None, 3),
+            TestRecord("u2", None, 4),  # a delete of a key never held, as Kafka forwards it
         ]
         assert None not in calls  # the mapper never sees a delete
         assert dict(driver.get_key_value_store("upper").all()) == {}
@@ -188,6 +189,7 @@ def test_stream_to_table(config):
             TestRecord("b", 2, 2),
             TestRecord("a", 3, 3),
             TestRecord("b", None, 5),
+            TestRecord("z", None, 6),  # a delete of a key never held, as Kafka forwards it
         ]
         assert dict(driver.get_key_value_store("latest").all()) == {"a": 3}
         assert driver.metrics()["dropped-records"] == 1

@@ -27,6 +27,15 @@ if TYPE_CHECKING:
     from lakestate.dsl.ktable import GlobalKTable, KTable
 
 TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
+VERSIONED = "versioned"
+
+
+def table_store_spec(store: str, materialized: Materialized | None) -> StoreSpec:
+    """The store materializing a table: versioned (KIP-889) when ``materialized`` was made
+    with ``Materialized.as_versioned``, else a timestamped key-value store."""
+    if materialized is not None and materialized.is_versioned:
+        return StoreSpec(store, VERSIONED, materialized.store_options())
+    return StoreSpec(store, TIMESTAMPED_KEY_VALUE)
 
 
 def check_callable(fn: Any, what: str, node: str) -> None:
@@ -48,6 +57,8 @@ class GraphBuilder:
         self.stores: dict[str, StoreSpec] = {}
         self.store_owners: dict[str, list[str]] = {}
         self.global_tables: list[GlobalTableSpec] = []
+        # Per join: (join node, source nodes of one side, of the other); see copartition.py.
+        self.copartition_groups: list[tuple[str, list[str], list[str]]] = []
         self._index = 0
 
     def new_name(self, prefix: str) -> str:
@@ -127,6 +138,20 @@ class GraphBuilder:
             return materialized.store_name
         return self.new_name(prefix)
 
+    def source_nodes(self, node: str) -> list[str]:
+        """The source nodes whose records reach ``node`` (what a join co-partitions)."""
+        found: list[str] = []
+        todo, seen = [node], set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if self.nodes[name].kind == SOURCE:
+                found.append(name)
+            todo.extend(self.nodes[name].parents)
+        return sorted(found)
+
     def repartition(self, parent: str, topic_suffix: str, carries_changes: bool = False) -> str:
         """Insert a repartition topic after ``parent``; returns the new source node's name."""
         self.add_sink(
@@ -168,7 +193,9 @@ class StreamsBuilder:
         return KStream(self._graph, name, repartition_required=False)
 
     def table(self, topic: str, materialized: Materialized | None = None) -> KTable:
-        """A changelog stream read as a table: the latest value per key."""
+        """A changelog stream read as a table: the latest value per key. With
+        ``Materialized.as_versioned(...)`` the table is versioned (KIP-914): its store keeps
+        each key's history, and out-of-order records are not updates of the latest value."""
         from lakestate.dsl.ktable import KTable
 
         source = self._graph.new_name("KSTREAM-SOURCE-")
@@ -176,9 +203,10 @@ class StreamsBuilder:
         store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
         self._graph.add_source(source, [topic])
         name = self._graph.new_name("KTABLE-SOURCE-")
-        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        spec = table_store_spec(store, materialized)
+        self._graph.add_store(spec, name)
         self._graph.add_processor(name, source, lambda: TableSource(store), [store])
-        return KTable(self._graph, name, store)
+        return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)
 
     def global_table(self, topic: str, materialized: Materialized | None = None) -> GlobalKTable:
         """A table every task sees whole (not partitioned); read-only to processors."""
@@ -187,6 +215,11 @@ class StreamsBuilder:
         source = self._graph.new_name("KSTREAM-SOURCE-")
         check_topic(topic, source)
         store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
+        if materialized is not None and materialized.is_versioned:
+            raise TopologyException(
+                f"node {source}: a global table cannot be versioned (KIP-914): stream-global "
+                "table joins are not timestamp-synchronized; use Materialized.as_(name)"
+            )
         self._graph.add_source(source, [topic])
         self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True), source)
         self._graph.nodes[source].stores.append(store)
@@ -202,4 +235,5 @@ class StreamsBuilder:
             dict(g.stores),
             copy.deepcopy(g.store_owners),
             list(g.global_tables),
+            copy.deepcopy(g.copartition_groups),
         )

@@ -21,6 +21,16 @@ from lakestate.processors.table import TableAggregate
 from lakestate.topology.graph import StoreSpec
 
 
+def check_unversioned(materialized: Materialized | None, node: str) -> None:
+    """Aggregation results are kept in key-value stores: refuse ``as_versioned`` rather than
+    silently give an unversioned table."""
+    if materialized is not None and materialized.is_versioned:
+        raise TopologyException(
+            f"node {node}: aggregations cannot be materialized as versioned stores yet; "
+            "use Materialized.as_(name)"
+        )
+
+
 class KGroupedStream:
     """A stream grouped by key. Records with a null key or value are not aggregated."""
 
@@ -42,6 +52,7 @@ class KGroupedStream:
         for fn, what in checks:
             check_callable(fn, what, name)
         store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
+        check_unversioned(materialized, name)
         parent = self._node
         if self._repartition_required:
             parent = self._graph.repartition(parent, f"{store}-repartition")
@@ -116,6 +127,7 @@ class KGroupedTable:
         for fn, what in checks:
             check_callable(fn, what, name)
         store = self._graph.store_name(materialized, "KTABLE-AGGREGATE-STATE-STORE-")
+        check_unversioned(materialized, name)
         source = self._graph.repartition(self._node, f"{store}-repartition", carries_changes=True)
         self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
         self._graph.add_processor(

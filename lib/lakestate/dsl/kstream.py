@@ -100,20 +100,21 @@ class KStream:
         self._graph.add_sink(name, self._node, topic)
 
     def to_table(self, materialized: Materialized | None = None) -> KTable:
-        """The stream read as a table (latest value per key, null value deletes)."""
-        from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE
+        """The stream read as a table (latest value per key, null value deletes); versioned
+        (KIP-914) when ``materialized`` is ``Materialized.as_versioned(...)``."""
+        from lakestate.dsl.builder import VERSIONED, table_store_spec
         from lakestate.dsl.ktable import KTable
         from lakestate.processors.table import TableSource
-        from lakestate.topology.graph import StoreSpec
 
         name = self._graph.new_name("KSTREAM-TOTABLE-")
         store = self._graph.store_name(materialized, "KSTREAM-TOTABLE-STATE-STORE-")
         parent = self._node
         if self._repartition_required:
             parent = self._graph.repartition(parent, f"{store}-repartition")
-        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        spec = table_store_spec(store, materialized)
+        self._graph.add_store(spec, name)
         self._graph.add_processor(name, parent, lambda: TableSource(store), [store])
-        return KTable(self._graph, name, store)
+        return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)
 
     def deduplicate_by_key(
         self, interval: timedelta, deduplicated: Deduplicated | None = None

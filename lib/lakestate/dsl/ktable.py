@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder, check_callable
+from lakestate.dsl.builder import VERSIONED, GraphBuilder, check_callable, table_store_spec
 from lakestate.dsl.materialized import Materialized
 from lakestate.processors.table import (
     TableFilter,
@@ -14,7 +14,6 @@ from lakestate.processors.table import (
     TableRepartitionMap,
     TableToStream,
 )
-from lakestate.topology.graph import StoreSpec
 
 if TYPE_CHECKING:
     from lakestate.dsl.grouped import KGroupedTable
@@ -31,11 +30,24 @@ class KTable:
         node: str,
         store_name: str | None,
         window_grace_ms: int | None = None,
+        versioned: bool = False,
     ) -> None:
         self._graph = graph
         self._node = node
         self._store_name = store_name
         self._window_grace_ms = window_grace_ms
+        self._versioned = versioned
+
+    @property
+    def is_versioned(self) -> bool:
+        """Whether this table is versioned (KIP-914): materialized ``as_versioned`` here or
+        upstream, with only unmaterialized ``filter``/``filter_not``/``map_values`` in
+        between. Its changes carry ``Change.is_latest``; aggregations and table-table joins
+        skip out-of-order ones, ``filter`` forwards every tombstone, ``suppress`` is refused.
+        Defined on the upstream topology only, as Kafka does: aggregations, joins,
+        ``suppress`` and ``to_stream().to_table()`` give unversioned tables (unless
+        ``to_table`` is materialized versioned)."""
+        return self._versioned
 
     @property
     def node_name(self) -> str:
@@ -63,20 +75,25 @@ class KTable:
         name = self._graph.new_name(prefix)
         check_callable(fn, what, name)
         store = None
+        # Without its own store the result inherits versioned-ness; with one, the store says.
+        versioned = self._versioned
         if materialized is not None:
             store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
-            self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+            spec = table_store_spec(store, materialized)
+            self._graph.add_store(spec, name)
+            versioned = spec.kind == VERSIONED
         self._graph.add_processor(name, self._node, factory_of(store), [store] if store else [])
-        return KTable(self._graph, name, store)
+        return KTable(self._graph, name, store, versioned=versioned)
 
     def filter(
         self, predicate: Callable[[Any, Any], bool], materialized: Materialized | None = None
     ) -> KTable:
         """Rows for which ``predicate(key, value)`` is false become deletes downstream."""
+        versioned = self._versioned
         return self._materialized_child(
             "KTABLE-FILTER-",
             materialized,
-            lambda s: lambda: TableFilter(predicate, False, s),
+            lambda s: lambda: TableFilter(predicate, False, s, versioned),
             predicate,
             "predicate",
         )
@@ -84,10 +101,11 @@ class KTable:
     def filter_not(
         self, predicate: Callable[[Any, Any], bool], materialized: Materialized | None = None
     ) -> KTable:
+        versioned = self._versioned
         return self._materialized_child(
             "KTABLE-FILTER-",
             materialized,
-            lambda s: lambda: TableFilter(predicate, True, s),
+            lambda s: lambda: TableFilter(predicate, True, s, versioned),
             predicate,
             "predicate",
         )
@@ -120,23 +138,23 @@ class KTable:
         from lakestate.dsl.suppressed import add_suppression
 
         spec = self._graph.stores.get(self._store_name) if self._store_name else None
-        name = add_suppression(
-            self._graph,
-            self._node,
-            suppressed,
-            self._window_grace_ms,
-            None if spec is None else spec.kind,
-        )
+        # A versioned table may have no store of its own (an unmaterialized filter of one).
+        kind = VERSIONED if self._versioned else (None if spec is None else spec.kind)
+        name = add_suppression(self._graph, self._node, suppressed, self._window_grace_ms, kind)
         return KTable(self._graph, name, None, window_grace_ms=self._window_grace_ms)
 
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> KGroupedTable:
         """Re-groups rows by ``selector(key, value) -> (new_key, new_value)``, for an
-        aggregation that subtracts a row's old value and adds its new one."""
+        aggregation that subtracts a row's old value and adds its new one. On a versioned
+        table, out-of-order updates are not aggregated (KIP-914)."""
         from lakestate.dsl.grouped import KGroupedTable
 
         name = self._graph.new_name("KTABLE-SELECT-")
         check_callable(selector, "selector", name)
-        self._graph.add_processor(name, self._node, lambda: TableRepartitionMap(selector))
+        versioned = self._versioned
+        self._graph.add_processor(
+            name, self._node, lambda: TableRepartitionMap(selector, versioned)
+        )
         return KGroupedTable(self._graph, name)
 
 

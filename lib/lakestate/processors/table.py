@@ -2,6 +2,13 @@
 
 A table aggregation subtracts the old value and adds the new one, so an update to an
 upstream row moves its contribution from one group to another.
+
+Versioned tables (KIP-914): a processor writing a versioned store (state/versioned.py)
+forwards what the store accepted, flagged ``Change.is_latest`` when it became the key's
+latest version (``put`` returned -1); a put beyond history retention (NOT_PUT) is dropped.
+Processors given ``versioned_semantics`` (their input table is versioned, decided by the
+DSL) apply KIP-914's rules: the filter forwards every tombstone, ``group_by`` skips
+out-of-order (not latest) changes so aggregations ignore them.
 """
 
 from __future__ import annotations
@@ -12,10 +19,37 @@ from typing import Any
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record
+from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
+from lakestate.state.versioned import VersionedKeyValueStore
+
+
+def put_and_change(
+    store: Any, record: Record, new_value: Any, old_value: Any, is_latest: bool
+) -> Change | None:
+    """Put ``new_value`` into ``store`` and return the change to forward, or None to forward
+    nothing. A versioned store decides ``is_latest`` (its put returns -1 for the latest
+    version, a valid-to for an older one) and refuses puts beyond history retention; an
+    unversioned store is offset-ordered, so what it holds is always the latest."""
+    if isinstance(store, VersionedKeyValueStore):
+        code = store.put(record.key, new_value, record.timestamp)
+        if code == PUT_RETURN_CODE_NOT_PUT:
+            return None
+        return Change(new_value, old_value, code == PUT_RETURN_CODE_VALID_TO_UNDEFINED)
+    if store is not None:
+        store.put(record.key, new_value, record.timestamp)
+        return Change(new_value, old_value)
+    return Change(new_value, old_value, is_latest)
 
 
 class TableSource(Processor):
-    """Materializes a topic as a table: the latest value per key; a null value deletes."""
+    """Materializes a topic as a table: the latest value per key; a null value deletes.
+
+    Every accepted record is forwarded as ``Change(value, previous latest value)``, a
+    tombstone for a key the table never held too (``Change(None, None)``, as Kafka 4's
+    KTableSource does). With a versioned store, a record older than the key's latest
+    version goes into the history and is forwarded with ``is_latest=False``; one beyond
+    history retention is dropped (metric ``dropped-records``).
+    """
 
     def __init__(self, store_name: str) -> None:
         self.store_name = store_name
@@ -28,12 +62,16 @@ class TableSource(Processor):
         if record.key is None:
             self.context.metric("dropped-records")
             return
-        old = self.store.get_with_timestamp(record.key)
-        self.store.put(record.key, record.value, record.timestamp)
-        old_value = None if old is None else old.value
-        if record.value is None and old_value is None:
+        if isinstance(self.store, VersionedKeyValueStore):  # the latest by timestamp
+            latest = self.store.get(record.key)
+            old_value = None if latest is None else latest.value
+        else:
+            old_value = self.store.get(record.key)
+        change = put_and_change(self.store, record, record.value, old_value, True)
+        if change is None:
+            self.context.metric("dropped-records")
             return
-        self.context.forward(record.with_value(Change(record.value, old_value)))
+        self.context.forward(record.with_value(change))
 
 
 class _MaterializingTableProcessor(Processor):
@@ -47,20 +85,27 @@ class _MaterializingTableProcessor(Processor):
         self.store = context.get_state_store(self.store_name) if self.store_name else None
 
     def emit(self, record: Record, new_value: Any, old_value: Any) -> None:
-        if new_value is None and old_value is None:
-            return
-        if self.store is not None:
-            self.store.put(record.key, new_value, record.timestamp)
-        self.context.forward(record.with_value(Change(new_value, old_value)))
+        change = put_and_change(self.store, record, new_value, old_value, record.value.is_latest)
+        if change is not None:
+            self.context.forward(record.with_value(change))
 
 
 class TableFilter(_MaterializingTableProcessor):
+    """Rows failing the predicate become deletes. A delete of a row that was already absent
+    downstream is dropped, except on a versioned table (``versioned_semantics``): there an
+    out-of-order record may land before it, so every tombstone is part of the history."""
+
     def __init__(
-        self, predicate: Callable[[Any, Any], bool], negate: bool, store_name: str | None
+        self,
+        predicate: Callable[[Any, Any], bool],
+        negate: bool,
+        store_name: str | None,
+        versioned_semantics: bool = False,
     ) -> None:
         super().__init__(store_name)
         self.predicate = predicate
         self.negate = negate
+        self.versioned_semantics = versioned_semantics
 
     def _keep(self, key: Any, value: Any) -> Any:
         if value is None:
@@ -69,14 +114,17 @@ class TableFilter(_MaterializingTableProcessor):
 
     def process(self, record: Record) -> None:
         change: Change = record.value
-        self.emit(
-            record,
-            self._keep(record.key, change.new_value),
-            self._keep(record.key, change.old_value),
-        )
+        new_value = self._keep(record.key, change.new_value)
+        old_value = self._keep(record.key, change.old_value)
+        if new_value is None and old_value is None and not self.versioned_semantics:
+            return
+        self.emit(record, new_value, old_value)
 
 
 class TableMapValues(_MaterializingTableProcessor):
+    """Maps each row's value (deletes stay deletes). Forwards every change, a delete of an
+    absent row too, as Kafka's KTableMapValues does."""
+
     def __init__(self, mapper: Callable[[Any], Any], store_name: str | None) -> None:
         super().__init__(store_name)
         self.mapper = mapper
@@ -102,11 +150,17 @@ class TableRepartitionMap(Processor):
     """``group_by`` on a table: re-keys the old and the new value with ``selector``.
 
     When both map to the same key they travel as one change; otherwise the old value is
-    sent (to be subtracted) before the new one (to be added).
+    sent (to be subtracted) before the new one (to be added). On a versioned table
+    (``versioned_semantics``) an out-of-order change (``is_latest`` False) is dropped here,
+    so the aggregation downstream holds the latest-by-timestamp rows only (KIP-914) and the
+    repartition topic needs no flag.
     """
 
-    def __init__(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+    def __init__(
+        self, selector: Callable[[Any, Any], tuple[Any, Any]], versioned_semantics: bool = False
+    ) -> None:
         self.selector = selector
+        self.versioned_semantics = versioned_semantics
 
     def _select(self, key: Any, value: Any) -> tuple[Any, Any] | None:
         if value is None:
@@ -118,6 +172,8 @@ class TableRepartitionMap(Processor):
 
     def process(self, record: Record) -> None:
         change: Change = record.value
+        if self.versioned_semantics and not change.is_latest:
+            return
         new = self._select(record.key, change.new_value)
         old = self._select(record.key, change.old_value)
         ts = record.timestamp

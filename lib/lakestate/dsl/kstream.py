@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.builder import GraphBuilder, check_callable, check_topic
 from lakestate.dsl.materialized import Materialized
+from lakestate.errors import TopologyException
 from lakestate.processors.stateless import Filter, Map, MapValues, Peek, SelectKey
 
 if TYPE_CHECKING:
     from lakestate.dsl.deduplicated import Deduplicated
     from lakestate.dsl.grouped import KGroupedStream
-    from lakestate.dsl.ktable import KTable
+    from lakestate.dsl.ktable import GlobalKTable, KTable
 
 
 class KStream:
@@ -164,6 +165,35 @@ class KStream:
             id_selector,
         )
         return KStream(self._graph, name, repartition_required)
+
+    def join(self, table: KTable | GlobalKTable, *args: Any) -> KStream:
+        """Inner join with a table: ``join(table, joiner)``, each record joined with the
+        table's row for its key, ``joiner(stream_value, table_value)``; read as of the
+        record's timestamp when the table is versioned (KIP-914), its latest row otherwise.
+        Records without a row are dropped. With a global table, ``join(global_table,
+        key_selector, joiner)`` looks up ``key_selector(key, value)``. Records with a null
+        value or join key are dropped (metric ``dropped-records``). A key change upstream
+        makes the stream go through a repartition topic first."""
+        return self._join(table, args, left=False)
+
+    def left_join(self, table: KTable | GlobalKTable, *args: Any) -> KStream:
+        """Like ``join``, but a record without a table row (or with a null join key, or
+        looked up beyond a versioned table's history retention) is joined with None."""
+        return self._join(table, args, left=True)
+
+    def _join(self, table: Any, args: tuple[Any, ...], left: bool) -> KStream:
+        from lakestate.dsl.joins import stream_global_table_join, stream_table_join
+        from lakestate.dsl.ktable import GlobalKTable
+
+        if isinstance(table, GlobalKTable):
+            if len(args) != 2:
+                raise TopologyException(
+                    "a join with a global table takes (global_table, key_selector, joiner)"
+                )
+            return stream_global_table_join(self, table, args[0], args[1], left)
+        if len(args) != 1:
+            raise TopologyException("a join with a table takes (table, joiner)")
+        return stream_table_join(self, table, args[0], left)
 
     def group_by_key(self) -> KGroupedStream:
         """Groups by the current key, for an aggregation."""

@@ -143,6 +143,42 @@ class KTable:
         name = add_suppression(self._graph, self._node, suppressed, self._window_grace_ms, kind)
         return KTable(self._graph, name, None, window_grace_ms=self._window_grace_ms)
 
+    def join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Primary-key inner join: a row for each key both tables hold,
+        ``joiner(this_value, other_value)``, updated when either side changes (its timestamp
+        the larger of the two rows'). An out-of-order update of a versioned side gives no new
+        result (KIP-914). ``materialized`` keeps the result in a queryable store."""
+        from lakestate.dsl.joins import table_table_join
+
+        return table_table_join(self, other, joiner, "inner", materialized)
+
+    def left_join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Like ``join``, with a row for every key of this table (``other_value`` None)."""
+        from lakestate.dsl.joins import table_table_join
+
+        return table_table_join(self, other, joiner, "left", materialized)
+
+    def outer_join(
+        self,
+        other: KTable,
+        joiner: Callable[[Any, Any], Any],
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """Like ``join``, with a row for every key of either table (the missing side None)."""
+        from lakestate.dsl.joins import table_table_join
+
+        return table_table_join(self, other, joiner, "outer", materialized)
+
     def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> KGroupedTable:
         """Re-groups rows by ``selector(key, value) -> (new_key, new_value)``, for an
         aggregation that subtracts a row's old value and adds its new one. On a versioned

@@ -13,7 +13,8 @@ from lakestate.engine import changelog, progress
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits, logtable
 from lakestate.task_id import TaskId
-from lakestate.topology.graph import internal_topic_name
+from lakestate.topology import copartition
+from lakestate.topology.graph import SubTopology, internal_topic_name
 from lakestate.warehouse import Warehouse
 
 
@@ -70,7 +71,22 @@ def prepare(spark: Callable[[], SparkSession], app: App, warehouse: Warehouse) -
     task_counts: dict[int, int] = {}
     outputs: dict[str, int] = {}
     partitions: dict[str, int] = {}
-    for sub in topology.subtopologies:
+    def real(topic: str) -> str:
+        return internal_topic_name(app.name, topic) if topic in internal else topic
+
+    internal = {s for sub in topology.subtopologies for s in sub.repartition_sources}
+    groups = topology.copartition_groups
+    # A join's sides must be co-partitioned (Kafka's CopartitionedTopicsEnforcer): checked
+    # on the input topics before anything is created or committed.
+    known = {
+        real(t): logtable.partitions(None, warehouse, real(t))
+        for g in groups
+        for t in g.topics
+        if logtable.topic_exists(None, warehouse, real(t))
+    }
+    for group in groups:
+        copartition.check(group, known, real)
+    for sub in _writers_first(topology.subtopologies):
         names = list(sub.source_topics) + [
             internal_topic_name(app.name, s) for s in sub.repartition_sources
         ]
@@ -91,13 +107,43 @@ def prepare(spark: Callable[[], SparkSession], app: App, warehouse: Warehouse) -
             internal_topic_name(app.name, s) for s in sub.repartition_sinks
         ]:
             if not logtable.topic_exists(None, warehouse, topic):
-                logtable.create_topic(spark(), warehouse, topic, task_counts[sub.id])
+                # A repartition topic feeding a join gets the other side's partition count.
+                count = task_counts[sub.id]
+                for group in groups:
+                    if any(real(t) == topic for t in group.topics):
+                        count = copartition.external_count(group, partitions, real) or count
+                logtable.create_topic(spark(), warehouse, topic, count)
             outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
+    for group in groups:  # a repartition topic made earlier with another count, too
+        copartition.check(group, partitions, real)
     for name, spec in topology.stores.items():
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
     progress.ensure_table(warehouse.progress_path(app.name), app.name)
     return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions)
+
+
+def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:
+    """Sub-topologies ordered so that each comes after those writing its repartition
+    topics (a join's sub-topology may have a lower id than the one repartitioning its
+    stream), so each input exists when its readers are resolved."""
+    writers = {t: sub.id for sub in subtopologies for t in sub.repartition_sinks}
+    by_id = {sub.id: sub for sub in subtopologies}
+    ordered: list[SubTopology] = []
+    done: set[int] = set()
+
+    def visit(sub: SubTopology, path: set[int]) -> None:
+        if sub.id in done or sub.id in path:
+            return
+        for topic in sub.repartition_sources:
+            if topic in writers:
+                visit(by_id[writers[topic]], path | {sub.id})
+        done.add(sub.id)
+        ordered.append(sub)
+
+    for sub in subtopologies:
+        visit(sub, set())
+    return ordered
 
 
 def check_format(warehouse: Warehouse, app: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lakestate.errors import TopologyException
+from lakestate.topology.copartition import CopartitionGroup
 from lakestate.topology.graph import (
     SINK,
     SOURCE,
@@ -19,8 +20,10 @@ def build_topology(
     stores: dict[str, StoreSpec],
     store_owners: dict[str, list[str]],
     global_tables: list[GlobalTableSpec],
+    copartition: list[tuple[str, list[str], list[str]]] | None = None,
 ) -> Topology:
-    """Check the graph and cut it at repartition topics into sub-topologies."""
+    """Check the graph and cut it at repartition topics into sub-topologies.
+    ``copartition``: per join, (join node, source nodes of one side, of the other)."""
     _validate(nodes, stores, store_owners, global_tables)
     order = {name: i for i, name in enumerate(nodes)}
     global_nodes = {g.source_node for g in global_tables}
@@ -76,7 +79,37 @@ def build_topology(
                 ),
             )
         )
-    return Topology(nodes, stores, subtopologies, list(global_tables))
+    groups = _copartition_groups(nodes, subtopologies, copartition or [])
+    return Topology(nodes, stores, subtopologies, list(global_tables), groups)
+
+
+def _copartition_groups(
+    nodes: dict[str, Node],
+    subtopologies: list[SubTopology],
+    joins: list[tuple[str, list[str], list[str]]],
+) -> list[CopartitionGroup]:
+    """Each join's sides as topics; both must run in the join's sub-topology (one task
+    reads partition p of both), which sharing the table's store gives."""
+    sub_of = {name: sub.id for sub in subtopologies for name in sub.nodes}
+    groups = []
+    for join, left, right in joins:
+        for side in (left, right):
+            for source in side:
+                if sub_of.get(source) != sub_of.get(join):
+                    raise TopologyException(
+                        f"invalid topology: join {join} reads source {source} from another "
+                        "sub-topology; both sides of a join must be co-partitioned"
+                    )
+        internal = frozenset(t for s in left + right if nodes[s].internal_topic for t in nodes[s].topics)
+        groups.append(
+            CopartitionGroup(
+                join,
+                tuple(t for s in left for t in nodes[s].topics),
+                tuple(t for s in right for t in nodes[s].topics),
+                internal,
+            )
+        )
+    return groups
 
 
 def _validate(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakestate.processors.api import Processor
+from lakestate.topology.copartition import CopartitionGroup
 
 SOURCE = "source"
 PROCESSOR = "processor"
@@ -93,11 +94,14 @@ class Topology:
         stores: dict[str, StoreSpec],
         subtopologies: list[SubTopology],
         global_tables: list[GlobalTableSpec],
+        copartition_groups: list[CopartitionGroup] | None = None,
     ) -> None:
         self.nodes = nodes
         self.stores = stores
         self.subtopologies = subtopologies
         self.global_tables = global_tables
+        # One per join: topics that must have the same partition count (checked at run time).
+        self.copartition_groups = list(copartition_groups or [])
 
     def subtopology_for_topic(self, topic: str, application_id: str) -> SubTopology | None:
         """The sub-topology reading ``topic`` (its real name), if any."""

@@ -1,0 +1,223 @@
+"""Joins: stream-table, stream-global-table and table-table (primary key), as Kafka's
+KStreamKTableJoinProcessor and KTableKTable{Inner,Left,Right,Outer}Join.
+
+Stream-table (and stream-global-table): each stream record looks up the table at the
+time of the record when the table is versioned (KIP-914: ``get(key, as_of=timestamp)``),
+at its latest value otherwise. The table side only updates its store: a table update
+never triggers output. As in Kafka 4: a record with a null value is dropped, and so is a
+null join key in an inner join (metric ``dropped-records``); a left join forwards a null
+join key with a None table value. A lookup beyond the versioned store's history retention
+finds nothing unless the key's latest version was already valid then (the store's rule),
+and "nothing" is handled as any other miss: an inner join drops the record, a left join
+forwards it with None (KIP-914).
+
+Table-table: one processor per side, each reading the other side's store (latest value)
+when its own side changes; the result's timestamp is the larger of the two rows'. Old
+values are always computed (lakestate's tables always forward ``Change(new, old)``). An
+update from a versioned side that is not its key's latest version (``Change.is_latest``
+False) produces no result (KIP-914), counted in ``dropped-records`` as Kafka counts it;
+an out-of-order update from an unversioned side joins as any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from lakestate.processors.api import Processor
+from lakestate.records import Change, Record
+from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
+from lakestate.state.versioned import VersionedKeyValueStore
+
+DROPPED = "dropped-records"
+
+Joiner = Callable[[Any, Any], Any]
+# Which processor a table-table join side runs (Kafka's class names): a left join's left side
+# is "left", its right side "right" (the left row survives a right-side delete).
+TableJoinHow = Literal["inner", "left", "right", "outer"]
+
+# ``Change.is_latest`` (KIP-914) comes with versioned tables in the DSL; until a Change has
+# it, every change counts as the latest.
+_CHANGE_HAS_IS_LATEST = "is_latest" in getattr(Change, "__dataclass_fields__", {})
+
+
+def _change(new_value: Any, old_value: Any, is_latest: bool) -> Change:
+    if _CHANGE_HAS_IS_LATEST:
+        return Change(new_value, old_value, is_latest)  # type: ignore[call-arg]
+    return Change(new_value, old_value)
+
+
+def _is_latest(change: Change) -> bool:
+    return bool(getattr(change, "is_latest", True))
+
+
+def _row(store: Any, key: Any) -> tuple[Any, int] | None:
+    """(value, timestamp) of ``key``'s current row in a table's store (the latest version
+    of a versioned store), or None when the key has none."""
+    if isinstance(store, VersionedKeyValueStore):
+        found = store.get(key)
+    else:
+        found = store.get_with_timestamp(key)
+    if found is None or found.value is None:
+        return None
+    return found.value, found.timestamp
+
+
+class StreamTableJoin(Processor):
+    """``stream.join(table)`` / ``left_join``; with ``key_selector``, a join with a global
+    table on ``key_selector(key, value)`` (Kafka's KStreamGlobalKTableJoin)."""
+
+    def __init__(
+        self,
+        store_name: str,
+        joiner: Joiner,
+        left: bool,
+        versioned: bool,
+        key_selector: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        self.store_name = store_name
+        self.joiner = joiner
+        self.left = left
+        self.versioned = versioned
+        self.key_selector = key_selector
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+        if self.versioned and not isinstance(self.store, VersionedKeyValueStore):
+            raise TypeError(f"store {self.store_name!r} of a versioned table is not versioned")
+
+    def process(self, record: Record) -> None:
+        # A null value is "no record" in a key-value model, and None is what a left join
+        # passes for a missing table row: Kafka drops such records rather than be ambiguous.
+        if record.value is None:
+            self.context.metric(DROPPED)
+            return
+        key = (
+            record.key if self.key_selector is None else self.key_selector(record.key, record.value)
+        )
+        if key is None and not self.left:
+            self.context.metric(DROPPED)
+            return
+        table_value = None if key is None else self._lookup(key, record.timestamp)
+        if table_value is None and not self.left:
+            return
+        self.context.forward(record.with_value(self.joiner(record.value, table_value)))
+
+    def _lookup(self, key: Any, timestamp: int) -> Any:
+        if self.versioned:
+            found = self.store.get(key, timestamp)
+            return None if found is None else found.value
+        found = self.store.get_with_timestamp(key)
+        return None if found is None else found.value
+
+
+class TableTableJoin(Processor):
+    """One side of ``this.join/left_join/outer_join(other)``: joins each change of its side
+    with the other side's current row. ``joiner`` takes (this side's value, other side's
+    value): the DSL passes the right side a reversed joiner."""
+
+    def __init__(
+        self, other_store: str, joiner: Joiner, how: TableJoinHow, versioned: bool
+    ) -> None:
+        self.other_store = other_store
+        self.joiner = joiner
+        self.how = how
+        self.versioned = versioned  # this side's table is versioned: skip out-of-order changes
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.other = context.get_state_store(self.other_store)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            self.context.metric(DROPPED)
+            return
+        change: Change = record.value
+        is_latest = _is_latest(change)
+        if self.versioned and not is_latest:
+            # KIP-914: an older version of a key does not change the latest join result.
+            self.context.metric(DROPPED)
+            return
+        other = _row(self.other, record.key)
+        other_value = None if other is None else other[0]
+        new, old = change.new_value, change.old_value
+        how = self.how
+        if other is None:
+            if how in ("inner", "right"):
+                return
+            if new is None and old is None:
+                return
+        # Kafka's left join takes max(ts, -1) for a missing row: the record's own timestamp.
+        timestamp = record.timestamp if other is None else max(record.timestamp, other[1])
+        joiner = self.joiner
+        if how == "right":
+            # This side is a left join's right side: the left row stays, joined with None.
+            new_result = joiner(new, other_value)
+            old_result = joiner(old, other_value)
+        elif how == "outer":
+            new_result = (
+                joiner(new, other_value) if (new is not None or other is not None) else None
+            )
+            old_result = (
+                joiner(old, other_value) if (old is not None or other is not None) else None
+            )
+        else:
+            new_result = None if new is None else joiner(new, other_value)
+            old_result = None if old is None else joiner(old, other_value)
+        self.context.forward(
+            Record(
+                record.key, _change(new_result, old_result, is_latest), timestamp, record.headers
+            )
+        )
+
+
+class TableJoinMerge(Processor):
+    """Where both sides' results meet (Kafka's KTableKTableJoinMerger): the join's table.
+    Materialized, it keeps each result in its store; a versioned store decides
+    ``is_latest`` and refuses (drops) a result beyond its history retention."""
+
+    def __init__(self, store_name: str | None) -> None:
+        self.store_name = store_name
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name) if self.store_name else None
+
+    def process(self, record: Record) -> None:
+        store = self.store
+        if store is None:
+            self.context.forward(record)
+            return
+        change: Change = record.value
+        if isinstance(store, VersionedKeyValueStore):
+            code = store.put(record.key, change.new_value, record.timestamp)
+            if code == PUT_RETURN_CODE_NOT_PUT:
+                return
+            is_latest = code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+        else:
+            store.put(record.key, change.new_value, record.timestamp)
+            is_latest = True
+        self.context.forward(
+            record.with_value(_change(change.new_value, change.old_value, is_latest))
+        )
+
+
+class TableMaterialize(Processor):
+    """Keeps an unmaterialized table's rows in a store, so that a join can read them (Kafka
+    computes them on demand through value getters; a store gives the same rows)."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            return
+        change: Change = record.value
+        if not _is_latest(change):
+            return  # an older version never replaces the current row
+        self.store.put(record.key, change.new_value, record.timestamp)

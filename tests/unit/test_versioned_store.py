@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lakestate import Materialized, StreamsBuilder, TopologyException
 from lakestate.errors import InvalidStateStoreException, StreamsException
-from lakestate.processors.api import Processor
 from lakestate.state.base import IsolationLevel, Transaction
 from lakestate.state.keys import encode_i64_be, encode_key
 from lakestate.state.memory import in_memory_store
@@ -33,7 +32,6 @@ from lakestate.state.versioned import (
     VersionedRecord,
 )
 from lakestate.testing.driver import TopologyTestDriver
-from lakestate.topology.graph import StoreSpec
 from state_backends import BACKENDS, store_factories
 
 NAME = "tiers"
@@ -611,27 +609,10 @@ def test_materialized_as_versioned():
         Materialized.as_versioned("", timedelta(seconds=1))
 
 
-class _PutVersions(Processor):
-    """Puts each record into the versioned store at its timestamp (a stand-in for the
-    versioned table source the DSL will have)."""
-
-    def init(self, context) -> None:
-        super().init(context)
-        self.store = context.get_state_store("tiers")
-
-    def process(self, record) -> None:
-        self.store.put(record.key, record.value, record.timestamp)
-
-
 @pytest.mark.parametrize("config", [{}, {"lakestate.state.backend": "rocksdb"}])
 def test_driver_get_versioned_key_value_store(config):
     b = StreamsBuilder()
-    b.stream("tiers-in")
-    graph = b._graph
-    source = next(iter(graph.nodes))
-    materialized = Materialized.as_versioned("tiers", timedelta(seconds=1))
-    graph.add_store(StoreSpec("tiers", "versioned", materialized.store_options()), "PUT")
-    graph.add_processor("PUT", source, _PutVersions, ["tiers"])
+    b.table("tiers-in", Materialized.as_versioned("tiers", timedelta(seconds=1)))
     with TopologyTestDriver(b.build(), config) as driver:
         topic = driver.create_input_topic("tiers-in")
         topic.pipe_input(42, "silver", timestamp=1000)

@@ -16,11 +16,14 @@ import lakestate as ls
 from scenario import (
     INPUT_TOPIC,
     OUTPUT_TOPIC,
+    TABLE_TOPIC,
     AggregateParams,
     Buffer,
     Params,
     SessionWindowedParams,
+    StreamTableJoinParams,
     Suppress,
+    TableTableJoinParams,
     TimeWindowedParams,
 )
 
@@ -137,10 +140,46 @@ def session_windowed_aggregate(params: SessionWindowedParams) -> ls.Topology:
     return builder.build()
 
 
+def _joined(left: Any, right: Any) -> str:
+    return f"{'null' if left is None else left}|{'null' if right is None else right}"
+
+
+def _table(builder: ls.StreamsBuilder, topic: str, store: str, retention: int | None) -> ls.KTable:
+    if retention is None:
+        return builder.table(topic, ls.Materialized.as_(store))
+    return builder.table(topic, ls.Materialized.as_versioned(store, _ms(retention)))
+
+
+def stream_table_join(params: StreamTableJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    table = _table(builder, TABLE_TOPIC, "table-store", params.history_retention)
+    stream = builder.stream(INPUT_TOPIC)
+    if params.join == "inner":
+        joined = stream.join(table, _joined)
+    elif params.join == "left":
+        joined = stream.left_join(table, _joined)
+    else:
+        raise ValueError(f"a stream-table join is inner or left, not {params.join!r}")
+    joined.to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def table_table_join(params: TableTableJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    left = _table(builder, INPUT_TOPIC, "left-store", params.left_retention)
+    right = _table(builder, TABLE_TOPIC, "right-store", params.right_retention)
+    join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[params.join]
+    materialized = ls.Materialized.as_("joined") if params.materialized else None
+    join(right, _joined, materialized=materialized).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     AggregateParams.kind: aggregate,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,
+    StreamTableJoinParams.kind: stream_table_join,
+    TableTableJoinParams.kind: table_table_join,
 }
 
 

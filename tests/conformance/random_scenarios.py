@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 
 from scenario import (
+    INPUT_TOPIC,
+    TABLE_TOPIC,
     AggregateParams,
     Aggregation,
     Buffer,
@@ -22,7 +25,9 @@ from scenario import (
     Params,
     Scenario,
     SessionWindowedParams,
+    StreamTableJoinParams,
     Suppress,
+    TableTableJoinParams,
     TimeWindowedParams,
 )
 
@@ -221,4 +226,74 @@ def spilling(seed: int, count: int) -> list[Scenario]:
             suppress = Suppress("time_limit", rng.choice((1, 3)), buffer)
         params, boundaries = _time_windows(rng, aggregation, rng.random() < 0.5, suppress)
         scenarios.append(_scenario(rng, f"spill-{i}", params, boundaries, 6))
+    return scenarios
+
+
+# -- joins -----------------------------------------------------------------------------------
+
+
+def retention_boundaries(retentions: tuple[int, ...]) -> Boundaries:
+    """Timestamps at the edge of a versioned store's history retention (stream time - R,
+    one either side: a put or lookup just within or just beyond it), and equal timestamps."""
+
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        out = list(recent)
+        for retention in retentions:
+            out += [stream_time - retention + d for d in (-1, 0, 1)]
+        return out
+
+    return candidates
+
+
+def _join_scenario(
+    rng: random.Random, name: str, params: Params, retentions: tuple[int, ...]
+) -> Scenario:
+    """Records on both topics ("in" and "table"), out of order, with null keys and values;
+    the table side gets the first records more often, so that joins find rows."""
+    serde = "long" if rng.random() < 0.5 else "string"
+    records = inputs(rng, rng.randint(8, 40), retention_boundaries(retentions), 6)
+    topics = [
+        INPUT_TOPIC if rng.random() < 0.5 - 0.3 * (i < 4) else TABLE_TOPIC
+        for i in range(len(records))
+    ]
+    records = [replace(r, topic=t) for r, t in zip(records, topics, strict=True)]
+    return Scenario(name, params, _with_values(rng, records, serde), serde)
+
+
+def _retention(rng: random.Random, versioned: bool) -> int | None:
+    return rng.choice((1, 3, 8, 50)) if versioned else None
+
+
+def stream_table_joins(seed: int, versioned: bool, count: int) -> list[Scenario]:
+    """Stream-table joins, inner and left, with a versioned table or a plain one."""
+    group = f"join-stream_table-{'versioned' if versioned else 'unversioned'}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        params = StreamTableJoinParams(rng.choice(("inner", "left")), _retention(rng, versioned))
+        retentions = () if params.history_retention is None else (params.history_retention,)
+        scenarios.append(_join_scenario(rng, f"{group}-{i}", params, retentions))
+    return scenarios
+
+
+def table_table_joins(seed: int, versioned: bool, count: int) -> list[Scenario]:
+    """Table-table joins, inner, left and outer; with ``versioned``, one side or both
+    versioned (mixed versioning is KIP-914's case too)."""
+    group = f"join-table_table-{'versioned' if versioned else 'unversioned'}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        sides = (
+            rng.choice(((True, False), (False, True), (True, True)))
+            if versioned
+            else (False, False)
+        )
+        params = TableTableJoinParams(
+            rng.choice(("inner", "left", "outer")),
+            _retention(rng, sides[0]),
+            _retention(rng, sides[1]),
+            rng.random() < 0.3,
+        )
+        retentions = tuple(r for r in (params.left_retention, params.right_retention) if r)
+        scenarios.append(_join_scenario(rng, f"{group}-{i}", params, retentions))
     return scenarios

@@ -89,7 +89,44 @@ class SessionWindowedParams:
     suppress: Suppress | None = None
 
 
-Params = AggregateParams | TimeWindowedParams | SessionWindowedParams
+# Joins read a second topic: the table side of a stream-table join, the right side of a
+# table-table join. Their joiner writes "left|right", a null as "null" (Java's concatenation).
+TABLE_TOPIC = "table"
+
+JoinType = Literal["inner", "left", "outer"]
+
+
+@dataclass(frozen=True)
+class StreamTableJoinParams:
+    """``stream("in").join/leftJoin(table("table"), joiner)``; the table is materialized
+    as a versioned store keeping ``history_retention`` ms (KIP-914: read as of each stream
+    record's time) when set, else as a plain key-value store."""
+
+    kind: ClassVar[str] = "stream_table_join"
+    join: JoinType
+    history_retention: int | None = None
+
+
+@dataclass(frozen=True)
+class TableTableJoinParams:
+    """``table("in").join/leftJoin/outerJoin(table("table"), joiner)``, the result's updates
+    to "out"; each side versioned with its retention when set (KIP-914: out-of-order
+    updates of a versioned side give no result); the result materialized or not."""
+
+    kind: ClassVar[str] = "table_table_join"
+    join: JoinType
+    left_retention: int | None = None
+    right_retention: int | None = None
+    materialized: bool = False
+
+
+Params = (
+    AggregateParams
+    | TimeWindowedParams
+    | SessionWindowedParams
+    | StreamTableJoinParams
+    | TableTableJoinParams
+)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,17 @@ import os
 import lakestate as ls
 import pytest
 from harness import KafkaRun, compare, run_kafka, run_lakestate
-from random_scenarios import AGGREGATIONS, spilling, suppressed, unwindowed, windowed
+from random_scenarios import (
+    AGGREGATIONS,
+    spilling,
+    stream_table_joins,
+    suppressed,
+    table_table_joins,
+    unwindowed,
+    windowed,
+)
 from scenario import (
+    TABLE_TOPIC,
     AggregateParams,
     Buffer,
     Input,
@@ -33,6 +42,7 @@ from scenario import (
     Scenario,
     SessionWindowedParams,
     Suppress,
+    TableTableJoinParams,
     TimeWindowedParams,
 )
 
@@ -73,6 +83,16 @@ GROUPS: dict[str, list[Scenario]] = {
         SEED, "suppress-max_bytes", "time_limit", ("unwindowed",) + TIME_WINDOWS, PER_GROUP, True
     ),
     "spill_to_disk": spilling(SEED, PER_GROUP),
+    # Joins: two input topics, out-of-order timestamps, null keys and values, versioned
+    # tables' history retention crossed (issue 15).
+    **{
+        f"join-{shape}-{v}": joins(SEED, v == "versioned", 2 * PER_GROUP)
+        for shape, joins in (
+            ("stream_table", stream_table_joins),
+            ("table_table", table_table_joins),
+        )
+        for v in ("unversioned", "versioned")
+    },
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [
@@ -98,7 +118,7 @@ def _group_param(group: str) -> object:
     marks = []
     if group.startswith(("suppress", "spill")):
         marks.append(NO_SUPPRESS)
-    elif not group.startswith("aggregate-"):
+    elif not group.startswith(("aggregate-", "join-")):
         marks.append(NO_WINDOWS)
     if group in KNOWN_DIFFERENCES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[group]))
@@ -185,6 +205,34 @@ KNOWN: list[tuple[Scenario, Outcome]] = [
         ),
     ),
 ]
+
+KNOWN.append(
+    (
+        # KIP-914's example: A at 0 and 5, B at 2, 3, 4, then A at 1 out of order. Both
+        # tables versioned: the late A update gives no new result (counted as dropped).
+        Scenario(
+            "known-versioned-table-join",
+            TableTableJoinParams("inner", left_retention=100, right_retention=100),
+            (
+                Input("k", "a0", 0),
+                Input("k", "a5", 5),
+                Input("k", "b2", 2, TABLE_TOPIC),
+                Input("k", "b3", 3, TABLE_TOPIC),
+                Input("k", "b4", 4, TABLE_TOPIC),
+                Input("k", "a1", 1),
+            ),
+            "string",
+        ),
+        Outcome(
+            (
+                OutRecord("k", None, None, "a5|b2", 5, 2),
+                OutRecord("k", None, None, "a5|b3", 5, 3),
+                OutRecord("k", None, None, "a5|b4", 5, 4),
+            ),
+            dropped_records=1,
+        ),
+    )
+)
 
 ALL = [s for group in GROUPS.values() for s in group] + [s for s, _ in KNOWN]
 

@@ -6,11 +6,14 @@ import java.util.Map;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.Joined;
+import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
@@ -20,13 +23,16 @@ import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.Suppressed.BufferConfig;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.Stores;
 
 /**
  * The topology kinds a scenario can name, each built with Kafka's DSL from the scenario's
  * params. Every kind reads topic "in" (String keys, values by the scenario's value_serde) and
- * writes topic "out". To add a kind, add a builder to {@link #KINDS} and the same kind to
+ * writes topic "out"; joins read topic "table" too. To add a kind, add a builder to {@link #KINDS} and the same kind to
  * tests/conformance/harness.py (its Python twin).
  *
  * <p>The functions are fixed so both sides compute the same thing: reduce sums longs (a null
@@ -48,7 +54,9 @@ final class Topologies {
     static final Map<String, Kind> KINDS = Map.of(
             "aggregate", Topologies::aggregate,
             "time_windowed_aggregate", Topologies::timeWindowedAggregate,
-            "session_windowed_aggregate", Topologies::sessionWindowedAggregate);
+            "session_windowed_aggregate", Topologies::sessionWindowedAggregate,
+            "stream_table_join", Topologies::streamTableJoin,
+            "table_table_join", Topologies::tableTableJoin);
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);
@@ -128,6 +136,64 @@ final class Topologies {
         table = suppress(table, params.get("suppress"));
         table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, outValues));
         return new Built(builder.build(), cast(keys.deserializer()), outValues.deserializer());
+    }
+
+    // -- joins ---------------------------------------------------------------------------------
+
+    static final String TABLE_TOPIC = "table";  // a join's second input
+
+    /** stream("in").join/leftJoin(table("table")); the table versioned when "history_retention" is set. */
+    static Built streamTableJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KTable<String, Object> table = table(builder, TABLE_TOPIC, "table-store", params.get("history_retention"), values);
+        KStream<String, Object> stream = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        Joined<String, Object, Object> joined = Joined.with(Serdes.String(), values, values);
+        String join = params.get("join").asText();
+        KStream<String, String> result = switch (join) {
+            case "inner" -> stream.join(table, Topologies::joined, joined);
+            case "left" -> stream.leftJoin(table, Topologies::joined, joined);
+            default -> throw unknown("stream-table join", join);
+        };
+        result.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** table("in").join/leftJoin/outerJoin(table("table")), each side versioned when its retention is set. */
+    static Built tableTableJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KTable<String, Object> left = table(builder, INPUT_TOPIC, "left-store", params.get("left_retention"), values);
+        KTable<String, Object> right = table(builder, TABLE_TOPIC, "right-store", params.get("right_retention"), values);
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        Materialized<String, String, KeyValueStore<Bytes, byte[]>> materialized =
+                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("joined")
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String());
+        boolean materialize = params.path("materialized").asBoolean(false);
+        String join = params.get("join").asText();
+        KTable<String, String> result = switch (join) {
+            case "inner" -> materialize ? left.join(right, joiner, materialized) : left.join(right, joiner);
+            case "left" -> materialize ? left.leftJoin(right, joiner, materialized) : left.leftJoin(right, joiner);
+            case "outer" -> materialize ? left.outerJoin(right, joiner, materialized) : left.outerJoin(right, joiner);
+            default -> throw unknown("table-table join", join);
+        };
+        result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** A table on topic, in a versioned store keeping retention ms when set, else a key-value store. */
+    static KTable<String, Object> table(
+            StreamsBuilder builder, String topic, String store, JsonNode retention, Serde<Object> values) {
+        Materialized<String, Object, KeyValueStore<Bytes, byte[]>> materialized =
+                retention == null || retention.isNull()
+                        ? Materialized.as(store)
+                        : Materialized.as(Stores.persistentVersionedKeyValueStore(
+                                store, Duration.ofMillis(retention.asLong())));
+        return builder.table(topic, Consumed.with(Serdes.String(), values),
+                materialized.withKeySerde(Serdes.String()).withValueSerde(values));
+    }
+
+    /** The joiner of every join kind: "left|right", a null as "null". */
+    static String joined(Object left, Object right) {
+        return left + "|" + right;
     }
 
     // -- suppress ------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ def driver_outputs(
     out_topics: list[str],
     *,
     with_partition: bool = False,
+    in_topic: str = "events",
 ):
     """What the test driver outputs per input partition (each partition is one task):
     ``(key, value, timestamp)`` per output record, ``(partition, key, value, timestamp)``
@@ -102,7 +103,7 @@ def driver_outputs(
     results: dict[str, list[tuple]] = {t: [] for t in out_topics}
     for p in range(partitions):
         with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
-            topic = d.create_input_topic("events")
+            topic = d.create_input_topic(in_topic)
             for r in records:
                 if partition_for(r["key"], partitions) == p:
                     topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])

@@ -36,20 +36,6 @@ Joiner = Callable[[Any, Any], Any]
 # is "left", its right side "right" (the left row survives a right-side delete).
 TableJoinHow = Literal["inner", "left", "right", "outer"]
 
-# ``Change.is_latest`` (KIP-914) comes with versioned tables in the DSL; until a Change has
-# it, every change counts as the latest.
-_CHANGE_HAS_IS_LATEST = "is_latest" in getattr(Change, "__dataclass_fields__", {})
-
-
-def _change(new_value: Any, old_value: Any, is_latest: bool) -> Change:
-    if _CHANGE_HAS_IS_LATEST:
-        return Change(new_value, old_value, is_latest)  # type: ignore[call-arg]
-    return Change(new_value, old_value)
-
-
-def _is_latest(change: Change) -> bool:
-    return bool(getattr(change, "is_latest", True))
-
 
 def _row(store: Any, key: Any) -> tuple[Any, int] | None:
     """(value, timestamp) of ``key``'s current row in a table's store (the latest version
@@ -134,7 +120,7 @@ class TableTableJoin(Processor):
             self.context.metric(DROPPED)
             return
         change: Change = record.value
-        is_latest = _is_latest(change)
+        is_latest = change.is_latest
         if self.versioned and not is_latest:
             # KIP-914: an older version of a key does not change the latest join result.
             self.context.metric(DROPPED)
@@ -166,9 +152,7 @@ class TableTableJoin(Processor):
             new_result = None if new is None else joiner(new, other_value)
             old_result = None if old is None else joiner(old, other_value)
         self.context.forward(
-            Record(
-                record.key, _change(new_result, old_result, is_latest), timestamp, record.headers
-            )
+            Record(record.key, Change(new_result, old_result, is_latest), timestamp, record.headers)
         )
 
 
@@ -199,7 +183,7 @@ class TableJoinMerge(Processor):
             store.put(record.key, change.new_value, record.timestamp)
             is_latest = True
         self.context.forward(
-            record.with_value(_change(change.new_value, change.old_value, is_latest))
+            record.with_value(Change(change.new_value, change.old_value, is_latest))
         )
 
 
@@ -218,6 +202,6 @@ class TableMaterialize(Processor):
         if record.key is None:
             return
         change: Change = record.value
-        if not _is_latest(change):
+        if not change.is_latest:
             return  # an older version never replaces the current row
         self.store.put(record.key, change.new_value, record.timestamp)

@@ -90,12 +90,17 @@ def test_kill_at_every_commit_step_gives_the_uninterrupted_result(spark, tmp_pat
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     state = tmp_path / "state"
-    points = (
-        ["after_progress@2"]
-        + [f"after_sink:{t}@2" for t in OUTPUTS]
-        + [f"after_changelog:{s}@2" for s in STORES]
-        + ["after_tables@3", "mid_local_commit@4"]
-    )
+    # Each step of the commit protocol (test_exactly_once.py kills after every table of
+    # its app): the progress commit, a sink (the final results), a changelog (the final
+    # results' buffer, the window store's written before it), all tables, mid local commit.
+    points = [
+        "after_progress@2",
+        "after_sink:window-final@2",
+        "after_changelog:final-store@2",
+        "after_changelog:window_counts@2",
+        "after_tables@3",
+        "mid_local_commit@4",
+    ]
     for point in points:
         proc = _run_in_subprocess(wh, state, point, app="windowed.py", max_records=15)
         assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])

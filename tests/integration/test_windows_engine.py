@@ -92,7 +92,7 @@ def test_kill_at_every_commit_step_gives_the_uninterrupted_result(spark, tmp_pat
     state = tmp_path / "state"
     # Each step of the commit protocol (test_exactly_once.py kills after every table of
     # its app): the progress commit, a sink (the final results), a changelog (the final
-    # results' buffer, the window store's written before it), all tables, mid local commit.
+    # results' buffer, then the window store), all tables, mid local commit.
     points = [
         "after_progress@2",
         "after_sink:window-final@2",

@@ -81,7 +81,10 @@ def test_wiped_local_state_between_batches_changes_nothing(spark, tmp_path):
 def _readme_query() -> str:
     """The open-windows query of README.md's SQL section, verbatim."""
     text = (APPS.parents[2] / "README.md").read_text()
-    return text.split("```sql\n", 1)[1].split("```", 1)[0]
+    # README has other SQL blocks (versioned tables): the one over the final-counts buffer.
+    blocks = [b.split("```", 1)[0] for b in text.split("```sql\n")[1:]]
+    (query,) = [b for b in blocks if "alerts__final_counts_store" in b]
+    return query
 
 
 def test_final_results_and_the_open_windows_query(spark, tmp_path):

@@ -70,7 +70,7 @@ class TimeWindows:
 
 @dataclass(frozen=True)
 class SessionWindows:
-    """Sessions: a key's records less than ``gap`` ms apart share a session ``[first,
+    """Sessions: a key's records at most ``gap`` ms apart share a session ``[first,
     last]`` (both inclusive); a record between two sessions merges them. A session accepts
     records until stream time reaches its end + gap + ``grace``."""
 

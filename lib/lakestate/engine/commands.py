@@ -139,7 +139,7 @@ def status(args: argparse.Namespace, ctx) -> int:
             )
         )
     if any(r.metrics for r in pin.rows.values()):
-        ctx.print("metrics of each task's last batch:")
+        ctx.print("metrics (each task's last batch; windowed aggregations and suppress keep running totals):")
         for task, row in sorted(pin.rows.items()):
             shown = ", ".join(f"{k}={v:g}" for k, v in sorted(row.metrics.items()))
             ctx.print(f"  {task} (batch {row.batch_id}): {shown}")

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from lakestate.engine import local, progress
 from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
+from lakestate.engine.plan import GLOBAL_SEPARATOR
 from lakestate.engine.recovery import is_complete
 from lakestate.io import delta_commits, logtable
 from lakestate.state.base import IsolationLevel, TopicPartition
@@ -218,21 +219,23 @@ class TaskStatus:
 def status(
     spark: SparkSession, warehouse: Warehouse, app: str, state_dir: str
 ) -> tuple[AppPin, list[TaskStatus]]:
-    """Per task and input partition of ``app``: its committed batch, offsets and lag."""
+    """Per task and input partition of ``app`` (and global topic partition): its committed
+    batch, offsets and lag."""
     pin = app_pin(warehouse, app)
     rows: list[TaskStatus] = []
     for task, row in sorted(pin.rows.items()):
-        for topic, offset in sorted(row.offsets.items()):
+        for key, offset in sorted(row.offsets.items()):
+            topic, partition = _topic_partition(key, task.partition)
             ends = logtable.end_offsets(spark, warehouse, topic)
             rows.append(
                 TaskStatus(
                     str(task),
                     topic,
-                    task.partition,
+                    partition,
                     offset,
-                    ends.get(task.partition, offset),
+                    ends.get(partition, offset),
                     row.stream_time,
-                    _local_offset(state_dir, app, task, topic),
+                    _local_offset(state_dir, app, task, topic, partition),
                     row.batch_id,
                     row.at_ms,
                 )
@@ -240,7 +243,16 @@ def status(
     return pin, rows
 
 
-def _local_offset(state_dir: str, app: str, task: TaskId, topic: str) -> int | None:
+def _topic_partition(key: str, partition: int) -> tuple[str, int]:
+    """The topic and partition of a key of a progress row's offsets: an input topic (the
+    task's partition) or a global topic's ``topic@partition`` (plan.global_key)."""
+    topic, sep, number = key.rpartition(GLOBAL_SEPARATOR)
+    return (topic, int(number)) if sep and number.isdigit() else (key, partition)
+
+
+def _local_offset(
+    state_dir: str, app: str, task: TaskId, topic: str, partition: int
+) -> int | None:
     if not local.store_exists(state_dir, app, task):
         return None
     try:
@@ -248,7 +260,7 @@ def _local_offset(state_dir: str, app: str, task: TaskId, topic: str) -> int | N
     except Exception:  # held open by a running batch
         return None
     try:
-        return store.committed_offset(TopicPartition(topic, task.partition))
+        return store.committed_offset(TopicPartition(topic, partition))
     finally:
         store.close()
 

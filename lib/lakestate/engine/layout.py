@@ -25,6 +25,7 @@ class AppLayout:
     ``inputs``: sub-topology -> its input topics (real names) in input order.
     ``task_counts``: sub-topology -> number of tasks (the most partitions of its inputs).
     ``outputs``: every topic the app writes -> its partition count.
+    ``global_topics``: the global tables' topics, which every task reads whole.
     """
 
     app: App
@@ -33,6 +34,7 @@ class AppLayout:
     task_counts: dict[int, int]
     outputs: dict[str, int]
     partitions: dict[str, int]  # every topic the app reads or writes -> partition count
+    global_topics: tuple[str, ...] = ()
 
     @property
     def progress_path(self) -> str:
@@ -116,11 +118,20 @@ def prepare(spark: Callable[[], SparkSession], app: App, warehouse: Warehouse) -
             outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
     for group in groups:  # a repartition topic made earlier with another count, too
         copartition.check(group, partitions, real)
+    global_topics = tuple(g.topic for g in topology.global_tables)
+    for topic in global_topics:
+        if not logtable.topic_exists(None, warehouse, topic):
+            raise StreamsException(
+                f"app {app.name}: the topic {topic!r} of a global table does not exist in "
+                f"{warehouse.root}; create it with `lakestate produce {topic} FILE`"
+            )
+        _check_columns(warehouse, topic)
+        partitions[topic] = logtable.partitions(None, warehouse, topic)
     for name, spec in topology.stores.items():
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
     progress.ensure_table(warehouse.progress_path(app.name), app.name)
-    return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions)
+    return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions, global_topics)
 
 
 def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:

@@ -6,6 +6,11 @@ the resulting transaction beside the store, and returns rows for the driver to c
 (the task's state changes, one per changed key, with the store's typed columns in a struct
 column per store kind, so that they reach the Delta table without a JSON round trip) and one
 ``task`` row (offsets reached, stream time, metrics).
+
+Global tables: a task's rows also hold the new records of every global table's topic (all
+partitions, ``input_index`` ``GLOBAL_INPUT``), which it puts into its global stores, in its
+own transaction, before it processes its inputs: the global stores live in the task's local
+store, commit with it and have no changelog (the global topic is their record).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import pyarrow.compute as pc
 
 from lakestate.app import App, load_app
 from lakestate.engine import changelog, local
+from lakestate.engine.plan import global_key, split_global_key
 from lakestate.errors import ProcessingException, StreamsException
 from lakestate.io.partitioner import partitions_of_texts
 from lakestate.processors.gc_pause import cyclic_gc_paused
@@ -28,12 +34,12 @@ from lakestate.processors.task import Output, Task
 from lakestate.records import Record
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.registry import view_class
+from lakestate.state.registry import open_view, view_class
 from lakestate.state.serde import loads as serde_loads
 from lakestate.task_id import TaskId
 
 # The columns of a batch's input rows: the task (sub-topology, partition), which of the
-# task's inputs, and the log table's record.
+# task's inputs (GLOBAL_INPUT: a global table's topic), and the log table's record.
 INPUT_COLUMNS = (
     "sub",
     "task",
@@ -83,6 +89,7 @@ _IMMUTABLE = frozenset((str, int, bool, float, type(None)))
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
 CHUNK_RECORDS = 50_000
 _MISSING = object()
+GLOBAL_INPUT = -1
 
 _apps: dict[str, App] = {}
 
@@ -204,27 +211,50 @@ def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
 
 
 def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
-    columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     sub = records.column("sub")[0].as_py()
     partition = records.column("task")[0].as_py()
+    is_global = pc.equal(records.column("input_index"), GLOBAL_INPUT)
+    updates = records.filter(is_global)
+    records = records.filter(pc.invert(is_global))
+    columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     del records  # the columns above are what is needed: free the Arrow buffers early
     task_id = str(TaskId(sub, partition))
     batch_id = ctx.batches[task_id]
     app = _app(ctx.app_path)
+    global_topics = [g.topic for g in app.topology.global_tables]
     store = local.open_task_store(ctx.state_dir, ctx.app_name, task_id, ctx.isolation)
     try:
         held = store.committed_offsets()
         for topic, start in ctx.starts[task_id].items():
-            if held.get(TopicPartition(topic, partition), 0) != start:
+            split = split_global_key(topic, global_topics)
+            tp = TopicPartition(*split) if split else TopicPartition(topic, partition)
+            if held.get(tp, 0) != start:
                 raise StreamsException(
-                    f"local store of task {task_id} holds offset "
-                    f"{held.get(TopicPartition(topic, partition), 0)} of {topic!r}, but batch "
-                    f"{batch_id} starts at {start}: recovery must run before processing"
+                    f"local store of task {task_id} holds offset {held.get(tp, 0)} of "
+                    f"{topic!r}, but batch {batch_id} starts at {start}: recovery must run "
+                    "before processing"
                 )
-        task = Task(app.topology, sub, partition, store, app.config, app.name)
+        task: Task | None = None
+        # The global stores read and write the task's open transaction (bound late: the
+        # task, made below, opens it).
+        global_views = {
+            g.store: open_view(
+                g.store,
+                app.topology.stores[g.store].kind,
+                app.topology.stores[g.store].options,
+                lambda: task.transaction,
+            )
+            for g in app.topology.global_tables
+        }
+        task = Task(app.topology, sub, partition, store, app.config, app.name, global_views)
+        global_reached = _apply_global_updates(app, global_views, updates)
+        del updates
         reached, processed = _process_records(task, columns)
         del columns
         offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
+        for key, o in global_reached.items():
+            offsets[TopicPartition(*split_global_key(key, global_topics))] = o
+        reached.update(global_reached)
         for offset_tp, offset in store.committed_offsets().items():
             offsets.setdefault(offset_tp, offset)
         # Step 1 of the commit (engine/commit.py): the task hands over its transaction,
@@ -252,6 +282,28 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     finally:
         store.close()
     return rows.table()
+
+
+def _apply_global_updates(app: App, views: dict[str, Any], updates: pa.Table) -> dict[str, int]:
+    """Put the batch's records of the global tables' topics into the task's global stores
+    (each topic's partitions in turn, each in offset order; a null key is skipped, a null
+    value deletes, as Kafka's global store update); returns the next offset reached per
+    ``global_key``."""
+    columns = {name: updates.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
+    topics, partitions, offsets = columns["topic"], columns["partition"], columns["offset"]
+    decode = _Decoder(columns)
+    reached: dict[str, int] = {}
+    for g in app.topology.global_tables:
+        rows = sorted(
+            (i for i, topic in enumerate(topics) if topic == g.topic),
+            key=lambda i: (partitions[i], offsets[i]),
+        )
+        view = views[g.store]
+        for i, record in zip(rows, decode.many(rows), strict=True):
+            if record.key is not None:
+                view.put(record.key, record.value, record.timestamp)
+            reached[global_key(g.topic, partitions[i])] = offsets[i] + 1
+    return reached
 
 
 def _process_records(task: Task, columns: dict[str, list]) -> tuple[dict[str, int], int]:
@@ -430,8 +482,9 @@ def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -
     for a store kind's index-only entries); returns the stores that have rows."""
     per_store: dict[str, tuple[list, list, list, list]] = {}
     kinds: dict[str, Any] = {}  # namespace -> its StoreKind
+    global_stores = {g.store for g in app.topology.global_tables}  # no changelog
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
-        if namespace in RESERVED_NAMESPACES:
+        if namespace in RESERVED_NAMESPACES or namespace in global_stores:
             continue
         kind = kinds.get(namespace)
         if kind is None:

@@ -6,7 +6,8 @@ them from the log tables and process every task's records in Spark, in parallel 
 tasks, each task staging its transaction beside its local store (step 1), then commit
 (``commit.commit_batch``: progress, tables, local stores). Sub-topologies that feed each
 other through repartition topics advance in the same run: each batch plans from the ends
-the previous one left.
+the previous one left. A task also reads the new records of every global table's topic
+(all partitions) and applies them before its inputs (``process.py``).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakestate.app import App, load_app
+from lakestate.engine import local
 from lakestate.engine.commit import TaskResult, commit_batch
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
-from lakestate.engine.plan import Committed, TaskPlan, plan_tasks
+from lakestate.engine.plan import Committed, TaskPlan, global_key, plan_tasks, split_global_key
 from lakestate.engine.process import (
+    GLOBAL_INPUT,
     INPUT_COLUMNS,
     BatchContext,
     out_schema,
@@ -109,10 +112,6 @@ def run_app(
     ``time_budget_s`` has passed. ``tasks``: the tasks this run owns (default: all); runs
     of disjoint task sets may run side by side, each with its own state directory."""
     app = load_app(app_path)
-    if app.topology.global_tables:
-        raise StreamsException(
-            f"app {app.name}: global tables are not supported by the Spark engine yet"
-        )
     wh = Warehouse(warehouse)
     sdir = state_dir_of(state_dir)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -236,6 +235,15 @@ class _Runner:
             return result
         self.spark.start()  # while the local stores recover
         recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
+        if self.layout.global_topics:
+            # Global data is read from where each (now recovered) local store stands: a
+            # restored store holds none, and reads its global topics again from offset 0.
+            planned = None
+            starts = self._global_starts([p.task for p in replays])
+            replays = [
+                _from_global_starts(p, starts.get(p.task, {}), self.layout.global_topics)
+                for p in replays
+            ]
         while limit is None or len(result.batches) < limit:
             if deadline is not None and result.batches and time.monotonic() >= deadline:
                 self.say("time budget spent: no new batch")
@@ -268,9 +276,37 @@ class _Runner:
         ends = {
             topic: layout_end_offsets(self.layout, topic)
             for sub in sorted(subs)
-            for topic in self.layout.inputs[sub]
+            for topic in [*self.layout.inputs[sub], *self.layout.global_topics]
         }
-        return plan_tasks(tasks, self.layout.inputs, committed, ends, self.max_records)
+        return plan_tasks(
+            tasks,
+            self.layout.inputs,
+            committed,
+            ends,
+            self.max_records,
+            self.layout.global_topics,
+            self._global_starts(tasks),
+        )
+
+    def _global_starts(self, tasks: list[TaskId]) -> dict[TaskId, dict[str, int]]:
+        """Per task, the next offset of each global topic partition its local store holds
+        (none for a store that does not exist yet)."""
+        starts: dict[TaskId, dict[str, int]] = {}
+        if not self.layout.global_topics:
+            return starts
+        for task in tasks:
+            if not local.store_exists(self.state_dir, self.app.name, task):
+                continue
+            store = local.open_task_store(self.state_dir, self.app.name, task, self.isolation)
+            try:
+                starts[task] = {
+                    global_key(tp.topic, tp.partition): offset
+                    for tp, offset in store.committed_offsets().items()
+                    if tp.topic in self.layout.global_topics
+                }
+            finally:
+                store.close()
+        return starts
 
     def _read(self, plans: list[TaskPlan]) -> DataFrame:
         frames = []
@@ -291,10 +327,44 @@ class _Runner:
                         *INPUT_COLUMNS[4:],
                     )
                 )
+        frames += self._read_global(plans)
         df = frames[0]
         for other in frames[1:]:
             df = df.unionByName(other)
         return df
+
+    def _read_global(self, plans: list[TaskPlan]) -> list[DataFrame]:
+        """The global topics' records each task reads: one read per global topic and set of
+        ranges (tasks usually share theirs), its rows copied to each task reading them."""
+        frames = []
+        for topic in self.layout.global_topics:
+            readers: dict[tuple, list[TaskId]] = {}
+            for plan in plans:
+                ranges = {}
+                for key, bounds in plan.ranges.items():
+                    split = split_global_key(key, [topic])
+                    if split:
+                        ranges[split[1]] = bounds
+                if ranges:
+                    readers.setdefault(tuple(sorted(ranges.items())), []).append(plan.task)
+            for ranges_key, tasks in readers.items():
+                df = logtable.read_range(
+                    self.spark(), self.wh, topic, dict(ranges_key), ordered=False
+                )
+                task_structs = [
+                    F.struct(F.lit(t.subtopology).alias("sub"), F.lit(t.partition).alias("task"))
+                    for t in tasks
+                ]
+                frames.append(
+                    df.withColumn("reader", F.explode(F.array(*task_structs))).select(
+                        F.col("reader.sub").cast("int").alias("sub"),
+                        F.col("reader.task").cast("int").alias("task"),
+                        F.lit(GLOBAL_INPUT).cast("int").alias("input_index"),
+                        F.lit(topic).alias("topic"),
+                        *INPUT_COLUMNS[4:],
+                    )
+                )
+        return frames
 
     def _run_batch(
         self, plans: list[TaskPlan], committed: dict[TaskId, Committed], replayed: set[TaskId]
@@ -375,6 +445,21 @@ class _Runner:
                 )
             )
         return results
+
+
+def _from_global_starts(
+    plan: TaskPlan, starts: dict[str, int], global_topics: tuple[str, ...]
+) -> TaskPlan:
+    """A replayed plan reading its global topics from where the task's local store stands
+    (a restored store: from 0) up to the recorded ends: its global stores then hold what
+    they held in the recorded batch, so the batch gives the same rows."""
+    ranges = {}
+    for key, (start, end) in plan.ranges.items():
+        if split_global_key(key, global_topics):
+            start = starts.get(key, 0)
+        if end > start:
+            ranges[key] = (start, end)
+    return TaskPlan(plan.task, plan.batch_id, ranges)
 
 
 def _partition_function(ctx: BatchContext):

@@ -46,6 +46,18 @@ def test_clicks_dags_run_the_clicks_app(described: dict) -> None:
     assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
 
 
+def test_orders_dags_run_the_orders_app(described: dict) -> None:
+    dag = described["dags"]["lakestate_orders"]
+    assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "orders.py"
+    (task,) = dag["tasks"]
+    assert task["is_spark_submit"], task["class"]
+    assert task["application_args"][0] == str(REPO / "jobs" / "orders.py")
+    assert task["name"] == "orders"
+    maintenance = described["dags"]["lakestate_orders_maintenance"]
+    assert Path(maintenance["fileloc"]).resolve() == REPO / "dags" / "orders_maintenance.py"
+    assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
+
+
 def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
     dag = described["dags"][DEMO_DAG]
     assert dag["max_active_runs"] == 1

@@ -220,10 +220,12 @@ def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=1000, help="sample events to generate")
     p.add_argument(
         "--app",
-        choices=("demo", "clicks"),
+        choices=("demo", "clicks", "orders"),
         default="demo",
         help="demo: per-user counts (jobs/demo.py); clicks: per-user clicks a minute, final "
-        "results only, and rate-limited alerts (jobs/clicks.py: windows and suppression)",
+        "results only, and rate-limited alerts (jobs/clicks.py: windows and suppression); "
+        "orders: orders enriched with the customer's tier at the order's time (jobs/orders.py: "
+        "a versioned table)",
     )
 
 
@@ -234,6 +236,8 @@ def demo(args: argparse.Namespace, ctx) -> int:
     from lakestate.io import logtable
 
     module = load_module(REPO / "jobs" / f"{args.app}.py")
+    if args.app == "orders":
+        return _demo_orders(args, ctx, module)
     spark = ctx.spark
     logtable.create_topic(spark, ctx.warehouse, module.INPUT_TOPIC, 2)
     start = logtable.end_offsets(spark, ctx.warehouse, module.INPUT_TOPIC)
@@ -261,6 +265,43 @@ def demo(args: argparse.Namespace, ctx) -> int:
         _show_clicks(ctx, module)
     else:
         _show_counts(ctx, module)
+    return 0
+
+
+def _demo_orders(args: argparse.Namespace, ctx, orders) -> int:
+    """The orders demo: on a first run, sample customers' tier history, which the DAG loads
+    into the versioned table; then sample orders (some late), which the DAG joins with it."""
+    from lakestate.io import logtable
+
+    spark, wh = ctx.spark, ctx.warehouse
+    customers = 20
+    for topic in (orders.CUSTOMERS_TOPIC, orders.INPUT_TOPIC):
+        logtable.create_topic(spark, wh, topic, 2)
+    if not sum(logtable.end_offsets(spark, wh, orders.CUSTOMERS_TOPIC).values()):
+        history = [
+            {"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(customers)
+        ]
+        logtable.append_records(spark, wh, orders.CUSTOMERS_TOPIC, history)
+        ctx.print(
+            f"demo: produced {len(history)} tier changes of {customers} customers to topic "
+            f"{orders.CUSTOMERS_TOPIC!r} (some out of order)"
+        )
+        ctx.close()
+        _run_dag(ctx, f"lakestate_{orders.app.name}")
+        spark = ctx.spark
+    first = sum(logtable.end_offsets(spark, wh, orders.INPUT_TOPIC).values())
+    records = [
+        {"key": k, "value": v, "timestamp": t}
+        for k, v, t in orders.sample_orders(args.records, customers, seed=first, first=first)
+    ]
+    logtable.append_records(spark, wh, orders.INPUT_TOPIC, records)
+    ctx.print(
+        f"demo: produced {len(records)} orders to topic {orders.INPUT_TOPIC!r} "
+        "(one in ten up to an hour late)"
+    )
+    ctx.close()
+    _run_dag(ctx, f"lakestate_{orders.app.name}")
+    _show_orders(ctx, orders)
     return 0
 
 
@@ -385,3 +426,56 @@ def _show_clicks(ctx, clicks) -> None:
             f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks_so_far} clicks so far, final "
             f"once stream time reaches {hhmm(row.final_at)}"
         )
+
+
+def _show_orders(ctx, orders) -> None:
+    """The orders app's enriched orders (late ones with a tier other than the customer's
+    current one) and SQL over the customers' version history."""
+    from lakestate.engine.inspect import format_time, view_name
+    from lakestate.engine.inspect import sql as run_sql
+
+    def hhmm(ms) -> str:
+        return format_time(int(ms))[11:]
+
+    spark, wh = ctx.spark, ctx.warehouse
+    enriched, history = (
+        view_name(orders.OUTPUT_TOPIC),
+        view_name(f"orders__{orders.CUSTOMERS_STORE}"),
+    )
+    query = (
+        "SELECT get_json_object(o.key, '$') AS customer, "
+        "get_json_object(o.value, '$.order') AS order_id, o.timestamp, "
+        "get_json_object(o.value, '$.tier') AS tier, h.value AS tier_now "
+        f"FROM {enriched} o JOIN {history} h ON h.key = o.key AND h.valid_to IS NULL "
+        "WHERE get_json_object(o.value, '$.tier') <> get_json_object(h.value, '$') "
+        "ORDER BY o.timestamp DESC LIMIT 10"
+    )
+    ctx.print(
+        f"demo: orders joined with the tier valid at their time, not the customer's tier now "
+        f"(topic {orders.OUTPUT_TOPIC!r}), the last 10:"
+    )
+    ctx.print(f'  lakestate sql "{query}"')
+    for row in run_sql(spark, wh, query).collect():
+        ctx.print(
+            f"  {row.order_id} at {hhmm(row.timestamp)}: {row.customer} was {row.tier} "
+            f"(now {json.loads(row.tier_now)})"
+        )
+    customer = run_sql(
+        spark,
+        wh,
+        f"SELECT key FROM {history} GROUP BY key ORDER BY count(*) DESC, key LIMIT 1",
+    ).first()
+    if customer is None:
+        return
+    query = (
+        f"SELECT value AS tier, valid_from, valid_to FROM {history} "
+        f"WHERE key = '{customer.key}' ORDER BY valid_from"
+    )
+    ctx.print(
+        f"demo: the tier history of {json.loads(customer.key)} (the versioned store's SQL view):"
+    )
+    ctx.print(f'  lakestate sql "{query}"')
+    for row in run_sql(spark, wh, query).collect():
+        until = "now" if row.valid_to is None else hhmm(row.valid_to)
+        tier = "deleted" if row.tier is None else json.loads(row.tier)
+        ctx.print(f"  {tier}\tfrom {hhmm(row.valid_from)} until {until}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from lakestate.dsl.builder import GraphBuilder, check_callable
 from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
 from lakestate.processors.dedup import (
     DeduplicateByKey,
@@ -51,14 +52,7 @@ class Deduplicated:
 
 
 def _check_name(name: Any) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise TopologyException(f"Deduplicated needs a non-empty name, got {name!r}")
-    for bad in "/\\ \x00":
-        if bad in name:
-            raise TopologyException(
-                f"Deduplicated name {name!r} may not contain {bad!r}: it names a Delta table"
-            )
-    return name
+    return check_store_name(name, "Deduplicated")
 
 
 BY_KEY = "by_key"

@@ -68,9 +68,7 @@ class KGroupedStream:
         """Aggregate per key and window: ``TimeWindows`` (tumbling, hopping) or
         ``SessionWindows``. The result is a windowed KTable."""
         if isinstance(windows, TimeWindows):
-            return TimeWindowedKStream(
-                self._graph, self._node, self._repartition_required, windows
-            )
+            return TimeWindowedKStream(self._graph, self._node, self._repartition_required, windows)
         if isinstance(windows, SessionWindows):
             return SessionWindowedKStream(
                 self._graph, self._node, self._repartition_required, windows

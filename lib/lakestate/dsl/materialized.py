@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
 
 
@@ -25,15 +26,7 @@ class Materialized:
 
     @staticmethod
     def as_(store_name: str) -> Materialized:
-        if not isinstance(store_name, str) or not store_name.strip():
-            raise TopologyException(
-                f"Materialized.as_ needs a non-empty store name, got {store_name!r}"
-            )
-        for bad in "/\\ \x00":
-            if bad in store_name:
-                raise TopologyException(
-                    f"store name {store_name!r} may not contain {bad!r}: it names a Delta table"
-                )
+        check_store_name(store_name, "Materialized.as_")
         return Materialized(store_name)
 
     @staticmethod

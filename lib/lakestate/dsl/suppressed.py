@@ -32,6 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from lakestate.dsl.builder import GraphBuilder
+from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
 from lakestate.processors.suppress import EMIT_EARLY, SHUT_DOWN, SPILL_TO_DISK, Suppress
 from lakestate.records import duration_millis
@@ -134,13 +135,7 @@ class Suppressed:
         return Suppressed(UNTIL_TIME_LIMIT, buffer_config, ms)
 
     def with_name(self, name: str) -> Suppressed:
-        if not isinstance(name, str) or not name.strip():
-            raise TopologyException(f"Suppressed.with_name needs a non-empty name, got {name!r}")
-        for bad in "/\\ \x00":
-            if bad in name:
-                raise TopologyException(
-                    f"Suppressed name {name!r} may not contain {bad!r}: it names a Delta table"
-                )
+        check_store_name(name, "Suppressed.with_name")
         return replace(self, name=name)
 
 

@@ -131,8 +131,8 @@ class SessionWindowedKStream(_Windowed):
             materialized,
             SESSION,
             checks,
-            lambda store: lambda: SessionWindowedAggregate(
-                store, windows, initializer, aggregator, merger
+            lambda store: (
+                lambda: SessionWindowedAggregate(store, windows, initializer, aggregator, merger)
             ),
             windows.close_after_ms,
         )

@@ -97,7 +97,45 @@ def count_query(
     )
 
 
-QUERIES = {"dedup": dedup_query, "count": count_query}
+def windowed_count_query(
+    spark,
+    topic_path: str,
+    out_path: str,
+    checkpoint: str,
+    files_per_trigger: int | None = None,
+    size: str = "1 minute",
+    delay: str = "30 seconds",
+):
+    """The counterpart of the windows app (``apps/windows_bench.py``: tumbling 1-minute
+    windows with 30 s grace, ``count``, ``suppress(until_window_closes)``), started: the
+    key (the user, the key's JSON text decoded) and the event time ->
+    ``withWatermark(delay)`` -> ``groupBy(window(event_time, size), user).count()`` in
+    append mode (a window is written once, when the watermark passes its end) -> a Delta
+    sink, ``Trigger.AvailableNow``. A window is closed on both sides once the newest event
+    time seen is ``delay`` (the grace) past its end; SSS moves its watermark between
+    micro-batches only, lakestate per record (and per partition)."""
+    from pyspark.sql import functions as F
+
+    counts = (
+        _source(spark, topic_path, files_per_trigger)
+        .select(
+            F.get_json_object("key", "$").alias("user"),
+            F.timestamp_millis("timestamp").alias("event_time"),
+        )
+        .withWatermark("event_time", delay)
+        .groupBy(F.window("event_time", size), "user")
+        .count()
+    )
+    return (
+        counts.writeStream.format("delta")
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(out_path)
+    )
+
+
+QUERIES = {"dedup": dedup_query, "count": count_query, "windowed_count": windowed_count_query}
 
 
 def await_query(query) -> list[dict[str, Any]]:

@@ -210,8 +210,8 @@ def model(records, duration, final, config):
     for key, value, ts in records:
         old = table.get(key)
         table[key] = value
-        if value is None and old is None:
-            continue  # the table source forwards nothing
+        # A table source forwards every update, a delete of a key it never held too (as
+        # Kafka's KTableSource does).
         observed = max(observed, ts)
         if key in buffer:
             buffer[key][1:3] = [ts, value]

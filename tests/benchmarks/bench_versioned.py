@@ -227,13 +227,22 @@ def run_child(cmd: list[str], name: str, logs: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
         raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
-    return {"wall_s": round(wall, 2), "load_before": before, "load_after": loadavg()}
+    return {
+        "wall_s": round(wall, 2),
+        "load_before": before,
+        "load_after": loadavg(),
+        "output": proc.stdout,
+    }
 
 
 def lakestate_run(wh_root: str, state: Path, master: str, name: str, logs: Path):
+    """A fresh ``lakestate run``; with the batches it printed (records, seconds)."""
     cmd = [LAKESTATE_CLI, "--warehouse", wh_root, "--master", master, "run", APP_PATH]
     cmd += ["--until-caught-up", "--state-dir", str(state)]
-    return run_child(cmd, name, logs)
+    run = run_child(cmd, name, logs)
+    batches = bench_scheduled().BATCH_LINE.findall(run.pop("output"))
+    run["batches"] = [{"records": int(b[1]), "s": float(b[3])} for b in batches]
+    return run
 
 
 def child_sss(argv: list[str]) -> int:
@@ -242,10 +251,13 @@ def child_sss(argv: list[str]) -> int:
     for name in ("--customers", "--orders", "--out", "--checkpoint", "--master"):
         p.add_argument(name, required=True)
     args = p.parse_args(argv)
+    import common
     from lakestate.engine.spark import get_spark, stop_spark
     from pyspark.sql import functions as F
 
+    stamps = {"started": time.monotonic()}
     spark = get_spark(args.master, app_name="sss-stream-static-join")
+    stamps["spark_started"] = time.monotonic()
     latest = (
         spark.read.format("delta")
         .load(args.customers)
@@ -273,7 +285,18 @@ def child_sss(argv: list[str]) -> int:
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
+    stamps["query_done"] = time.monotonic()
+    durations = [p["durationMs"] for p in common.await_query(query)]
     stop_spark()
+    print(
+        json.dumps(
+            {
+                "spark_start_s": stamps["spark_started"] - stamps["started"],
+                "query_s": stamps["query_done"] - stamps["spark_started"],
+                "micro_batches": durations,
+            }
+        )
+    )
     return 0
 
 
@@ -317,6 +340,18 @@ def report(results: dict[str, Any]) -> None:
         print(
             f"{name:<34} {run['wall_s']:>8} {run['records_per_s']:>10.0f} "
             f"{side['score']['right']:>9} {n:>9}"
+        )
+    for name, run in (("customers load", lk["load"]), ("orders", lk["run"])):
+        batches = run.get("batches", [])
+        print(
+            f"lakestate {name}: {len(batches)} batch(es), {sum(b['s'] for b in batches):.1f} s "
+            f"of {run['wall_s']} s in batches (the rest: start, Spark start, recovery, planning)"
+        )
+    phases = sss["run"].get("phases", {})
+    if phases:
+        print(
+            f"SSS: Spark start {phases['spark_start_s']:.1f} s, query {phases['query_s']:.1f} s "
+            f"({len(phases['micro_batches'])} micro-batch(es))"
         )
     print(f"ratio lakestate / SSS (records/s): {results['ratio']} (target >= {TARGET_RATIO})")
     print(f"results right if joined with the latest tier: {results['right_if_latest']} of {n}")
@@ -374,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         state = work / "state"
         log(f"lakestate: loading {len(inp['v_key'])} versions (load {loadavg()})")
         load = lakestate_run(wh.root, state, args.master, "lakestate-customers", logs)
+        load["records_per_s"] = round(len(inp["v_key"]) / load["wall_s"])
         spark = get_spark(args.master, app_name="bench-versioned-setup")
         results["write_orders"] = write_topics(spark, wh, inp, orders=True)
         stop_spark()
@@ -387,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, __file__, "_sss", "--customers", customers_path]
         cmd += ["--orders", orders_path, "--out", out, "--checkpoint", str(work / "sss-cp")]
         run = run_child([*cmd, "--master", args.master], "sss", logs)
+        run["phases"] = json.loads(run.pop("output").strip().splitlines()[-1])
         run["records_per_s"] = round(args.records / run["wall_s"])
         results["sss"] = {"run": run, "score": score(read_output(out), ref["as_of"])}
         results["ratio"] = round(

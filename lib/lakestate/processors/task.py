@@ -142,6 +142,7 @@ class Task:
         committed_time = store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
         self.processor_metadata: dict[str, int] = metadata_store.read(store)
+        self._committed_metadata = dict(self.processor_metadata)
         self.current_metadata: RecordMetadata | None = None
         self.metrics: dict[str, float] = {}
         self._committed_metrics: dict[str, float] = {}
@@ -345,7 +346,11 @@ class Task:
         worker stages the writes, and ``engine/commit.py`` commits Delta, then the local
         store) and calls ``post_commit``."""
         self.transaction.set_stream_time(self.stream_time)
-        metadata_store.write(self.transaction, self.processor_metadata)
+        committed = self._committed_metadata
+        metadata_store.write(
+            self.transaction,
+            {k: v for k, v in self.processor_metadata.items() if committed.get(k) != v},
+        )
         return PreparedCommit(self.transaction, dict(offsets), list(self._output))
 
     def complete_commit(self, prepared: PreparedCommit) -> None:
@@ -357,6 +362,7 @@ class Task:
         """Phase 2: the committed output and metrics are behind; a new transaction starts."""
         self._output = []
         self._committed_metrics = dict(self.metrics)
+        self._committed_metadata = dict(self.processor_metadata)
         self.transaction = self.store.new_transaction()
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
@@ -375,6 +381,7 @@ class Task:
         committed_time = self.store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
         self.processor_metadata = metadata_store.read(self.store)
+        self._committed_metadata = dict(self.processor_metadata)
         self.transaction = self.store.new_transaction()
 
     def close(self) -> None:

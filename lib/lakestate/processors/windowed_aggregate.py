@@ -199,8 +199,12 @@ class TimeWindowedAggregate(Processor):
             previous = self.context.processor_metadata(self._time_key)
             if previous is None or observed > previous:
                 self.context.set_processor_metadata(self._time_key, observed)
-                # Windows with end <= observed - grace are closed: drop them.
-                self.store.delete_ending_before(observed - self.windows.grace_ms + 1)
+                # Windows with end <= observed - grace are closed: drop them. Those with
+                # end <= previous - grace went at the previous advance, and no window
+                # that closed has been written since (its records are late): scan from there.
+                grace = self.windows.grace_ms
+                since = None if previous is None else previous - grace + 1
+                self.store.delete_ending_before(observed - grace + 1, since)
 
 
 class SessionWindowedAggregate(Processor):
@@ -283,7 +287,10 @@ class SessionWindowedAggregate(Processor):
         if previous is None or observed > previous:
             context.set_processor_metadata(self._time_key, observed)
             # Sessions ending at or before the close time are out of the store's retention
-            # (gap + grace, as Kafka's): a later record must not find them.
-            self.store.delete_ending_before(observed - gap - grace + 1)
+            # (gap + grace, as Kafka's): a later record must not find them. Those ending
+            # before the previous close time went at the previous advance, and no session
+            # written since ends below it (one that would is dropped as late): scan from there.
+            since = None if previous is None else previous - gap - grace
+            self.store.delete_ending_before(observed - gap - grace + 1, since)
         for r in forwards:
             context.forward(r)

@@ -102,9 +102,11 @@ def _decode_entry(raw_key: bytes, raw: bytes) -> _Entry:
 class _State:
     """What the view holds for one transaction: the stats, and in memory mode the mirror
     (entries by raw key, and (buffer time, raw key) in order). In disk mode ``first`` caches
-    the oldest index position (None: empty; ``_UNKNOWN``: to be read)."""
+    the oldest index position (None: empty; ``_UNKNOWN``: to be read), and ``floor`` is an
+    index key no entry lies below, where the search for the oldest starts (so it does not
+    walk again the index entries its evictions deleted in this transaction)."""
 
-    __slots__ = ("txn", "stats", "entries", "order", "first")
+    __slots__ = ("txn", "stats", "entries", "order", "first", "floor")
 
     def __init__(self, txn: Any, stats: dict[str, int], memory: bool) -> None:
         self.txn = txn
@@ -112,6 +114,7 @@ class _State:
         self.entries: dict[bytes, _Entry] | None = {} if memory else None
         self.order: SortedList | None = SortedList() if memory else None
         self.first: Any = _UNKNOWN
+        self.floor = TIME_PREFIX
 
 
 _UNKNOWN = object()
@@ -187,7 +190,7 @@ class SuppressionBuffer:
             return state.order[0] if state.order else None
         if state.first is _UNKNOWN:
             state.first = None
-            for raw_key, _ in state.txn.iterate(self.name, TIME_PREFIX, _TIME_END, False):
+            for raw_key, _ in state.txn.iterate(self.name, state.floor, _TIME_END, False):
                 buffer_time = decode_i64_be(raw_key[1 : 1 + _TS_BYTES])
                 state.first = (buffer_time, ENTRY_PREFIX + raw_key[1 + _TS_BYTES :])
                 break
@@ -263,10 +266,14 @@ class SuppressionBuffer:
             stats["count"] += 1
             if state.order is not None:
                 state.order.add((buffer_time, raw_key))
-            elif state.first is not _UNKNOWN and (
-                state.first is None or (buffer_time, raw_key) < state.first
-            ):
-                state.first = (buffer_time, raw_key)
+            else:
+                index_key = _index_key(buffer_time, raw_key[1:])
+                if index_key < state.floor:
+                    state.floor = index_key
+                if state.first is not _UNKNOWN and (
+                    state.first is None or (buffer_time, raw_key) < state.first
+                ):
+                    state.first = (buffer_time, raw_key)
             stats["size"] += entry.size
         else:
             stats["size"] += entry.size - old.size
@@ -297,6 +304,7 @@ class SuppressionBuffer:
                 state.order.remove(first)
             else:
                 state.first = _UNKNOWN
+                state.floor = _index_key(buffer_time, raw_key[1:])
             state.stats["count"] -= 1
             state.stats["size"] -= entry.size
             evicted += 1

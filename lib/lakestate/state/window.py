@@ -147,13 +147,16 @@ class WindowStore:
                 writes.append((end_key, b""))
         txn.put_all(name, writes)
 
-    def delete_ending_before(self, end: int) -> int:
+    def delete_ending_before(self, end: int, since: int | None = None) -> int:
         """Delete every window whose end is below ``end`` (closed windows); returns how
-        many. One range scan of the end index."""
+        many. One range scan of the end index, from ``since`` when given (the caller knows
+        that no window ends below it: the scan then skips the tombstones of the windows
+        it deleted before in the same transaction)."""
         txn = self._writer()
         name = self.name
         stop = END_PREFIX + encode_i64_be(end)
-        doomed = [raw_key for raw_key, _ in txn.iterate(name, END_PREFIX, stop, False)]
+        first = END_PREFIX if since is None else END_PREFIX + encode_i64_be(min(since, end))
+        doomed = [raw_key for raw_key, _ in txn.iterate(name, first, stop, False)]
         writes: list[tuple[bytes, bytes | None]] = []
         for raw_key in doomed:
             writes.append((raw_key, None))

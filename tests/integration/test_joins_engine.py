@@ -113,6 +113,7 @@ def test_joins_match_the_driver_in_many_batches_with_state_wiped(spark, tmp_path
         }
         joined_store = dict(driver.get_key_value_store("joined").all())
     got = {t: [(k, v, ts) for _p, _o, k, v, ts in topic_rows(spark, wh, t)] for t in expected}
+
     # Orders reach a customer's task through the repartition topic from both input
     # partitions, so their order per customer depends on which task wrote first: the set is
     # compared. The table-table join's records stay in offset order per key.
@@ -145,3 +146,47 @@ def test_join_of_topics_with_different_partition_counts_fails_before_any_commit(
         )
     assert not os.path.exists(wh.progress_path("joins"))
     assert not logtable.topic_exists(None, wh, "joined-out")
+
+
+def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path):
+    """SIGKILL after the progress commit, after a sink, after the versioned table's and the
+    join result's changelogs, after all tables and in the middle of the local commits; a
+    rerun gives what one uninterrupted run gives (the same batches: every input is written
+    before the first run)."""
+    from test_exactly_once import _run_in_subprocess
+
+    def produce(wh: Warehouse) -> None:
+        for topic in TOPICS:
+            logtable.create_topic(spark, wh, topic, 2)
+        for topic, records in _phases(seed=5):
+            logtable.append_records(spark, wh, topic, records)
+
+    def results(wh: Warehouse) -> tuple:
+        return (
+            *(topic_rows(spark, wh, t) for t in ("enriched", "joined-out")),
+            *(state_rows(spark, wh, "joins", s) for s in ("joined", "accounts")),
+        )
+
+    reference = Warehouse(tmp_path / "reference")
+    produce(reference)
+    proc = _run_in_subprocess(
+        reference, tmp_path / "ref-state", None, app="joins.py", max_records=10
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wh = Warehouse(tmp_path / "wh")
+    produce(wh)
+    state = tmp_path / "state"
+    for point in (
+        "after_progress@2",
+        "after_sink:enriched@2",
+        "after_changelog:customers@2",
+        "after_changelog:joined@2",
+        "after_tables@3",
+        "mid_local_commit@4",
+    ):
+        proc = _run_in_subprocess(wh, state, point, app="joins.py", max_records=10)
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+    proc = _run_in_subprocess(wh, state, None, app="joins.py", max_records=10)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert results(wh) == results(reference)
+    assert results(wh)[0]

@@ -51,7 +51,7 @@ they arrive: late on both sides). Written to the log table in ``--commits`` Delt
 Results go to ``tests/benchmarks/results/windows.json``, with the load average before and
 after every measured process. The engine measured is lib/ as committed at HEAD (``--engine
 head``), with ``--engine-patch DIFF`` applied to that snapshot (what a change to lib/ would
-give, measured before it is made: ``patches/windows-close-scan.diff``), or the checkout as it
+give, measured before it is made), or the checkout as it
 is (``--engine tree``). Everything lives in a temporary directory that is removed at the end
 (``--keep`` keeps it). Not a test: pytest collects ``test_*.py`` only.
 """
@@ -1360,8 +1360,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--engine-patch",
-        help="a diff (patch -p1) applied to the HEAD snapshot of lib/ before measuring, e.g. "
-        "tests/benchmarks/patches/windows-close-scan.diff: what a change would give",
+        help="a diff (patch -p1) applied to the HEAD snapshot of lib/ before measuring: what a "
+        "change would give",
     )
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--master", default="local[2]")

@@ -219,23 +219,16 @@ def score(got: dict[str, str | None], expected: Any) -> dict[str, int]:
 
 
 def run_child(cmd: list[str], name: str, logs: Path) -> dict[str, Any]:
-    import resource
-
     before = loadavg()
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     (logs / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
         raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
     return {
         "wall_s": round(wall, 2),
-        # CPU of the process tree (the JVM and Python workers, as their parents reap them):
-        # less sensitive than wall time to what else the shared machine runs.
-        "cpu_s": round(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, 1),
         "load_before": before,
         "load_after": loadavg(),
         "output": proc.stdout,
@@ -337,17 +330,16 @@ def report(results: dict[str, Any]) -> None:
     n = results["input"]["orders"]
     lk, sss = results["lakestate"], results["sss"]
     print(f"\n{n} orders joined to {results['input']['customers']} customers' versions")
-    print(f"{'side':<34} {'wall s':>8} {'CPU s':>7} {'records/s':>10} {'right':>9} {'of':>9}")
+    print(f"{'side':<34} {'wall s':>8} {'records/s':>10} {'right':>9} {'of':>9}")
     print(
         f"{'lakestate, customers load':<34} {lk['load']['wall_s']:>8} "
-        f"{lk['load'].get('cpu_s', '-'):>7} "
         f"{results['input']['versions'] / lk['load']['wall_s']:>10.0f}"
     )
     for name, side in (("lakestate, orders (versioned join)", lk), ("SSS stream-static join", sss)):
         run = side["run"]
         print(
-            f"{name:<34} {run['wall_s']:>8} {run.get('cpu_s', '-'):>7} "
-            f"{run['records_per_s']:>10.0f} {side['score']['right']:>9} {n:>9}"
+            f"{name:<34} {run['wall_s']:>8} {run['records_per_s']:>10.0f} "
+            f"{side['score']['right']:>9} {n:>9}"
         )
     for name, run in (("customers load", lk["load"]), ("orders", lk["run"])):
         batches = run.get("batches", [])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from lakestate.engine import changelog, local, progress
 from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
-from lakestate.engine.plan import Committed, TaskPlan
+from lakestate.engine.plan import Committed, TaskPlan, split_global_key
 from lakestate.engine.progress import TaskProgress
 from lakestate.io import delta_commits
 from lakestate.state import processor_metadata
@@ -76,8 +76,21 @@ def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
             continue
         before = history.batch(task, last.batch_id - 1)
         committed[task] = committed_of(before)
-        replays.append(TaskPlan(task, last.batch_id, dict(last.ranges)))
+        replays.append(TaskPlan(task, last.batch_id, _replay_ranges(last, layout.global_topics)))
     return Recovered(committed, replays)
+
+
+def _replay_ranges(row: TaskProgress, global_topics: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """The ranges of a batch to replay: the recorded ones, and an empty range at the
+    recorded offset for each global topic partition the batch read nothing of (its global
+    store already stood there). The runner reads every global range from where the task's
+    local store stands (``runner._from_global_starts``): a store restored since holds no
+    global data, and must read those partitions again too, up to where the batch saw them."""
+    ranges = dict(row.ranges)
+    for key, offset in row.offsets.items():
+        if key not in ranges and split_global_key(key, global_topics):
+            ranges[key] = (offset, offset)
+    return ranges
 
 
 def recover(

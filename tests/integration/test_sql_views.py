@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from engine_helpers import APPS, events, produce
 from lakestate.cli import main
-from lakestate.engine.inspect import sql, state_frame
+from lakestate.engine import changelog, compaction, progress
+from lakestate.engine.changelog import SNAPSHOT_COLUMN
+from lakestate.engine.inspect import _store_pin, app_pin, sql, state_frame
 from lakestate.engine.runner import run_app
+from lakestate.io import delta_commits
+from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -112,3 +117,130 @@ def test_cli_status_shows_every_task_its_batch_and_lag(spark, tmp_path, capsys):
     for _task, batch, topic, _p, committed, end, lag, _t, local in rows:
         assert (batch, topic, committed, local) == ("1", "events", "10", "10")
         assert int(lag) == int(end) - 10 > 0
+
+
+# A store's changelog written batch by batch as the engine writes it (the progress row, the
+# fence, first; then the changelog append with the task's txn), for pins that a run of an
+# app reaches only by chance: a compacted snapshot that is one tombstone, later batches'
+# rows past the pin, a task never compacted.
+KIND = "timestamped_key_value"
+
+
+def _commit(wh, task, batch: int, changes: dict[bytes, bytes | None]) -> None:
+    path = wh.changelog_path("views", "store")
+    changelog.ensure_table(path, "store", KIND)
+    progress.ensure_table(wh.progress_path("views"), "views")
+    row = progress.TaskProgress(
+        task, batch, "run", 0, {}, {}, 0, len(changes), (wh.relative(path),)
+    )
+    progress.record(wh.progress_path("views"), "views", [row], {})
+    rows = [
+        {
+            "task": task.partition,
+            "batch_id": batch,
+            "key": k.decode(),
+            "value": None if v is None else v.decode(),
+            "raw_key": k,
+            "raw_value": v,
+        }
+        for k, v in changes.items()
+    ]
+    data = pa.Table.from_pylist(rows, schema=changelog.schema(KIND))
+    delta_commits.append(delta_commits.open_table(path), data, "views", {task: batch}, {})
+
+
+def _view(spark, wh, batch=None) -> dict[str, str]:
+    rows = state_frame(spark, wh, "views", "store", batch).collect()
+    assert len({r["key"] for r in rows}) == len(rows)
+    return {r["key"]: r["value"] for r in rows}
+
+
+def _restored(wh, pins: dict) -> dict[str, str]:
+    """The state as a restore reads it (changelog.read_state: no Spark, no view)."""
+    path = wh.changelog_path("views", "store")
+    out = {}
+    for task, batch in pins.items():
+        out.update(
+            {
+                k.decode(): v.decode()
+                for k, v in changelog.read_state(path, task.partition, batch).items()
+            }
+        )
+    return out
+
+
+def test_views_pinned_at_compactions_with_tombstone_snapshots_and_later_batches(spark, tmp_path):
+    wh = Warehouse(tmp_path / "wh")
+    t0, t1, t2 = TaskId(0, 0), TaskId(0, 1), TaskId(0, 2)
+    # Task 0: every key deleted by batch 3 (its snapshot keeps one tombstone); task 1: keys
+    # changed and deleted; task 2: never compacted.
+    for batch, changes in enumerate(
+        [{b"a": b"1", b"b": b"2"}, {b"a": b"3"}, {b"a": None, b"b": None}], start=1
+    ):
+        _commit(wh, t0, batch, changes)
+    for batch, changes in enumerate(
+        [{b"c": b"1", b"d": b"2", b"x": b"0"}, {b"c": b"5", b"x": None}, {b"d": b"6"}], start=1
+    ):
+        _commit(wh, t1, batch, changes)
+    _commit(wh, t2, 1, {b"m": b"1"})
+    _commit(wh, t2, 2, {b"m": None, b"n": b"2"})
+    pins = {t0: 3, t1: 3, t2: 2}
+    uncompacted = _view(spark, wh)
+    assert uncompacted == _restored(wh, pins) == {"c": "5", "d": "6", "n": "2"}
+
+    compacted = compaction.compact(wh, "views", say=lambda _: None).committed
+    assert {r.task for r in compacted} == {t0, t1, t2}
+    # Every task pinned at its compaction: the snapshot rows as they are, less the tombstone.
+    path = wh.changelog_path("views", "store")
+    pin = _store_pin("views", app_pin(wh, "views"), path)
+    assert pin.snapshot_only and "raw_value IS NOT NULL" in pin.condition
+    assert _view(spark, wh) == uncompacted
+
+    # Later batches of tasks 1 and 2 (a delete and a new key each); then task 1 and 2 pinned
+    # at their compaction, with the later rows in the table, and after them.
+    _commit(wh, t1, 4, {b"c": None, b"e": b"7"})
+    _commit(wh, t2, 3, {b"n": None, b"o": b"8"})
+    pin = _store_pin("views", app_pin(wh, "views", batch=3), path)
+    assert not pin.snapshot_only  # task 2 is pinned past its compaction
+    assert _view(spark, wh, batch=3) == _restored(wh, {t0: 3, t1: 3, t2: 3})
+    assert (
+        _view(spark, wh) == _restored(wh, {t0: 3, t1: 4, t2: 3}) == {"d": "6", "e": "7", "o": "8"}
+    )
+    _commit(wh, t0, 4, {b"z": b"9"})
+    compaction.compact(wh, "views", say=lambda _: None)
+    pin = _store_pin("views", app_pin(wh, "views"), path)
+    assert pin.snapshot_only and pin.condition == "task IN (0, 1, 2)"
+    assert _view(spark, wh) == {"d": "6", "e": "7", "o": "8", "z": "9"}
+    # Pinned at batch 3: task 0 and 1 now compacted past it, refused.
+    with pytest.raises(ValueError, match="compacted through batch 4"):
+        _view(spark, wh, batch=3)
+
+
+def test_views_pinned_at_a_compaction_skip_later_rows_of_the_tail(spark, tmp_path):
+    """Each task pinned at exactly its compaction while later batches' rows (a delete among
+    them) are in the table: the pin reads snapshot rows only."""
+    wh = Warehouse(tmp_path / "wh")
+    t0, t1 = TaskId(0, 0), TaskId(0, 1)
+    for task in (t0, t1):
+        _commit(wh, task, 1, {b"a%d" % task.partition: b"1", b"b%d" % task.partition: b"2"})
+    compaction.compact(wh, "views", say=lambda _: None)
+    before = _view(spark, wh, batch=1)
+    for task in (t0, t1):
+        _commit(wh, task, 2, {b"a%d" % task.partition: None, b"c%d" % task.partition: b"3"})
+    path = wh.changelog_path("views", "store")
+    pin = _store_pin("views", app_pin(wh, "views", batch=1), path)
+    assert pin.snapshot_only and f"{SNAPSHOT_COLUMN} IS NOT NULL" in pin.condition
+    assert "raw_value" not in pin.condition  # no tombstone among the snapshot rows
+    assert _view(spark, wh, batch=1) == before == {"a0": "1", "b0": "2", "a1": "1", "b1": "2"}
+    assert _view(spark, wh) == {"b0": "2", "c0": "3", "b1": "2", "c1": "3"}
+
+
+def test_sql_registers_the_views_a_query_names(spark, tmp_path):
+    wh = Warehouse(tmp_path / "wh")
+    _commit(wh, TaskId(0, 0), 1, {b"a": b"1"})
+    for view in ("views__store", "views__store__changelog"):
+        spark.catalog.dropTempView(view)
+    rows = sql(spark, wh, "SELECT key FROM VIEWS__STORE__CHANGELOG").collect()
+    assert [r["key"] for r in rows] == ["a"]
+    assert not spark.catalog.tableExists("views__store")
+    assert sql(spark, wh, "SELECT key, value FROM views__store").collect()[0]["value"] == "1"

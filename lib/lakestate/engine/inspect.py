@@ -10,9 +10,13 @@ read at the same table version, so both answer the same until they are registere
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -37,23 +41,22 @@ def view_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class AppPin:
-    """The batch each task of an app is read at, each task's last progress row, and per
-    table the sub-topologies whose tasks wrote it (``progress.table_writers``)."""
+    """The batch each task of an app is read at, each task's last progress row, per table
+    the sub-topologies whose tasks wrote it (``progress.table_writers``), and the tables
+    opened to check the batches complete (by path, at the versions checked)."""
 
     batches: dict[TaskId, int]
     rows: dict[TaskId, progress.TaskProgress]
     writers: dict[str, set[int]]
+    tables: dict[str, DeltaTable] = field(default_factory=dict)
 
 
 def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
     """Each task at its last complete batch, or at ``batch`` if it is further."""
-    path = warehouse.progress_path(app)
-    if not delta_commits.table_exists(path):
-        return AppPin({}, {}, {})
-    history = progress.read(path)
+    history, writers = progress.read_all(warehouse, app)
     batches: dict[TaskId, int] = {}
     rows: dict[TaskId, progress.TaskProgress] = {}
-    opened: dict[str, object] = {}  # tables opened once for every task's completeness
+    opened: dict[str, DeltaTable] = {}  # tables opened once for every task's completeness
     for task, found in history.rows.items():
         complete = next((r for r in found if is_complete(warehouse, app, r, opened)), None)
         if complete is None:
@@ -66,17 +69,18 @@ def app_pin(warehouse: Warehouse, app: str, batch: int | None = None) -> AppPin:
             + ", ".join(f"{t}: {b}" for t, b in sorted(batches.items()))
             + ")"
         )
-    return AppPin(batches, rows, progress.table_writers(warehouse, app))
+    return AppPin(batches, rows, writers, opened)
 
 
 @dataclass(frozen=True)
 class _StorePin:
-    """How a store's changelog is read at an app pin: ``expression`` is SQL giving the
-    batch a row's task is pinned at (-1: none); ``snapshot_only`` is True when every task
-    is pinned at exactly the batch its rows were compacted through, so no row of the pin
-    lies in a tail."""
+    """How a store's changelog is read at an app pin: at table ``version`` (the one the pin
+    was checked at), its rows that meet ``condition`` (SQL). ``snapshot_only`` is True when
+    every task is pinned at exactly the batch its rows were compacted through, so no row of
+    the pin lies in a tail and those rows are the state as they are."""
 
-    expression: str
+    version: int
+    condition: str
     snapshot_only: bool
 
 
@@ -84,11 +88,10 @@ def _store_pin(app: str, pin: AppPin, changelog_path: str) -> _StorePin:
     """The pin of one store. A pin before the batch a task's rows were compacted through
     cannot be answered: ValueError."""
     subs = pin.writers.get(changelog_path, set())
-    table = delta_commits.open_table(changelog_path)
+    table = pin.tables.get(changelog_path) or delta_commits.open_table(changelog_path)
+    pinned = {t: b for t, b in sorted(pin.batches.items()) if t.subtopology in subs}
     snapshot_only = True
-    for task, batch in sorted(pin.batches.items()):
-        if task.subtopology not in subs:
-            continue
+    for task, batch in pinned.items():
         compacted = table.transaction_version(compaction_txn_id(app, task)) or 0
         if batch < compacted:
             raise ValueError(
@@ -97,14 +100,44 @@ def _store_pin(app: str, pin: AppPin, changelog_path: str) -> _StorePin:
                 f"{compacted} or later (or read an older table version with Delta time travel)"
             )
         snapshot_only = snapshot_only and batch == compacted
-    cases = [
-        f"WHEN {t.partition} THEN {b}"
-        for t, b in sorted(pin.batches.items())
-        if t.subtopology in subs
+    if not pinned:
+        return _StorePin(table.version(), "false", True)
+    # The partition filter prunes the files of tasks outside the pin.
+    tasks = f"task IN ({', '.join(str(t.partition) for t in pinned)})"
+    if snapshot_only:
+        # A task's snapshot rows hold its state as of the batch compacted through (its
+        # compaction replaced every row of batches up to there, and its later batches'
+        # rows are not snapshot rows), so the batch condition is implied.
+        conditions = [tasks, *_snapshot_conditions(table, [t.partition for t in pinned])]
+        return _StorePin(table.version(), " AND ".join(conditions), True)
+    cases = " ".join(f"WHEN {t.partition} THEN {b}" for t, b in pinned.items())
+    return _StorePin(table.version(), f"{tasks} AND batch_id <= CASE task {cases} END", False)
+
+
+def _snapshot_conditions(table: DeltaTable, partitions: list[int]) -> list[str]:
+    """What selects the live snapshot rows of tasks ``partitions``: not a tail row, not a
+    tombstone (a snapshot keeps one when all its keys are deleted); each left out when the
+    statistics of the tasks' files show that no row fails it."""
+    adds = pa.table(table.get_add_actions(flatten=True))
+    if adds.num_rows == 0:
+        return []
+    mine = adds.filter(
+        pc.is_in(
+            adds.column("partition.task"),
+            pa.array(partitions, pa.int64()).cast(adds.column("partition.task").type),
+        )
+    ).to_pylist()
+    tails = [f.get("null_count." + SNAPSHOT_COLUMN) for f in mine]
+    tombstones = [
+        0 if tail is not None and tail == f.get("num_records") else f.get("null_count.raw_value")
+        for f, tail in zip(mine, tails, strict=True)
     ]
-    if not cases:
-        return _StorePin("-1", False)
-    return _StorePin(f"CASE task {' '.join(cases)} ELSE -1 END", snapshot_only)
+    conditions = []
+    if any(n is None or n > 0 for n in tails):
+        conditions.append(f"{SNAPSHOT_COLUMN} IS NOT NULL")
+    if any(n is None or n > 0 for n in tombstones):
+        conditions.append("raw_value IS NOT NULL")
+    return conditions
 
 
 def state_frame(
@@ -113,8 +146,12 @@ def state_frame(
     """A store's current state as a DataFrame (pinned as ``register_views`` pins it): the
     helper for plain Spark SQL users."""
     path = warehouse.changelog_path(app, store)
-    raw = spark.read.format("delta").load(path)
-    return _latest(raw, _store_pin(app, app_pin(warehouse, app, batch), path))
+    pin = _store_pin(app, app_pin(warehouse, app, batch), path)
+    return _latest(_read(spark, path, pin.version), pin)
+
+
+def _read(spark: SparkSession, path: str, version: int) -> DataFrame:
+    return spark.read.format("delta").option("versionAsOf", version).load(path)
 
 
 def _latest(changelog: DataFrame, pin: _StorePin) -> DataFrame:
@@ -123,10 +160,10 @@ def _latest(changelog: DataFrame, pin: _StorePin) -> DataFrame:
     older than every other row of their task, so they need no ranking: a snapshot row
     stands unless a newer row of its key follows it (an anti-join with the tail's keys);
     only the tail since the last compaction is ranked. When the pin has no tail (every
-    task pinned at its compaction), the snapshot rows are the state as they are."""
-    pinned = changelog.where(F.expr(f"batch_id <= {pin.expression}"))
+    task pinned at its compaction), the pin's rows are the state as they are."""
+    pinned = changelog.where(pin.condition)
     if pin.snapshot_only:
-        return pinned.where(F.col(SNAPSHOT_COLUMN).isNotNull() & F.col("raw_value").isNotNull())
+        return pinned
     snapshot = pinned.where(F.col(SNAPSHOT_COLUMN).isNotNull())
     tail = pinned.where(F.col(SNAPSHOT_COLUMN).isNull())
     newest_first = Window.partitionBy("task", "raw_key").orderBy(F.col("batch_id").desc())
@@ -148,28 +185,56 @@ def register_views(
     warehouse: Warehouse,
     batch: int | None = None,
     batch_app: str | None = None,
+    only: Collection[str] | None = None,
 ) -> dict[str, str]:
     """Register every topic (by name) and every store (``<app>__<store>``, its state, and
-    ``<app>__<store>__changelog``) as a view; ``batch`` pins app ``batch_app`` only.
-    Returns view -> table path."""
+    ``<app>__<store>__changelog``) as a view, or only the views named in ``only``;
+    ``batch`` pins app ``batch_app`` only. Returns view -> table path."""
+    wanted = None if only is None else {n.lower() for n in only}
+
+    def registers(name: str) -> bool:
+        return wanted is None or name.lower() in wanted
+
     views: dict[str, str] = {}
     for topic in warehouse.list_topics():
         path = warehouse.topic_path(topic)
-        spark.read.format("delta").load(path).createOrReplaceTempView(view_name(topic))
-        views[view_name(topic)] = path
+        if registers(view_name(topic)):
+            spark.read.format("delta").load(path).createOrReplaceTempView(view_name(topic))
+            views[view_name(topic)] = path
     for app in warehouse.list_apps():
-        tables = warehouse.list_state_tables(app)
-        if not tables:
-            continue
-        pin = app_pin(warehouse, app, batch if app == batch_app else None)
-        for table in tables:
-            version = delta_commits.open_table(table.path).version()
-            raw = spark.read.format("delta").option("versionAsOf", version).load(table.path)
-            name = view_name(f"{app}__{table.store}")
-            raw.createOrReplaceTempView(name + CHANGELOG_SUFFIX)
-            _latest(raw, _store_pin(app, pin, table.path)).createOrReplaceTempView(name)
-            views[name] = views[name + CHANGELOG_SUFFIX] = table.path
+        tables = [(t, view_name(f"{app}__{t.store}")) for t in warehouse.list_state_tables(app)]
+        states = [(t, n) for t, n in tables if registers(n)]
+        changelogs = [(t, n) for t, n in tables if registers(n + CHANGELOG_SUFFIX)]
+        pin = None
+        if states or (app == batch_app and changelogs):
+            pin = app_pin(warehouse, app, batch if app == batch_app else None)
+        store_pins = {t.path: _store_pin(app, pin, t.path) for t, _ in states}
+        for table, name in changelogs:
+            version = (
+                store_pins[table.path].version
+                if table.path in store_pins
+                else delta_commits.open_table(table.path).version()
+            )
+            _read(spark, table.path, version).createOrReplaceTempView(name + CHANGELOG_SUFFIX)
+            views[name + CHANGELOG_SUFFIX] = table.path
+        for table, name in states:
+            store_pin = store_pins[table.path]
+            _latest(_read(spark, table.path, store_pin.version), store_pin).createOrReplaceTempView(
+                name
+            )
+            views[name] = table.path
     return views
+
+
+def views_named(warehouse: Warehouse, query: str) -> set[str]:
+    """The names of the warehouse's views that ``query`` names (as whole words, in any
+    case)."""
+    names = [view_name(t) for t in warehouse.list_topics()]
+    for app in warehouse.list_apps():
+        for table in warehouse.list_state_tables(app):
+            name = view_name(f"{app}__{table.store}")
+            names += [name, name + CHANGELOG_SUFFIX]
+    return {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", query, re.IGNORECASE)}
 
 
 def apps_named(warehouse: Warehouse, query: str) -> list[str]:
@@ -185,7 +250,8 @@ def apps_named(warehouse: Warehouse, query: str) -> list[str]:
 def sql(
     spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
 ) -> DataFrame:
-    """Run ``query`` over the warehouse's views; ``batch`` pins the one app it names."""
+    """Run ``query`` over the warehouse's views (those it names are registered);
+    ``batch`` pins the one app it names."""
     batch_app = None
     if batch is not None:
         named = apps_named(warehouse, query)
@@ -195,7 +261,7 @@ def sql(
                 + (", ".join(named) if named else "none")
             )
         batch_app = named[0]
-    register_views(spark, warehouse, batch, batch_app)
+    register_views(spark, warehouse, batch, batch_app, views_named(warehouse, query))
     return spark.sql(query)
 
 
@@ -250,9 +316,7 @@ def _topic_partition(key: str, partition: int) -> tuple[str, int]:
     return (topic, int(number)) if sep and number.isdigit() else (key, partition)
 
 
-def _local_offset(
-    state_dir: str, app: str, task: TaskId, topic: str, partition: int
-) -> int | None:
+def _local_offset(state_dir: str, app: str, task: TaskId, topic: str, partition: int) -> int | None:
     if not local.store_exists(state_dir, app, task):
         return None
     try:
@@ -281,4 +345,5 @@ __all__ = [
     "state_frame",
     "status",
     "view_name",
+    "views_named",
 ]

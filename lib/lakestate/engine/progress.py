@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field, PrimitiveType
 
 from lakestate.io import delta_commits
@@ -118,6 +119,10 @@ def table_writers(warehouse: Warehouse, app: str) -> dict[str, set[int]]:
     if not delta_commits.table_exists(path):
         return {}
     rows = delta_commits.open_table(path).to_pyarrow_table(columns=["task", "tables"])
+    return _writers(warehouse, rows)
+
+
+def _writers(warehouse: Warehouse, rows: pa.Table) -> dict[str, set[int]]:
     writers: dict[str, set[int]] = {}
     pairs = set(
         zip(rows.column("task").to_pylist(), rows.column("tables").to_pylist(), strict=True)
@@ -127,6 +132,30 @@ def table_writers(warehouse: Warehouse, app: str) -> dict[str, set[int]]:
         for name in json.loads(tables):
             writers.setdefault(warehouse.resolve(name), set()).add(sub)
     return writers
+
+
+# Per progress table path: the files read last by read_all and what they held.
+_READ_ALL: dict[str, tuple[list[str], History, dict[str, set[int]]]] = {}
+
+
+def read_all(warehouse: Warehouse, app: str) -> tuple[History, dict[str, set[int]]]:
+    """``read`` of every task and ``table_writers``, from one scan of the table (none when
+    it does not exist). The table's rows are those of its data files, which are written
+    once under unique names, so a process scans a set of files once: a later call that
+    finds the same files answers from memory."""
+    path = warehouse.progress_path(app)
+    try:
+        table = delta_commits.open_table(path)
+    except TableNotFoundError:
+        return History({}), {}
+    files = sorted(table.file_uris())
+    held = _READ_ALL.get(path)
+    if held is not None and held[0] == files:
+        return held[1], held[2]
+    data = table.to_pyarrow_dataset().to_table()
+    history, writers = _history(data, None), _writers(warehouse, data)
+    _READ_ALL[path] = (files, history, writers)
+    return history, writers
 
 
 def ensure_table(path: str, app: str) -> None:
@@ -162,6 +191,10 @@ def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -
         newest = delta_commits.txn_versions(table, app, tasks)
         condition = ds.field("batch_id") >= max(0, min(newest.values()) - 1)
     data = table.to_pyarrow_dataset().to_table(filter=condition)
+    return _history(data, tasks)
+
+
+def _history(data: pa.Table, tasks: list[TaskId] | None) -> History:
     rows: dict[TaskId, list[TaskProgress]] = {}
     wanted = None if tasks is None else {str(t) for t in tasks}
     for raw in data.to_pylist():

@@ -34,8 +34,15 @@ spark``'s: 2 shuffle partitions, ``spark.driver.memory`` 3g):
 Each side's output is checked against a plain reference (numpy): the tier of the
 customer's version with the largest valid-from <= the order's time. Printed: wall time and
 records/s of each measured process (JVM start included), the ratio lakestate / SSS
-(records/s, target >= 1.0), and how many of the N results each side got right. Results go
-to ``tests/benchmarks/results/versioned.json`` with the load average before and after each
+(records/s, target >= 1.0), and how many of the N results each side got right; the CPU
+seconds of each process tree (driver, JVM, Python workers: the machine is shared, CPU
+seconds move less than wall time), the ratio by CPU seconds, and the lakestate run's wall
+time by phase (``bench_scheduled``'s timing hooks). Then the floor of this design: the
+engine's worker function (``process_task``) on each task's orders in this process, against
+a copy of the task's store as the measured run found it (the join's Python with no Spark),
+and the best ratio the run could reach with its workers cut to that (``floor``;
+``--profile`` adds a cProfile of it). Results go to
+``tests/benchmarks/results/versioned.json`` with the load average before and after each
 process. The engine measured is lib/ as committed at HEAD (``--engine head``, as
 ``bench_scheduled.py``) or the checkout (``--engine tree``). Not a test: pytest collects
 ``test_*.py`` only.
@@ -75,15 +82,19 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def bench_scheduled() -> Any:
-    """The sibling script (its engine snapshot and partitioner helpers are reused)."""
-    name = "bench_scheduled"
+def sibling(name: str) -> Any:
+    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def bench_scheduled() -> Any:
+    """The sibling script (its engine snapshot, timing hooks and partitioner helpers)."""
+    return sibling("bench_scheduled")
 
 
 # -- input and reference ------------------------------------------------------------------------
@@ -219,36 +230,55 @@ def score(got: dict[str, str | None], expected: Any) -> dict[str, int]:
 
 
 def run_child(cmd: list[str], name: str, logs: Path) -> dict[str, Any]:
+    """Run ``cmd`` as a fresh process, timed from outside, with the CPU seconds of its
+    process tree sampled (the CLI's or SSS's Python, the JVM, the Python workers:
+    ``bench_windows.TreeSampler``)."""
     before = loadavg()
+    env = dict(os.environ)
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.monotonic() - started
-    (logs / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-25:])
-        raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
+    env[bench_scheduled().SPAWNED_AT_ENV] = repr(started)
+    out_file = logs / f"{name}.log"
+    with open(out_file, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        sampler = sibling("bench_windows").TreeSampler(proc.pid)
+        sampler.start()
+        rc = proc.wait()
+    ended = time.monotonic()
+    sampled = sampler.stop()
+    text = out_file.read_text(errors="replace")
+    if rc != 0:
+        tail = "\n".join(text.splitlines()[-25:])
+        raise RuntimeError(f"{name} exited with {rc}:\n{tail}")
     return {
-        "wall_s": round(wall, 2),
+        "wall_s": round(ended - started, 2),
+        "cpu_s": sampled["cpu_s"],
+        "spawned_at": started,
+        "ended_at": ended,
         "load_before": before,
         "load_after": loadavg(),
-        "output": proc.stdout,
+        "output": text,
     }
 
 
 def lakestate_run(wh_root: str, state: Path, master: str, name: str, logs: Path):
-    """A fresh ``lakestate run``; with the batches it printed (records, seconds)."""
-    cmd = [LAKESTATE_CLI, "--warehouse", wh_root, "--master", master, "run", APP_PATH]
+    """A fresh ``lakestate run`` under ``bench_scheduled``'s timing hooks (its ``_lakestate``
+    child: the same CLI); with the batches it printed (records, seconds) and its phases."""
+    sch = bench_scheduled()
+    events = logs / f"{name}-events.json"
+    cmd = [sys.executable, sch.__file__, "_lakestate", "--events", str(events), "--"]
+    cmd += ["--warehouse", wh_root, "--master", master, "run", APP_PATH]
     cmd += ["--until-caught-up", "--state-dir", str(state)]
     run = run_child(cmd, name, logs)
-    batches = bench_scheduled().BATCH_LINE.findall(run.pop("output"))
+    batches = sch.BATCH_LINE.findall(run.pop("output"))
     run["batches"] = [{"records": int(b[1]), "s": float(b[3])} for b in batches]
+    run["phases"] = sch.lakestate_phases(json.loads(events.read_text()), run)
     return run
 
 
 def child_sss(argv: list[str]) -> int:
     """``_sss``: the stream-static join as a fresh process, until the orders are processed."""
     p = argparse.ArgumentParser(prog="bench_versioned.py _sss")
-    for name in ("--customers", "--orders", "--out", "--checkpoint", "--master"):
+    for name in ("--customers", "--orders", "--out", "--checkpoint", "--master", "--report"):
         p.add_argument(name, required=True)
     args = p.parse_args(argv)
     import common
@@ -288,16 +318,136 @@ def child_sss(argv: list[str]) -> int:
     stamps["query_done"] = time.monotonic()
     durations = [p["durationMs"] for p in common.await_query(query)]
     stop_spark()
-    print(
-        json.dumps(
+    report = {
+        "spark_start_s": stamps["spark_started"] - stamps["started"],
+        "query_s": stamps["query_done"] - stamps["spark_started"],
+        "micro_batches": durations,
+    }
+    Path(args.report).write_text(json.dumps(report))
+    return 0
+
+
+# -- the floor: the join's Python in isolation ---------------------------------------------------
+
+
+def task_input(inp: dict[str, Any], partition: int, orders: bool) -> Any:
+    """One task's batch input (``process.INPUT_COLUMNS``): its partition's orders or
+    customers' versions, in offset order, as the engine's read hands them to a worker."""
+    import numpy as np
+    import pyarrow as pa
+
+    if orders:
+        topic, index, key, ts = "orders", 1, inp["o_key"], inp["o_ts"]
+        amounts = inp["o_amount"]
+    else:
+        topic, index, key, ts = "customers", 0, inp["v_key"], inp["v_ts"]
+    rows = np.flatnonzero(inp["part_of"][key] == partition)
+    n = len(rows)
+    if orders:
+        values = [f'{{"order":"order-{i}","amount":{amounts[i]}}}' for i in rows.tolist()]
+    else:
+        values = [f'"{TIERS[t]}"' for t in inp["v_tier"][rows].tolist()]
+    return pa.table(
+        {
+            "sub": pa.array(np.zeros(n, dtype=np.int32)),
+            "task": pa.array(np.full(n, partition, dtype=np.int32)),
+            "input_index": pa.array(np.full(n, index, dtype=np.int32)),
+            "topic": pa.array([topic] * n, pa.string()),
+            "partition": pa.array(np.full(n, partition, dtype=np.int32)),
+            "offset": pa.array(np.arange(n, dtype=np.int64)),
+            "timestamp": pa.array(ts[rows], pa.int64()),
+            "key": pa.array(inp["texts"][key[rows]].tolist(), pa.string()),
+            "value": pa.array(values, pa.string()),
+            "headers": pa.nulls(n, pa.string()),
+        }
+    )
+
+
+def worker_floor(inp: dict[str, Any], state: Path, tmp: Path, profile: bool) -> dict[str, Any]:
+    """The engine's worker function (``process_task``: decode, join, encode the output rows)
+    on each task's orders, in this process, against a copy of the task's local store as the
+    measured run found it (``state``): the CPU seconds of the Python workers' part with no
+    Spark, no Arrow transfer and no commit. With ``profile``, task 0_0 again under cProfile."""
+    import cProfile
+
+    from lakestate.app import load_app
+    from lakestate.engine import local
+    from lakestate.engine.process import BatchContext, process_task
+    from lakestate.state.base import TopicPartition, isolation_for
+
+    app = load_app(APP_PATH)
+    isolation = isolation_for(app.config)
+
+    def run(partition: int, prof: Any = None) -> tuple[float, float, int, int]:
+        task = f"0_{partition}"
+        copy = Path(tempfile.mkdtemp(prefix="floor-", dir=tmp))
+        try:
+            shutil.copytree(local.task_dir(state, app.name, task), copy / app.name / task)
+            store = local.open_task_store(copy, app.name, task, isolation)
+            try:
+                batch = local.local_batch(store) + 1
+                held = store.committed_offsets()
+            finally:
+                store.close()
+            records = task_input(inp, partition, orders=True)
+            starts = {
+                "customers": held.get(TopicPartition("customers", partition), 0),
+                "orders": held.get(TopicPartition("orders", partition), 0),
+            }
+            ctx = BatchContext(
+                APP_PATH,
+                app.name,
+                {task: batch},
+                str(copy),
+                isolation,
+                {"enriched-orders": PARTITIONS},
+                {task: starts},
+            )
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = (
+                process_task(records, ctx)
+                if prof is None
+                else prof.runcall(process_task, records, ctx)
+            )
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            return wall, cpu, records.num_rows, out.num_rows
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+    tasks = []
+    for partition in range(PARTITIONS):
+        before = loadavg()
+        wall, cpu, n, rows = run(partition)
+        tasks.append(
             {
-                "spark_start_s": stamps["spark_started"] - stamps["started"],
-                "query_s": stamps["query_done"] - stamps["spark_started"],
-                "micro_batches": durations,
+                "task": f"0_{partition}",
+                "records": n,
+                "rows_returned": rows,
+                "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2),
+                "cpu_us_per_record": round(cpu / n * 1e6, 2),
+                "load_before": before,
+                "load_after": loadavg(),
             }
         )
-    )
-    return 0
+    n = sum(t["records"] for t in tasks)
+    cpu = sum(t["cpu_s"] for t in tasks)
+    result: dict[str, Any] = {
+        "tasks": tasks,
+        "cpu_s": round(cpu, 2),
+        "cpu_us_per_record": round(cpu / n * 1e6, 2),
+    }
+    if profile:
+        prof = cProfile.Profile()
+        _, _, n0, _ = run(0, prof)
+        be = bench_scheduled().bench_engine()
+        per = sibling("bench_windows")._per_record
+        result["profile"] = {
+            "records": n0,
+            "top_tottime": per(be.top_stats(prof, "tottime", 22, False), n0),
+            "top_cumulative_lakestate": per(be.top_stats(prof, "cumulative", 22, True), n0),
+        }
+    return result
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -317,6 +467,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--driver-memory", default="3g")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--no-floor", action="store_true", help="skip the in-process floor")
+    p.add_argument("--profile", action="store_true", help="cProfile of the floor's task 0_0")
     p.add_argument("--json", default=str(DEFAULT_JSON))
     args = p.parse_args(argv)
     if args.records is None:
@@ -326,35 +478,97 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+EXECUTE_PHASE = "process: scan, route, Python workers (mapInArrow), rows to the driver"
+
+
+def floor(results: dict[str, Any]) -> dict[str, Any]:
+    """The best the measured run could do under this design, both bounds optimistic: its
+    Python workers cut to ``process_task`` alone (``worker_floor``: no worker start-up, no
+    Arrow transfer) and everything else as measured. By CPU: SSS's CPU seconds against the
+    run's driver and JVM CPU seconds plus the workers' floor. By wall time: SSS's wall
+    against the run's wall with its processing job replaced by the slower task's
+    ``process_task`` (the two tasks run side by side on the two cores; the job's scan,
+    transfer and collection counted as nothing)."""
+    lk, sss, wf = results["lakestate"]["run"], results["sss"]["run"], results["worker_floor"]
+    cpu = lk["cpu_s"]["driver"] + lk["cpu_s"]["jvm"] + wf["cpu_s"]
+    wall = (
+        lk["wall_s"] - lk["phases"].get(EXECUTE_PHASE, 0.0) + max(t["wall_s"] for t in wf["tasks"])
+    )
+    return {
+        "lakestate_cpu_s": round(cpu, 2),
+        "ratio_by_cpu_at_best": round(sss["cpu_s"]["total"] / cpu, 3),
+        "lakestate_wall_s": round(wall, 2),
+        "ratio_by_wall_at_best": round(sss["wall_s"] / wall, 3),
+        "workers_only_ratio_by_cpu": round(sss["cpu_s"]["total"] / wf["cpu_s"], 3),
+    }
+
+
+def _cpu(run: dict[str, Any]) -> str:
+    c = run.get("cpu_s") or {}
+    return f"{c.get('driver', 0):.1f} + {c.get('jvm', 0):.1f} + {c.get('workers', 0):.1f}"
+
+
 def report(results: dict[str, Any]) -> None:
     n = results["input"]["orders"]
     lk, sss = results["lakestate"], results["sss"]
     print(f"\n{n} orders joined to {results['input']['customers']} customers' versions")
-    print(f"{'side':<34} {'wall s':>8} {'records/s':>10} {'right':>9} {'of':>9}")
+    print(
+        f"{'side':<34} {'wall s':>8} {'records/s':>10} {'right':>9} {'of':>9}   "
+        "CPU s: driver + JVM + workers"
+    )
     print(
         f"{'lakestate, customers load':<34} {lk['load']['wall_s']:>8} "
-        f"{results['input']['versions'] / lk['load']['wall_s']:>10.0f}"
+        f"{results['input']['versions'] / lk['load']['wall_s']:>10.0f} {'':>9} {'':>9}   "
+        f"{_cpu(lk['load'])}"
     )
     for name, side in (("lakestate, orders (versioned join)", lk), ("SSS stream-static join", sss)):
         run = side["run"]
         print(
             f"{name:<34} {run['wall_s']:>8} {run['records_per_s']:>10.0f} "
-            f"{side['score']['right']:>9} {n:>9}"
+            f"{side['score']['right']:>9} {n:>9}   {_cpu(run)}"
         )
     for name, run in (("customers load", lk["load"]), ("orders", lk["run"])):
         batches = run.get("batches", [])
         print(
             f"lakestate {name}: {len(batches)} batch(es), {sum(b['s'] for b in batches):.1f} s "
-            f"of {run['wall_s']} s in batches (the rest: start, Spark start, recovery, planning)"
+            f"of {run['wall_s']} s in batches"
         )
+    bench_scheduled().print_phases(
+        "lakestate orders run, wall s by phase (main thread)",
+        lk["run"]["phases"],
+        lk["run"]["wall_s"],
+    )
     phases = sss["run"].get("phases", {})
     if phases:
+        adds = [b.get("addBatch", 0) / 1000 for b in phases["micro_batches"]]
+        offsets = [b.get("latestOffset", 0) / 1000 for b in phases["micro_batches"]]
         print(
             f"SSS: Spark start {phases['spark_start_s']:.1f} s, query {phases['query_s']:.1f} s "
-            f"({len(phases['micro_batches'])} micro-batch(es))"
+            f"({len(adds)} micro-batch(es): latestOffset {sum(offsets):.1f} s, "
+            f"addBatch {sum(adds):.1f} s)"
         )
     print(f"ratio lakestate / SSS (records/s): {results['ratio']} (target >= {TARGET_RATIO})")
+    print(f"ratio by CPU seconds (SSS's / lakestate's): {results.get('ratio_by_cpu')}")
     print(f"results right if joined with the latest tier: {results['right_if_latest']} of {n}")
+    wf, fl = results.get("worker_floor"), results.get("floor")
+    if wf and fl:
+        tasks = ", ".join(
+            f"{t['task']} {t['records']} records {t['cpu_s']} CPU s ({t['cpu_us_per_record']} "
+            f"us/record; wall {t['wall_s']} s)"
+            for t in wf["tasks"]
+        )
+        print(f"\nThe join's Python alone (process_task in-process, no Spark): {tasks}")
+        verdict = "rules out" if fl["ratio_by_cpu_at_best"] < TARGET_RATIO else "allows"
+        print(
+            f"Target {'not ' if results['ratio'] < TARGET_RATIO else ''}met. The measured "
+            f"floor of this design: the run's driver + JVM CPU with the workers cut to "
+            f"process_task = {fl['lakestate_cpu_s']} CPU s against SSS's "
+            f"{sss['run']['cpu_s']['total']}: ratio <= {fl['ratio_by_cpu_at_best']} by CPU "
+            f"({verdict} {TARGET_RATIO}); by wall time, the processing job replaced by the "
+            f"slower task's process_task: {fl['lakestate_wall_s']} s against "
+            f"{sss['run']['wall_s']} s, ratio <= {fl['ratio_by_wall_at_best']}. The workers' "
+            f"Python alone is {wf['cpu_s']} CPU s ({wf['cpu_us_per_record']} us/record)."
+        )
     print(f"load average: start {results['load_start']}, end {results['load_end']}")
 
 
@@ -410,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"lakestate: loading {len(inp['v_key'])} versions (load {loadavg()})")
         load = lakestate_run(wh.root, state, args.master, "lakestate-customers", logs)
         load["records_per_s"] = round(len(inp["v_key"]) / load["wall_s"])
+        # The stores as the measured run finds them, for the floor measured in-process.
+        shutil.copytree(state, work / "state-before-orders")
         spark = get_spark(args.master, app_name="bench-versioned-setup")
         results["write_orders"] = write_topics(spark, wh, inp, orders=True)
         stop_spark()
@@ -422,13 +638,24 @@ def main(argv: list[str] | None = None) -> int:
         out = str(work / "sss-out")
         cmd = [sys.executable, __file__, "_sss", "--customers", customers_path]
         cmd += ["--orders", orders_path, "--out", out, "--checkpoint", str(work / "sss-cp")]
-        run = run_child([*cmd, "--master", args.master], "sss", logs)
-        run["phases"] = json.loads(run.pop("output").strip().splitlines()[-1])
+        cmd += ["--master", args.master, "--report", str(logs / "sss-report.json")]
+        run = run_child(cmd, "sss", logs)
+        run.pop("output")
+        run["phases"] = json.loads((logs / "sss-report.json").read_text())
         run["records_per_s"] = round(args.records / run["wall_s"])
         results["sss"] = {"run": run, "score": score(read_output(out), ref["as_of"])}
         results["ratio"] = round(
             results["lakestate"]["run"]["records_per_s"] / run["records_per_s"], 3
         )
+        results["ratio_by_cpu"] = round(
+            run["cpu_s"]["total"] / results["lakestate"]["run"]["cpu_s"]["total"], 3
+        )
+        if not args.no_floor:
+            log(f"floor: process_task on each task's orders in-process (load {loadavg()})")
+            results["worker_floor"] = worker_floor(
+                inp, work / "state-before-orders", work, args.profile
+            )
+            results["floor"] = floor(results)
     finally:
         results["load_end"] = loadavg()
         results["total_s"] = round(time.monotonic() - began, 1)

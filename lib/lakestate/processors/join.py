@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
 from lakestate.state.versioned import VersionedKeyValueStore
@@ -53,6 +54,8 @@ class StreamTableJoin(Processor):
     """``stream.join(table)`` / ``left_join``; with ``key_selector``, a join with a global
     table on ``key_selector(key, value)`` (Kafka's KStreamGlobalKTableJoin)."""
 
+    chunked = True
+
     def __init__(
         self,
         store_name: str,
@@ -74,21 +77,40 @@ class StreamTableJoin(Processor):
             raise TypeError(f"store {self.store_name!r} of a versioned table is not versioned")
 
     def process(self, record: Record) -> None:
+        # One record needs no chunk around it: the same _join, forwarded at once.
+        result = self._join(record)
+        if result is not None:
+            self.context.forward(result)
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        # The table's store is written by the table's own input, never by this chain: each
+        # record's lookup sees what it would see one by one.
+        joined, at = [], []
+        join = self._join
+        for record, position in zip(chunk.records, chunk.at, strict=True):
+            result = join(record)
+            if result is not None:
+                joined.append(result)
+                at.append(position)
+        return chunk.with_records(joined, at)
+
+    def _join(self, record: Record) -> Record | None:
+        """The joined record, or None when the record yields none."""
         # A null value is "no record" in a key-value model, and None is what a left join
         # passes for a missing table row: Kafka drops such records rather than be ambiguous.
         if record.value is None:
             self.context.metric(DROPPED)
-            return
+            return None
         key = (
             record.key if self.key_selector is None else self.key_selector(record.key, record.value)
         )
         if key is None and not self.left:
             self.context.metric(DROPPED)
-            return
+            return None
         table_value = None if key is None else self._lookup(key, record.timestamp)
         if table_value is None and not self.left:
-            return
-        self.context.forward(record.with_value(self.joiner(record.value, table_value)))
+            return None
+        return record.with_value(self.joiner(record.value, table_value))
 
     def _lookup(self, key: Any, timestamp: int) -> Any:
         if self.versioned:

@@ -166,7 +166,7 @@ class Task:
             self._contexts[name] = _NodeContext(self, name, node.children)
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
-        self._chain = self._chunk_chain()
+        self._chains = self._chunk_chains()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
         self._committed_metrics = dict(self.metrics)
 
@@ -193,31 +193,33 @@ class Task:
         self.stream_time = max(self.stream_time, record.timestamp)
         self.process_at(source, record)
 
-    def _chunk_chain(self) -> list[Processor] | None:
-        """The processors of a sub-topology that is one straight chain, source to sink, of
-        chunk-capable processors reading one topic; None for any other shape."""
+    def _chunk_chains(self) -> dict[str, list[Processor]]:
+        """For each source topic whose records pass one straight chain, source to sink, of
+        chunk-capable processors: that chain. Other inputs' nodes may stand beside it (the
+        table a stream joins with): a chunk holds one topic's records, and no node of its
+        chain hands records to them."""
         nodes = self.topology.nodes
-        sources = [n for n in self.subtopology.nodes if nodes[n].kind == SOURCE]
-        if len(sources) != 1 or len(self._sources) != 1:
-            return None
-        chain: list[Processor] = []
-        name = sources[0]
-        while True:
-            processor = self._processors[name]
-            if not processor.chunked:
-                return None
-            chain.append(processor)
-            children = nodes[name].children
-            if not children:
-                break
-            if len(children) != 1:
-                return None
-            name = children[0]
-        return chain if len(chain) == len(self.subtopology.nodes) else None
+        chains: dict[str, list[Processor]] = {}
+        for topic, source in self._sources.items():
+            chain: list[Processor] | None = []
+            name = source
+            while chain is not None:
+                processor = self._processors[name]
+                children = nodes[name].children
+                if not processor.chunked or len(children) > 1:
+                    chain = None
+                    break
+                chain.append(processor)
+                if not children:
+                    break
+                name = children[0]
+            if chain is not None:
+                chains[topic] = chain
+        return chains
 
     def can_process_chunks(self, topic: str) -> bool:
         """True when ``process_chunk`` applies to records of ``topic``."""
-        return self._chain is not None and topic in self._sources
+        return topic in self._chains
 
     def process_chunk(self, topic: str, offsets: list[int], records: list[Record]) -> bool:
         """Process ``records`` (read from ``topic`` at ``offsets``, in offset order) node by
@@ -241,7 +243,7 @@ class Task:
         output_mark = len(self._output)
         metrics = dict(self.metrics)
         chunk = Chunk(topic, offsets, stream_times, records, list(range(len(records))))
-        chain = self._chain
+        chain = self._chains[topic]
         try:
             for processor in chain:
                 chunk = processor.process_chunk(chunk)

@@ -25,8 +25,9 @@ derived, so that an entry alone is a row of an SCD type 2 table: a put that inse
 version rewrites the version before it (whose ``valid_to`` changes), so the changelog's
 latest row per entry is always that version's current state.
 
-``get(key, as_of)`` is one reverse seek from ``(key, as_of)``; ``get(key)`` one reverse
-seek from the end of the key's range.
+``get(key, as_of)`` is one reverse seek from ``(key, as_of)`` (and a read of the stream
+time when the version found is not the key's latest); ``get(key)`` one reverse seek from
+the end of the key's range.
 
 Observed stream time and expiry (Kafka's rules). The store's observed stream time is the
 largest timestamp of an accepted put or delete (whatever the key); history retention
@@ -180,20 +181,23 @@ class VersionedKeyValueStore:
         ``as_of`` is beyond history retention and the latest version is not valid there."""
         reader = self._source()
         prefix = VERSION_PREFIX + _encode_key(key)
-        if as_of is not None:
-            at = encode_i64_be(as_of)  # checks as_of
+        if as_of is None:
+            latest = next(reader.iterate(self.name, prefix, prefix + _AFTER_TIMESTAMPS, True), None)
+            return None if latest is None else _record(*latest)
+        at = encode_i64_be(as_of)  # checks as_of
+        found = next(reader.iterate(self.name, prefix, prefix + at + b"\x00", True), None)
+        if found is None:
+            return None  # every version of the key starts after as_of, the latest too
+        raw_key, raw = found
+        value, valid_to = _decode_entry(raw)
+        if valid_to is not None:
+            # Not the latest version (the only one without a valid_to): it answers within
+            # history retention only; beyond it only the latest may, which starts after
+            # as_of. A lookup that finds the latest needs no stream time.
             stream_time = _read_stream_time(reader, self.name)
-            if stream_time is None or as_of >= _cutoff(stream_time, self.history_retention_ms):
-                found = next(reader.iterate(self.name, prefix, prefix + at + b"\x00", True), None)
-                return None if found is None else _record(*found)
-        # The latest version; beyond retention it is the only one that may answer.
-        latest = next(reader.iterate(self.name, prefix, prefix + _AFTER_TIMESTAMPS, True), None)
-        if latest is None:
-            return None
-        record = _record(*latest)
-        if record is None or (as_of is not None and record.timestamp > as_of):
-            return None
-        return record
+            if stream_time is not None and as_of < _cutoff(stream_time, self.history_retention_ms):
+                return None
+        return None if value is None else VersionedRecord(value, _valid_from(raw_key), valid_to)
 
     def all(self) -> Iterator[tuple[Any, VersionedRecord]]:
         """(key, latest version) of every key whose latest version is not a tombstone, in

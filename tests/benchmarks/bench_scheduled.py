@@ -135,6 +135,8 @@ LAKESTATE_HOOKS = [
     ("lakestate.engine.recovery", None, "restore", "restore"),
     ("lakestate.engine.changelog", None, "read_state", "restore_read"),
     ("lakestate.engine.changelog", None, "restore_into", "restore_write"),
+    ("lakestate.engine.changelog", None, "read_live", "restore_read"),
+    ("lakestate.engine.recovery", None, "load", "restore_write"),
     ("lakestate.engine.runner", "_Runner", "_plan", "plan"),
     ("lakestate.engine.runner", "_Runner", "_run_batch", "batch"),
     ("lakestate.engine.runner", "_Runner", "_read", "read_frame"),
@@ -1026,6 +1028,8 @@ class Bench:
                 [
                     ("lakestate.engine.changelog", None, "read_state", "read"),
                     ("lakestate.engine.changelog", None, "restore_into", "write"),
+                    ("lakestate.engine.changelog", None, "read_live", "read"),
+                    ("lakestate.engine.recovery", None, "load", "write"),
                 ],
                 events,
             )

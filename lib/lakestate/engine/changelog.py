@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -138,6 +139,21 @@ def read_state(path: str, partition: int, through: int) -> dict[bytes, bytes]:
     """The live entries of task ``partition`` as of its batch ``through``: a restore."""
     rows = _task_rows(path, partition, through, ["batch_id", "raw_key", "raw_value"])
     return {k: v for k, v in latest(rows).items() if v is not None}
+
+
+def read_live(path: str, partition: int, through: int) -> tuple[pa.Array, pa.Array]:
+    """``read_state`` as two Arrow arrays, raw keys and raw values, without Python objects
+    per row: the same rows (per key, the last of its rows in a stable sort by batch_id)."""
+    rows = _task_rows(path, partition, through, ["batch_id", "raw_key", "raw_value"])
+    rows = rows.take(pc.sort_indices(rows, [("batch_id", "ascending")]))
+    keys = rows.column("raw_key").combine_chunks()
+    position = pa.table({"key": keys, "position": np.arange(len(keys), dtype=np.int64)})
+    last = position.group_by("key", use_threads=False).aggregate([("position", "max")])
+    last = last.column("position_max").combine_chunks()
+    values = rows.column("raw_value").combine_chunks().take(last)
+    keys = keys.take(last)
+    live = values.is_valid()
+    return keys.filter(live), values.filter(live)
 
 
 def read_changes(

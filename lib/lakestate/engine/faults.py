@@ -4,8 +4,10 @@
 batch)`` SIGKILL the current process, the hardest crash there is: no cleanup, no flush.
 Points, in commit order (``commit.py``'s steps): after_progress, after_sink:<topic>,
 after_changelog:<store>, after_tables (that is, before the local commit), mid_local_commit
-(after the first task's local commit); and compaction's own points.
-``<batch>`` is the lowest task batch of the batch being committed.
+(after the first task's local commit); mid_restore (after a restore's first write, before
+its batch marker); and compaction's own points.
+``<batch>`` is the lowest task batch of the batch being committed (for mid_restore: the
+batch restored).
 Unset in production; reading one environment variable is its only cost.
 """
 

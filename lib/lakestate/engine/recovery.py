@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from lakestate.engine import changelog, local, progress
+from lakestate.engine import changelog, faults, local, progress
 from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
 from lakestate.engine.plan import Committed, TaskPlan, split_global_key
@@ -27,10 +28,12 @@ from lakestate.engine.progress import TaskProgress
 from lakestate.io import delta_commits
 from lakestate.state import processor_metadata
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
+from lakestate.state.registry import columnar_restore
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
-RESTORE_CHUNK = 100_000
+RESTORE_CHUNK = 100_000  # changelog rows per transaction of a restore
+LOAD_CHUNK = 200_000  # entries per write of a restore that bypasses transactions
 
 
 @dataclass(frozen=True)
@@ -224,19 +227,21 @@ def restore(
     store = local.open_task_store(state_dir, app, task, isolation)
     total = 0
     try:
+        # In chunks; only the last commit (_finish) carries the batch marker, so a crash
+        # mid-restore leaves a store that the next start restores again.
         for name in layout.stores_of(task.subtopology):
             kind = layout.app.topology.stores[name].kind
-            entries = list(
-                changelog.read_state(
-                    layout.changelog_path(name), task.partition, committed.batch_id
-                ).items()
-            )
-            # In chunks; only the last commit carries the batch marker, so a crash
-            # mid-restore leaves a store that the next start restores again.
+            path = layout.changelog_path(name)
+            if columnar_restore(kind) is not None:
+                keys, values = changelog.read_live(path, task.partition, committed.batch_id)
+                total += load(store, kind, name, keys, values, committed.batch_id)
+                continue
+            entries = list(changelog.read_state(path, task.partition, committed.batch_id).items())
             for start in range(0, len(entries), RESTORE_CHUNK):
                 with store.new_transaction() as txn:
                     changelog.restore_into(txn, kind, name, entries[start : start + RESTORE_CHUNK])
                     txn.commit()
+                faults.maybe_fail("mid_restore", committed.batch_id)
             total += len(entries)
         _finish(store, layout, task, committed, [])
     finally:
@@ -246,3 +251,23 @@ def restore(
         f"{committed.batch_id} (local store {reason})"
     )
     return total
+
+
+def load(
+    store: StateStore, kind: str, name: str, raw_keys: Any, raw_values: Any, batch_id: int
+) -> int:
+    """Fill store ``name`` of a wiped local store from its live changelog rows (Arrow
+    arrays, one row per key): the entries the kind derives from them (``restore_columns``),
+    written straight to the store, a chunk per write. Returns the number of rows."""
+    restore_columns = columnar_restore(kind)
+    if restore_columns is None:
+        raise ValueError(f"store kind {kind!r} restores through transactions only")
+    keys, values = restore_columns(raw_keys, raw_values)
+    for start in range(0, len(keys), LOAD_CHUNK):
+        store.bulk_write(
+            name,
+            keys.slice(start, LOAD_CHUNK).to_pylist(),
+            values.slice(start, LOAD_CHUNK).to_pylist(),
+        )
+        faults.maybe_fail("mid_restore", batch_id)
+    return len(raw_keys)

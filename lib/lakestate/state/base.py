@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from types import MappingProxyType
 from typing import NamedTuple, Protocol
@@ -98,7 +98,9 @@ class Backend(Protocol):
         """Apply every write and store every offset atomically: all or nothing.
 
         A backend may also offer ``write_buffers(buffers, offsets)``, the same with the
-        writes as {namespace: {key: value or None}}: commits then use it."""
+        writes as {namespace: {key: value or None}}: commits then use it; and
+        ``write_entries(namespace, keys, values)``, the same for puts into one namespace
+        without offsets: ``StateStore.bulk_write`` then uses it."""
         ...
 
     def close(self) -> None: ...
@@ -424,6 +426,22 @@ class StateStore:
         txn = Transaction(self)
         self._open.append(txn)
         return txn
+
+    def bulk_write(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """Put ``values[i]`` under ``keys[i]`` straight into the committed store, in one
+        atomic write without offsets, while no transaction is open: filling a store being
+        restored, whose completion a later commit marks."""
+        self._check_usable()
+        if self._open:
+            raise InvalidStateStoreException(
+                f"state store {self.name!r}: a bulk write while a transaction is open"
+            )
+        write_entries = getattr(self._backend, "write_entries", None)
+        if write_entries is not None:
+            write_entries(namespace, keys, values)
+        else:
+            writes = ((namespace, k, v) for k, v in zip(keys, values, strict=True))
+            self._backend.write(writes, _NO_OFFSETS)
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
         self._check_usable()

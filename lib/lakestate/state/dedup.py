@@ -64,6 +64,12 @@ _U64 = struct.Struct(">Q")
 _NO_ENTRIES = _U64.pack(_I64_MAX + _SIGN)
 _NOTHING_HELD: dict[bytes, Any] = {}
 _UNKNOWN = object()  # an id key _put must read
+_I32_MAX = 2**31 - 1
+# An entry exactly as _encode_entry formats plain ints (no leading zeros, no "-0"), with a
+# timestamp of at most 18 digits, hence a signed 64-bit int: decoding and encoding it again
+# gives the same bytes.
+_INT = r"(?:0|-?[1-9][0-9]*)"
+_PLAIN_ENTRY = rf"^\[(?P<ts>0|-?[1-9][0-9]{{0,17}}),(?:{_INT}|null),(?:{_INT}|null)\]$"
 
 
 class DedupEntry(NamedTuple):
@@ -330,6 +336,55 @@ class DedupStore:
                 puts.append((raw_key, entry.ts, entry.offset, entry.source))
         if puts:
             _put(txn, name, puts)
+
+    @staticmethod
+    def restore_columns(raw_keys: Any, raw_values: Any) -> tuple[Any, Any]:
+        """The entries that ``restore_entries`` of these changelog rows (Arrow binary arrays,
+        one row per key, none a tombstone) leaves in an empty namespace, as (keys, values)
+        Arrow arrays in no particular order: the id entries, their index entries and the
+        count (no floor: the next purge sets it).
+
+        Values in the form ``_encode_entry`` writes (with a timestamp of at most 18 digits)
+        are kept as they are and indexed with Arrow compute; any other row goes through
+        ``_put``'s decoding and encoding, one by one."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        binary = pa.large_binary()  # 64-bit offsets: a large store's entries may pass 2 GB
+        ids = pc.starts_with(raw_keys, ID_PREFIX)
+        keys = raw_keys.filter(ids).cast(binary)
+        values = raw_values.filter(ids).cast(binary)
+        fields = pc.extract_regex(values, _PLAIN_ENTRY)
+        plain = fields.is_valid()
+        keys_plain = keys.filter(plain)
+        ts = pc.struct_field(fields.filter(plain), [0]).cast(pa.string()).cast(pa.int64())
+        # _ts_key of each ts: big-endian with the sign bit flipped, as fixed 8-byte strings.
+        ts_keys = (ts.to_numpy().view(np.uint64) ^ np.uint64(_SIGN)).astype(">u8")
+        ts_bytes = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(8), len(ts_keys), [None, pa.py_buffer(ts_keys.tobytes())]
+        ).cast(binary)
+        raw_ids = pc.binary_slice(keys_plain, 1, _I32_MAX)  # no stop: pyarrow 26 fails
+        index_keys = pc.binary_join_element_wise(
+            pa.scalar(TIME_PREFIX, binary), ts_bytes, raw_ids, pa.scalar(b"", binary)
+        )
+        out_keys = [keys_plain, index_keys]
+        out_values = [values.filter(plain), pa.repeat(pa.scalar(b"", binary), len(index_keys))]
+        others: list[bytes] = []
+        other_values: list[bytes] = []
+        others_of = pc.invert(plain)
+        for id_key, raw in zip(
+            keys.filter(others_of).to_pylist(), values.filter(others_of).to_pylist(), strict=True
+        ):
+            entry = _decode_entry(raw)
+            others += (id_key, _index_key(entry.ts, id_key[1:]))
+            other_values += (_encode_entry(*entry), b"")
+        if len(keys):
+            others.append(COUNT_KEY)
+            other_values.append(b"%d" % len(keys))  # encode_value(count): the same JSON
+        out_keys.append(pa.array(others, binary))
+        out_values.append(pa.array(other_values, binary))
+        return pa.concat_arrays(out_keys), pa.concat_arrays(out_values)
 
     @staticmethod
     def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:

@@ -4,7 +4,7 @@ register here."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from lakestate.errors import TopologyException
 from lakestate.state.dedup import DedupStore
@@ -48,6 +48,21 @@ class StoreKind(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
+class ColumnarRestore(Protocol):
+    """What a store kind offers, besides ``StoreKind``, to restore a wiped store from Arrow
+    columns at once (the engine restores any other kind through ``restore_entries``).
+
+    ``restore_columns(raw_keys, raw_values)``: the entries that ``restore_entries`` of these
+    changelog rows (Arrow binary arrays, one row per key, none a tombstone) leaves in an
+    empty namespace, as (keys, values) Arrow binary arrays in any order; the engine writes
+    them to the store as they are.
+    """
+
+    @staticmethod
+    def restore_columns(raw_keys: Any, raw_values: Any) -> tuple[Any, Any]: ...
+
+
 STORE_KINDS: dict[str, type[StoreKind]] = {
     TimestampedKeyValueStore.kind: TimestampedKeyValueStore,
     DedupStore.kind: DedupStore,
@@ -64,6 +79,12 @@ def view_class(kind: str) -> type[StoreKind]:
     if view is None:
         raise TopologyException(f"unknown store kind {kind!r}")
     return view
+
+
+def columnar_restore(kind: str) -> Callable[[Any, Any], tuple[Any, Any]] | None:
+    """The ``restore_columns`` of a kind that has it (see ColumnarRestore), else None."""
+    view = view_class(kind)
+    return view.restore_columns if isinstance(view, ColumnarRestore) else None
 
 
 def open_view(name: str, kind: str, options: dict[str, Any], source: Callable[[], Any]) -> Any:

@@ -9,7 +9,8 @@ without its offsets or offsets without their data.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
@@ -110,6 +111,16 @@ class RocksDBBackend(Backend):
                 batch.put(
                     partition_key(partition), offset.to_bytes(8, "big", signed=True), offsets_handle
                 )
+        self._db.write(batch, self._write_options)
+
+    def write_entries(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        """``write`` of puts into one namespace, without offsets."""
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys and {len(values)} values")
+        batch = WriteBatch(raw_mode=True)
+        batch.set_default_column_family(self._handle(namespace))
+        # A put per entry without a Python loop around it: about half the time of one.
+        deque(map(batch.put, keys, values), 0)
         self._db.write(batch, self._write_options)
 
     def _handle(self, namespace: str):

@@ -102,6 +102,11 @@ class TimestampedKeyValueStore:
         txn.put_all(name, entries)
 
     @staticmethod
+    def restore_columns(raw_keys: Any, raw_values: Any) -> tuple[Any, Any]:
+        """The entries a wiped store restored from these live rows holds: the rows."""
+        return raw_keys, raw_values
+
+    @staticmethod
     def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
         """Apply one changelog row (``raw_value`` None: a tombstone) to a local store."""
         txn.put(name, raw_key, raw_value)

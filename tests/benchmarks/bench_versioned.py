@@ -261,11 +261,11 @@ def run_child(cmd: list[str], name: str, logs: Path) -> dict[str, Any]:
 
 
 def lakestate_run(wh_root: str, state: Path, master: str, name: str, logs: Path):
-    """A fresh ``lakestate run`` under ``bench_scheduled``'s timing hooks (its ``_lakestate``
-    child: the same CLI); with the batches it printed (records, seconds) and its phases."""
+    """A fresh ``lakestate run`` under timing hooks (``_lakestate``: the same CLI); with the
+    batches it printed (records, seconds) and its phases."""
     sch = bench_scheduled()
     events = logs / f"{name}-events.json"
-    cmd = [sys.executable, sch.__file__, "_lakestate", "--events", str(events), "--"]
+    cmd = [sys.executable, __file__, "_lakestate", "--events", str(events), "--"]
     cmd += ["--warehouse", wh_root, "--master", master, "run", APP_PATH]
     cmd += ["--until-caught-up", "--state-dir", str(state)]
     run = run_child(cmd, name, logs)
@@ -273,6 +273,43 @@ def lakestate_run(wh_root: str, state: Path, master: str, name: str, logs: Path)
     run["batches"] = [{"records": int(b[1]), "s": float(b[3])} for b in batches]
     run["phases"] = sch.lakestate_phases(json.loads(events.read_text()), run)
     return run
+
+
+def child_lakestate(argv: list[str]) -> int:
+    """``_lakestate --events FILE -- ARGS``: the lakestate CLI under ``bench_scheduled``'s
+    timing hooks, those of modules the measured engine lacks left out (the hook list
+    follows the checkout, the engine may be an older snapshot)."""
+    import importlib
+
+    p = argparse.ArgumentParser(prog="bench_versioned.py _lakestate")
+    p.add_argument("--events", required=True)
+    p.add_argument("cli", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    cli = args.cli[1:] if args.cli[:1] == ["--"] else args.cli
+    sch = bench_scheduled()
+    hooks, missing = [], []
+    for hook in sch.LAKESTATE_HOOKS:
+        try:
+            importlib.import_module(hook[0])
+        except ImportError:
+            missing.append(hook[0])
+            continue
+        hooks.append(hook)
+    events: list[dict[str, Any]] = []
+    sch.install_hooks(hooks, events, missing)
+    from lakestate.cli import main as lakestate_main
+
+    main_start = time.monotonic()
+    try:
+        return lakestate_main(cli)
+    finally:
+        report = {
+            "main_start": main_start,
+            "main_end": time.monotonic(),
+            "events": events,
+            "missing_hooks": missing,
+        }
+        Path(args.events).write_text(json.dumps(report))
 
 
 def child_sss(argv: list[str]) -> int:
@@ -576,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_sss"]:
         return child_sss(argv[1:])
+    if argv[:1] == ["_lakestate"]:
+        return child_lakestate(argv[1:])
     args = parse_args(argv)
     began = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="lakestate-bench-versioned-"))

@@ -169,12 +169,16 @@ def test_local_state_behind_catches_up_and_lost_state_is_restored(spark, tmp_pat
     assert state_rows(spark, wh, "counts", "sums") == state_rows(spark, reference, "counts", "sums")
 
 
-def test_bad_json_in_a_log_table_names_the_record_and_commits_nothing(spark, warehouse, tmp_path):
+# inprocess_max_records of each transport (engine/inprocess.py): 0 is always Spark.
+@pytest.mark.parametrize("inprocess_max_records", [0, 10**9], ids=["spark", "in_process"])
+def test_bad_json_in_a_log_table_names_the_record_and_commits_nothing(
+    spark, warehouse, tmp_path, inprocess_max_records
+):
     produce(spark, warehouse, "events", events(10, seed=6), partitions=1)
     path = warehouse.topic_path("events")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (0, 10, 5000, '\"k1\"', '{{not json', NULL)")
     with pytest.raises(StreamsException) as err:
-        _run(warehouse, tmp_path / "state")
+        _run(warehouse, tmp_path / "state", inprocess_max_records=inprocess_max_records)
     message = str(err.value)
     assert "'events'" in message and "partition 0" in message and "offset 10" in message
     assert "committed nothing" in message

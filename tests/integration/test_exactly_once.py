@@ -44,6 +44,7 @@ def _run_in_subprocess(
     max_batches: int | None = None,
     app: str = "counts.py",
     max_records: int = MAX_RECORDS,
+    inprocess_max_records: int | None = None,
 ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
@@ -54,7 +55,8 @@ def _run_in_subprocess(
         "import sys; from lakestate.engine.runner import run_app; "
         f"run_app({str(APPS / app)!r}, warehouse={warehouse.root!r}, "
         f"state_dir={str(state_dir)!r}, max_records={max_records}, "
-        f"max_batches={max_batches!r}, until_caught_up=True)"
+        f"max_batches={max_batches!r}, until_caught_up=True, "
+        f"inprocess_max_records={inprocess_max_records!r})"
     )
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
@@ -104,7 +106,14 @@ def _results(spark, wh: Warehouse):
     )
 
 
-def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spark, tmp_path):
+# The transports of a batch's processing (engine/inprocess.py): inprocess_max_records.
+TRANSPORTS = {"spark": 0, "in_process": 10**9}
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(
+    spark, tmp_path, transport
+):
     records = events(N, seed=11)
     reference = _uninterrupted(spark, tmp_path, records)
     expected = _results(spark, reference)
@@ -115,13 +124,17 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(spa
     # One chain of runs: each is killed at the next step of batch 2's commit (the replay of
     # the same batch), then the last run finishes the input.
     said = []
+    limit = TRANSPORTS[transport]
     for point in FAULT_POINTS:
-        proc = _run_in_subprocess(wh, state, point)
+        proc = _run_in_subprocess(wh, state, point, inprocess_max_records=limit)
         assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
         said.append(proc.stdout)
-    proc = _run_in_subprocess(wh, state, None)
+    proc = _run_in_subprocess(wh, state, None, inprocess_max_records=limit)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said.append(proc.stdout)
+    # Every run, replays included, went through the transport under test.
+    where = "in Spark" if transport == "spark" else "in this process"
+    assert all(f"transport: {where}" in out for out in said), said
     # Killed after the progress row, the next run replayed the recorded batch.
     assert "replaying the recorded batches" in said[FAULT_POINTS.index("after_progress@2") + 1]
     # Killed between the table commits and the local commit, the next run applied the

@@ -2,11 +2,15 @@
 
 A run owns a set of tasks (all of the app's by default). It recovers them (``recovery``),
 then runs batches until its limit: plan each task's next offset ranges (no commit), read
-them from the log tables and process every task's records in Spark, in parallel across
-tasks, each task staging its transaction beside its local store (step 1), then commit
-(``commit.commit_batch``: progress, tables, local stores). Sub-topologies that feed each
-other through repartition topics advance in the same run: each batch plans from the ends
-the previous one left. A task also reads the new records of every global table's topic
+them from the log tables and process every task's records, each task staging its
+transaction beside its local store (step 1), then commit (``commit.commit_batch``:
+progress, tables, local stores). The transport of step 1 is chosen once, at the start of a
+run, from the size of its pending input: a small run reads with delta-rs and processes its
+tasks one after another in this process (``inprocess.py``) and never starts a JVM; a larger
+one reads with Spark and processes its tasks in parallel in Spark's Python workers. Both
+run the same per-task function (``process.process_task``) and commit the same way.
+Sub-topologies that feed each other through repartition topics advance in the same run:
+each batch plans from the ends the previous one left. A task also reads the new records of every global table's topic
 (all partitions) and applies them before its inputs (``process.py``).
 """
 
@@ -30,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakestate.app import App, load_app
-from lakestate.engine import local
+from lakestate.engine import inprocess, local
 from lakestate.engine.commit import TaskResult, commit_batch
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
@@ -105,12 +109,15 @@ def run_app(
     time_budget_s: float | None = None,
     tasks: list[TaskId] | list[str] | None = None,
     master: str | None = None,
+    inprocess_max_records: int | None = None,
     say: Callable[[str], None] = print,
 ) -> RunResult:
     """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
     or until no input is left (``until_caught_up``); no new batch starts once
     ``time_budget_s`` has passed. ``tasks``: the tasks this run owns (default: all); runs
-    of disjoint task sets may run side by side, each with its own state directory."""
+    of disjoint task sets may run side by side, each with its own state directory.
+    ``inprocess_max_records``: overrides the app's ``lakestate.inprocess.max.records`` (a
+    run with at most that many pending records runs without Spark; 0: always Spark)."""
     app = load_app(app_path)
     wh = Warehouse(warehouse)
     sdir = state_dir_of(state_dir)
@@ -120,6 +127,10 @@ def run_app(
         spark = SparkStarter(master, f"lakestate-{app.name}")
         try:
             runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
+            if inprocess_max_records is not None:
+                runner.inprocess_max_records = inprocess.max_records(
+                    {inprocess.MAX_RECORDS_CONFIG: inprocess_max_records}
+                )
             owned = runner.owned(tasks)
             limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
             deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
@@ -205,6 +216,8 @@ class _Runner:
         self.isolation = isolation_for(app.config)
         bound = int(app.config.get(UNCOMMITTED_MAX_RECORDS, DEFAULT_UNCOMMITTED_MAX_RECORDS))
         self.max_records = min(bound, max_records) if max_records else bound
+        self.inprocess_max_records = inprocess.max_records(app.config)
+        self.in_process = False  # chosen at the start of each run (``_choose_transport``)
         self.run_id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.layout: AppLayout = prepare(spark, app, wh)
         self.wh = wh
@@ -233,7 +246,9 @@ class _Runner:
             result.caught_up = True
             self.say("caught up: no new input")
             return result
-        self.spark.start()  # while the local stores recover
+        self._choose_transport(tasks, committed)
+        if not self.in_process:
+            self.spark.start()  # while the local stores recover
         recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
         if self.layout.global_topics:
             # Global data is read from where each (now recovered) local store stands: a
@@ -271,7 +286,26 @@ class _Runner:
             result.records += sum(r.records for r in results)
         return result
 
-    def _plan(self, tasks: list[TaskId], committed: dict[TaskId, Committed]) -> list[TaskPlan]:
+    def _choose_transport(self, tasks: list[TaskId], committed: dict[TaskId, Committed]) -> None:
+        """In this process or in Spark, for the whole run (replays included), from the run's
+        pending input: every task's records from where it committed (so a batch to replay
+        counts) to the ends, global topics included. Either transport gives the same rows."""
+        pending = sum(p.records for p in self._plan(tasks, committed, unbounded=True))
+        limit = self.inprocess_max_records
+        self.in_process = 0 < limit and pending <= limit
+        where = "in this process, no Spark" if self.in_process else "in Spark"
+        self.say(
+            f"transport: {where} ({pending} records pending; "
+            f"{inprocess.MAX_RECORDS_CONFIG} {limit})"
+        )
+
+    def _plan(
+        self,
+        tasks: list[TaskId],
+        committed: dict[TaskId, Committed],
+        unbounded: bool = False,
+    ) -> list[TaskPlan]:
+        """The next batch's plans (``unbounded``: everything to the ends, in one)."""
         subs = {t.subtopology for t in tasks}
         ends = {
             topic: layout_end_offsets(self.layout, topic)
@@ -283,7 +317,7 @@ class _Runner:
             self.layout.inputs,
             committed,
             ends,
-            self.max_records,
+            None if unbounded else self.max_records,
             self.layout.global_topics,
             self._global_starts(tasks),
         )
@@ -379,21 +413,16 @@ class _Runner:
             dict(self.layout.outputs),
             {str(p.task): {topic: r[0] for topic, r in p.ranges.items()} for p in plans},
         )
-        # One Spark partition per task, so that tasks run in parallel (grouping by task
-        # would hash tasks into shared partitions that AQE may coalesce further).
-        keys = sorted((p.task.subtopology, p.task.partition) for p in plans)
-        frame = (
-            self._read(plans)
-            .repartition(len(keys), route_column(keys))
-            .mapInArrow(_partition_function(ctx), out_schema(store_kinds(self.app)))
-        )
         try:
-            rows = frame.toArrow()
+            if self.in_process:
+                rows = inprocess.run_batch(self.layout, plans, ctx, store_kinds(self.app))
+            else:
+                rows = self._process_in_spark(plans, ctx)
         except Exception as exc:
             raise StreamsException(
                 f"app {self.app.name}: batch of tasks "
                 f"{', '.join(str(p.task) for p in plans)} failed and committed nothing: "
-                f"{_python_error(exc)}"
+                f"{_error_text(exc)}"
             ) from None
         results = self._results(plans, committed, rows)
         commit_batch(
@@ -407,6 +436,18 @@ class _Runner:
             f"{time.time() - started:.1f}s"
         )
         return results
+
+    def _process_in_spark(self, plans: list[TaskPlan], ctx: BatchContext) -> pa.Table:
+        """Step 1 in Spark's Python workers: the processing output, collected as Arrow."""
+        # One Spark partition per task, so that tasks run in parallel (grouping by task
+        # would hash tasks into shared partitions that AQE may coalesce further).
+        keys = sorted((p.task.subtopology, p.task.partition) for p in plans)
+        frame = (
+            self._read(plans)
+            .repartition(len(keys), route_column(keys))
+            .mapInArrow(_partition_function(ctx), out_schema(store_kinds(self.app)))
+        )
+        return frame.toArrow()
 
     def _results(
         self, plans: list[TaskPlan], committed: dict[TaskId, Committed], rows: pa.Table
@@ -471,8 +512,13 @@ def _partition_function(ctx: BatchContext):
     return process
 
 
-def _python_error(exc: Exception) -> str:
-    """The last line of a Python worker's traceback, which names what went wrong."""
+def _error_text(exc: Exception) -> str:
+    """What went wrong: the error's message when raised in this process, the last line of
+    a Python worker's traceback (which names it) when raised in Spark."""
+    if isinstance(exc, StreamsException):
+        return str(exc)
+    if not type(exc).__module__.startswith(("pyspark", "py4j")):
+        return f"{type(exc).__name__}: {exc}"
     text = str(exc)
     for marker in ("ProcessingException: ", "SerializationException: ", "StreamsException: "):
         if marker in text:

@@ -1,0 +1,206 @@
+"""The two transports of a batch's processing (engine/inprocess.py and Spark's workers) give
+the same tables: the same sink and repartition records at the same offsets, the same state,
+the same progress, over many batches with the local state lost in between. A small run in a
+fresh process starts no JVM."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+from engine_helpers import APPS, driver_outputs, events, produce, state_rows, topic_rows
+from lakestate.engine import inprocess
+from lakestate.engine.inspect import state_frame
+from lakestate.engine.runner import run_app
+from lakestate.io import delta_commits, logtable
+from lakestate.warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+# inprocess_max_records per transport: 0 is always Spark.
+TRANSPORTS = {"spark": 0, "in_process": 10**9}
+
+
+def _dedup_events(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {
+            "key": rng.choice([f"k{j}" for j in range(6)] + [None]),
+            "value": {"n": i},
+            "timestamp": max(0, 100_000 + i * 2_000 + rng.randrange(-25_000, 25_000)),
+        }
+        for i in range(n)
+    ]
+
+
+def _global_phases() -> list[tuple[str, list[dict]]]:
+    rng = random.Random(5)
+    products = [
+        {"key": f"p{rng.randrange(8)}", "value": {"price": i}, "timestamp": 500 + i}
+        for i in range(10)
+    ] + [{"key": f"p{rng.randrange(8)}", "value": None, "timestamp": 600}]
+    purchases = [
+        {
+            "key": f"o{i}",
+            "value": {"product": f"p{rng.randrange(9)}", "qty": rng.randrange(1, 4)},
+            "timestamp": 1_000 + i,
+        }
+        for i in range(40)
+    ]
+    return [("products", products[:6]), ("purchases", purchases[:20])] + [
+        ("products", products[6:]),
+        ("purchases", purchases[20:]),
+    ]
+
+
+# app file -> (its topics as (name, partitions), phases of input, tables to compare).
+APP_CASES = {
+    # Two sub-topologies: the second reads the repartition topic the first writes.
+    "regroup": (
+        "regroup.py",
+        [("events", 2)],
+        [("events", events(80, seed=3))],
+        ["per-user-out", "regroup-per-user-repartition"],
+        ["per-user"],
+    ),
+    "global_table": (
+        "global_join.py",
+        [("products", 3), ("purchases", 2)],
+        _global_phases(),
+        ["priced"],
+        [],
+    ),
+    "dedup": (
+        "dedup.py",
+        [("events", 2)],
+        [("events", _dedup_events(80, seed=21))],
+        ["unique-events"],
+        ["seen-keys"],
+    ),
+}
+
+
+def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
+    app_file, topics, phases, out_topics, stores = APP_CASES[case]
+    app_name = app_file.removesuffix(".py")
+    wh = Warehouse(tmp_path / f"wh-{transport}")
+    state = tmp_path / f"state-{transport}"
+    for topic, partitions in topics:
+        logtable.create_topic(spark, wh, topic, partitions)
+    said: list[str] = []
+    for n, (topic, records) in enumerate(phases):
+        logtable.append_records(spark, wh, topic, records)
+        if n == 1:
+            shutil.rmtree(state, ignore_errors=True)  # the next run restores from Delta
+        run_app(
+            str(APPS / app_file),
+            warehouse=wh.root,
+            state_dir=str(state),
+            max_records=7,
+            until_caught_up=True,
+            inprocess_max_records=TRANSPORTS[transport],
+            say=said.append,
+        )
+    transports = {line for line in said if line.startswith("transport:")}
+    # Every progress row, but for when and by which run it was written.
+    rows = delta_commits.open_table(wh.progress_path(app_name)).to_pyarrow_table()
+    same = [c for c in rows.column_names if c not in ("run_id", "at_ms", "metrics")]
+    recorded = sorted(tuple(r.values()) for r in rows.select(same).to_pylist())
+    tables = {t: topic_rows(spark, wh, t) for t in out_topics}
+    state_of = {
+        s: sorted(tuple(r) for r in state_frame(spark, wh, app_name, s).collect()) for s in stores
+    }
+    return transports, recorded, tables, state_of
+
+
+@pytest.mark.parametrize("case", sorted(APP_CASES))
+def test_in_process_gives_what_spark_gives(spark, tmp_path, case):
+    spark_said, *on_spark = _run_phases(spark, tmp_path, case, "spark")
+    in_process_said, *in_process = _run_phases(spark, tmp_path, case, "in_process")
+    assert spark_said and all("in Spark" in line for line in spark_said)
+    assert in_process_said and all("in this process" in line for line in in_process_said)
+    recorded, tables, _ = in_process
+    assert len(recorded) > 4 and all(tables.values())
+    assert in_process == on_spark
+    if case == "dedup":  # and what the driver gives
+        got = [(p, k, v, ts) for p, _, k, v, ts in tables["unique-events"]]
+        records = APP_CASES[case][2][0][1]
+        assert (
+            got
+            == driver_outputs("dedup.py", records, 2, ["unique-events"], with_partition=True)[
+                "unique-events"
+            ]
+        )
+
+
+def test_the_threshold_chooses_the_transport_from_the_pending_input(spark, warehouse, tmp_path):
+    produce(spark, warehouse, "events", events(40, seed=4), partitions=2)
+    said: list[str] = []
+
+    def run(limit: int | None) -> int:
+        return run_app(
+            str(APPS / "counts.py"),
+            warehouse=warehouse.root,
+            state_dir=str(tmp_path / "state"),
+            max_records=15,
+            max_batches=1,
+            inprocess_max_records=limit,
+            say=said.append,
+        ).records
+
+    first = run(39)  # 40 pending, though this run's one batch reads at most 30 of them
+    assert first < 40
+    assert run(25) == 40 - first
+    run(None)  # nothing pending: no choice to make
+    choices = [line for line in said if line.startswith("transport:")]
+    assert choices == [
+        f"transport: in Spark (40 records pending; {inprocess.MAX_RECORDS_CONFIG} 39)",
+        f"transport: in this process, no Spark ({40 - first} records pending; "
+        f"{inprocess.MAX_RECORDS_CONFIG} 25)",
+    ]
+    with pytest.raises(Exception, match=inprocess.MAX_RECORDS_CONFIG):
+        run(-1)
+
+
+def test_a_small_run_in_a_fresh_process_starts_no_jvm(spark, warehouse, tmp_path):
+    """A scheduled run with a few new records reads them with delta-rs and processes them
+    in the driver: no JVM (the app's first run created its tables, with Spark)."""
+    records = events(60, seed=9)
+    produce(spark, warehouse, "events", records[:20], partitions=2)
+    state = tmp_path / "state"
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=warehouse.root,
+        state_dir=str(state),
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    logtable.append_records(spark, warehouse, "events", records[20:])
+    code = (
+        "import pyspark; from lakestate.engine.runner import run_app; "
+        f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "
+        f"state_dir={str(state)!r}, until_caught_up=True); "
+        "print('RUN', r.caught_up, r.records); "
+        "print('JVM', pyspark.SparkContext._active_spark_context is not None)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "RUN True 40" in proc.stdout and "JVM False" in proc.stdout, proc.stdout
+    assert "transport: in this process" in proc.stdout
+    # The same result as one run of everything.
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=reference.root,
+        state_dir=str(tmp_path / "reference-state"),
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    for store in ("counts", "sums"):
+        assert state_rows(spark, warehouse, "counts", store) == state_rows(
+            spark, reference, "counts", store
+        )

@@ -1,4 +1,4 @@
-"""Restoring a wiped store from Arrow columns (``restore_columns`` + ``StateStore.bulk_write``)
+"""Restoring a wiped store from Arrow columns (``restore_columns`` + ``StateStore.bulk_load``)
 leaves exactly the entries that restoring through transactions (``restore_entries``, the
 model) leaves: the dedup store's id entries, time index and count, byte for byte, for the
 values its writes produce and for any other encoding the model reads."""
@@ -6,6 +6,7 @@ values its writes produce and for any other encoding the model reads."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,8 +40,15 @@ def _columns(store, kind: str, rows: dict[bytes, bytes]) -> None:
     keys, values = columnar_restore(kind)(
         pa.array(list(rows), pa.binary()), pa.array(list(rows.values()), pa.binary())
     )
-    for start in range(0, len(keys), 4):
-        store.bulk_write(NAME, keys.slice(start, 4).to_pylist(), values.slice(start, 4).to_pylist())
+    order = pc.sort_indices(keys)
+    keys, values = keys.take(order), values.take(order)
+    store.bulk_load(
+        NAME,
+        (
+            (keys.slice(start, 4).to_pylist(), values.slice(start, 4).to_pylist())
+            for start in range(0, len(keys), 4)
+        ),
+    )
 
 
 def _everything(store) -> dict[str, dict[bytes, bytes]]:
@@ -134,11 +142,30 @@ def test_kinds_without_columns_restore_through_transactions():
     assert columnar_restore("window") is None
 
 
-def test_bulk_write_refuses_while_a_transaction_is_open(store_factory):
+def test_bulk_load_refuses_while_a_transaction_is_open(store_factory):
     store = store_factory()
     txn = store.new_transaction()
     with pytest.raises(InvalidStateStoreException):
-        store.bulk_write(NAME, [b"k"], [b"v"])
+        store.bulk_load(NAME, [([b"k"], [b"v"])])
     txn.close()
-    store.bulk_write(NAME, [b"k"], [b"v"])
+    store.bulk_load(NAME, [([b"a", b"k"], [b"1", b"v"]), ([b"m"], [b"2"])])
+    store.bulk_load(NAME, [])
+    assert dict(store.iterate(NAME)) == {b"a": b"1", b"k": b"v", b"m": b"2"}
     assert store.get(NAME, b"k") == b"v"
+
+
+def test_rocksdb_bulk_load_survives_a_reopen_and_refuses_keys_out_of_order(tmp_path):
+    from lakestate.state.rocksdb import rocksdb_store
+
+    store = rocksdb_store("t", tmp_path / "db")
+    store.bulk_load(NAME, [([b"a", b"b"], [b"1", b"2"])])
+    with pytest.raises(Exception, match="ascending"):
+        store.bulk_load("other", [([b"b", b"a"], [b"1", b"2"])])
+    store.close()
+    store = rocksdb_store("t", tmp_path / "db")
+    try:
+        assert dict(store.iterate(NAME)) == {b"a": b"1", b"b": b"2"}
+        assert dict(store.iterate("other")) == {}
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]  # no SST file left
+    finally:
+        store.close()

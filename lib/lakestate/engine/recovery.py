@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.compute as pc
+
 from lakestate.engine import changelog, faults, local, progress
 from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
@@ -33,7 +35,7 @@ from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
 RESTORE_CHUNK = 100_000  # changelog rows per transaction of a restore
-LOAD_CHUNK = 200_000  # entries per write of a restore that bypasses transactions
+LOAD_CHUNK = 200_000  # entries turned into Python objects at once by a bulk load
 
 
 @dataclass(frozen=True)
@@ -258,16 +260,19 @@ def load(
 ) -> int:
     """Fill store ``name`` of a wiped local store from its live changelog rows (Arrow
     arrays, one row per key): the entries the kind derives from them (``restore_columns``),
-    written straight to the store, a chunk per write. Returns the number of rows."""
+    sorted, loaded straight into the store (``bulk_load``). Returns the number of rows."""
     restore_columns = columnar_restore(kind)
     if restore_columns is None:
         raise ValueError(f"store kind {kind!r} restores through transactions only")
     keys, values = restore_columns(raw_keys, raw_values)
-    for start in range(0, len(keys), LOAD_CHUNK):
-        store.bulk_write(
-            name,
-            keys.slice(start, LOAD_CHUNK).to_pylist(),
-            values.slice(start, LOAD_CHUNK).to_pylist(),
-        )
-        faults.maybe_fail("mid_restore", batch_id)
+    order = pc.sort_indices(keys)  # bytewise, RocksDB's order
+    keys, values = keys.take(order), values.take(order)
+    store.bulk_load(
+        name,
+        (
+            (keys.slice(start, LOAD_CHUNK).to_pylist(), values.slice(start, LOAD_CHUNK).to_pylist())
+            for start in range(0, len(keys), LOAD_CHUNK)
+        ),
+    )
+    faults.maybe_fail("mid_restore", batch_id)
     return len(raw_keys)

@@ -99,8 +99,8 @@ class Backend(Protocol):
 
         A backend may also offer ``write_buffers(buffers, offsets)``, the same with the
         writes as {namespace: {key: value or None}}: commits then use it; and
-        ``write_entries(namespace, keys, values)``, the same for puts into one namespace
-        without offsets: ``StateStore.bulk_write`` then uses it."""
+        ``load(namespace, chunks)``, puts into one namespace without offsets, for
+        ``StateStore.bulk_load``."""
         ...
 
     def close(self) -> None: ...
@@ -427,19 +427,23 @@ class StateStore:
         self._open.append(txn)
         return txn
 
-    def bulk_write(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
-        """Put ``values[i]`` under ``keys[i]`` straight into the committed store, in one
-        atomic write without offsets, while no transaction is open: filling a store being
-        restored, whose completion a later commit marks."""
+    def bulk_load(
+        self, namespace: str, chunks: Iterable[tuple[Sequence[bytes], Sequence[bytes]]]
+    ) -> None:
+        """Put ``values[i]`` under ``keys[i]`` of each (keys, values) chunk straight into the
+        committed store, without offsets, while no transaction is open: filling a store
+        being restored. The keys must be distinct and ascending across all chunks. Not
+        atomic as a whole: the caller marks completion by a later commit."""
         self._check_usable()
         if self._open:
             raise InvalidStateStoreException(
-                f"state store {self.name!r}: a bulk write while a transaction is open"
+                f"state store {self.name!r}: a bulk load while a transaction is open"
             )
-        write_entries = getattr(self._backend, "write_entries", None)
-        if write_entries is not None:
-            write_entries(namespace, keys, values)
-        else:
+        load = getattr(self._backend, "load", None)
+        if load is not None:
+            load(namespace, chunks)
+            return
+        for keys, values in chunks:
             writes = ((namespace, k, v) for k, v in zip(keys, values, strict=True))
             self._backend.write(writes, _NO_OFFSETS)
 

@@ -13,7 +13,16 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    AccessType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    ReadOptions,
+    SstFileWriter,
+    WriteBatch,
+    WriteOptions,
+)
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.state.base import (
@@ -113,15 +122,34 @@ class RocksDBBackend(Backend):
                 )
         self._db.write(batch, self._write_options)
 
-    def write_entries(self, namespace: str, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
-        """``write`` of puts into one namespace, without offsets."""
-        if len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys and {len(values)} values")
-        batch = WriteBatch(raw_mode=True)
-        batch.set_default_column_family(self._handle(namespace))
-        # A put per entry without a Python loop around it: about half the time of one.
-        deque(map(batch.put, keys, values), 0)
-        self._db.write(batch, self._write_options)
+    def load(
+        self, namespace: str, chunks: Iterable[tuple[Sequence[bytes], Sequence[bytes]]]
+    ) -> None:
+        """Puts of keys in ascending order, written to one SST file beside the database and
+        ingested into the namespace's column family: no memtable, no WAL, nothing to flush
+        at close (about a third of the time of a WriteBatch of keys in random order, which
+        RocksDB sorts into its memtable, logs, and writes to an SST file again at close).
+        The ingestion is atomic and durable."""
+        sst = Path(self.path).parent / "load.sst"
+        writer = SstFileWriter(options=_options())
+        writer.open(str(sst))
+        entries = 0
+        try:
+            for keys, values in chunks:
+                if len(keys) != len(values):
+                    raise ValueError(f"{len(keys)} keys and {len(values)} values")
+                # A put per entry without a Python loop around it: about half the time.
+                deque(map(writer.__setitem__, keys, values), 0)
+                entries += len(keys)
+            if entries:
+                writer.finish()
+                cf = self._cf(namespace, create=True)
+                options = IngestExternalFileOptions()
+                options.set_move_files(True)
+                cf.ingest_external_file([str(sst)], options)
+        finally:
+            del writer
+            sst.unlink(missing_ok=True)
 
     def _handle(self, namespace: str):
         handle = self._handles.get(namespace)

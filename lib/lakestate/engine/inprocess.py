@@ -35,7 +35,7 @@ from lakestate.io import delta_commits
 #: committed offsets to the ends, global topics included) is at most this many records is
 #: processed in the driver, without starting Spark; 0: always Spark.
 MAX_RECORDS_CONFIG = "lakestate.inprocess.max.records"
-DEFAULT_MAX_RECORDS = 200_000
+DEFAULT_MAX_RECORDS = 2_000_000
 
 # The log table's columns, as the Spark path reads them.
 _LOG_COLUMNS = INPUT_COLUMNS[4:]

@@ -143,7 +143,7 @@ def _produce(args: argparse.Namespace, ctx: Context) -> int:
         n = args.partitions or 1
         # Validate before creating, so a bad file leaves no empty topic behind.
         logtable.validate_records(records, n, labels)
-        logtable.create_topic(spark, ctx.warehouse, args.topic, n)
+        logtable.create_topic(ctx.warehouse, args.topic, n)
         ctx.print(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
     result = logtable.append_records(spark, ctx.warehouse, args.topic, records, labels=labels)
     ctx.print(f"appended {result.total} record{'s' if result.total != 1 else ''} to {args.topic}")

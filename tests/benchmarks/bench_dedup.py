@@ -824,7 +824,7 @@ def spark_phases(args, parts: list[Part], results: dict[str, Any], phase, tmp: P
         wh = Warehouse(tmp / "wh")
         with phase("generate"):
             t = time.perf_counter()
-            topic_path = logtable.create_topic(spark, wh, APP.INPUT_TOPIC, PARTITIONS)
+            topic_path = logtable.create_topic(wh, APP.INPUT_TOPIC, PARTITIONS)
             commits = write_input(spark, topic_path, parts, args.chunk_records, tmp / "chunks")
             results["input"]["write_s"] = round(time.perf_counter() - t, 2)
             results["input"]["commits"] = commits

@@ -413,7 +413,7 @@ class Topic:
 
         self.spark = spark
         self.warehouse = warehouse
-        self.path = logtable.create_topic(spark, warehouse, INPUT_TOPIC, PARTITIONS)
+        self.path = logtable.create_topic(warehouse, INPUT_TOPIC, PARTITIONS)
         self.keymap_path = keymap_path
         self.keys = keys_per_partition
         self.ends = dict.fromkeys(range(PARTITIONS), 0)

@@ -246,7 +246,7 @@ def part_b(spark, tmp: Path, records: int, repeat: int) -> dict[str, Any]:
         k, late, _held = bd.reference(part)
         kept[part.partition], stored[part.partition] = k, k & ~late
     topic_path = logtable.create_topic(
-        spark, Warehouse(tmp / "wh-b"), "dedup-events", bd.PARTITIONS
+        Warehouse(tmp / "wh-b"), "dedup-events", bd.PARTITIONS
     )
     bd.write_input(spark, topic_path, parts, records, tmp / "chunks")  # one commit: one SSS batch
     sss, floor = [], []

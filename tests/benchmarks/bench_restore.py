@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -77,7 +78,10 @@ def child_restore(argv: list[str]) -> int:
         raise RuntimeError("the benchmark's topics exist: no Spark needed")
 
     app = load_app(args.app)
-    layout = prepare(no_spark, app, Warehouse(args.warehouse))
+    # An engine before 2026-11-24's delta-rs topic creation takes a Spark getter first.
+    older = "spark" in inspect.signature(prepare).parameters
+    wh = Warehouse(args.warehouse)
+    layout = prepare(no_spark, app, wh) if older else prepare(app, wh)
     tasks = layout.tasks()
     where = recovery.where_tasks_stand(layout, tasks)
     read_seconds = [0.0]

@@ -530,7 +530,7 @@ class DedupFixture(Fixture):
         self.app_name = bd.APP.APP_NAME
         self.store = bd.APP.STORE
         self.output_topic = bd.APP.OUTPUT_TOPIC
-        self.topic_path = logtable.create_topic(spark, self.wh, bd.APP.INPUT_TOPIC, PARTITIONS)
+        self.topic_path = logtable.create_topic(self.wh, bd.APP.INPUT_TOPIC, PARTITIONS)
         self.parts = bd.make_input(total, bd.Spec(dup_frac=0.05, late_frac=0.0), seed)
         self.pos = [0] * PARTITIONS
 
@@ -1022,7 +1022,7 @@ class Bench:
         from lakestate.state.base import isolation_for
 
         app = load_app(fx.app_path)
-        layout = prepare(self.spark, app, fx.wh)
+        layout = prepare(app, fx.wh)
         tasks = layout.tasks()
         where = recovery.where_tasks_stand(layout, tasks)
         per_task = []

@@ -200,7 +200,7 @@ def write_topics(spark, wh, inp: dict[str, Any], orders: bool) -> dict[str, floa
     )
     ends = {p: int((part == p).sum()) for p in range(PARTITIONS)}
     write_deltalake(
-        logtable.create_topic(spark, wh, topic, PARTITIONS),
+        logtable.create_topic(wh, topic, PARTITIONS),
         table,
         mode="append",
         commit_properties=CommitProperties(
@@ -656,8 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         results["write_customers"] = write_topics(spark, wh, inp, orders=False)
         from lakestate.io import logtable
 
-        orders_path = logtable.create_topic(spark, wh, "orders", PARTITIONS)
-        customers_path = logtable.create_topic(spark, wh, "customers", PARTITIONS)
+        orders_path = logtable.create_topic(wh, "orders", PARTITIONS)
+        customers_path = logtable.create_topic(wh, "customers", PARTITIONS)
         stop_spark()
         state = work / "state"
         log(f"lakestate: loading {len(inp['v_key'])} versions (load {loadavg()})")

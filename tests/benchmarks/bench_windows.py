@@ -218,7 +218,7 @@ def write_topic(spark, wh, topic: str, wl: Workload, commits: int) -> dict[str, 
     from deltalake import CommitProperties, write_deltalake
     from lakestate.io import logtable
 
-    path = logtable.create_topic(spark, wh, topic, PARTITIONS)
+    path = logtable.create_topic(wh, topic, PARTITIONS)
     started = time.monotonic()
     longest = max(int((wl.partition == p).sum()) for p in range(PARTITIONS))
     per_part = -(-longest // max(commits, 1))

@@ -41,7 +41,7 @@ def events(n: int, keys: int = 7, seed: int = 1) -> list[dict]:
 
 
 def produce(spark, warehouse, topic: str, records: list[dict], partitions: int) -> None:
-    logtable.create_topic(spark, warehouse, topic, partitions)
+    logtable.create_topic(warehouse, topic, partitions)
     logtable.append_records(spark, warehouse, topic, records)
 
 

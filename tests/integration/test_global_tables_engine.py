@@ -87,8 +87,8 @@ def _run(wh: Warehouse, state, *, max_records: int | None, wipe: bool) -> None:
 )
 def test_global_table_join_matches_the_driver(spark, tmp_path, max_records, wipe):
     wh = Warehouse(tmp_path / "wh")
-    logtable.create_topic(spark, wh, "products", 3)
-    logtable.create_topic(spark, wh, "purchases", 2)
+    logtable.create_topic(wh, "products", 3)
+    logtable.create_topic(wh, "purchases", 2)
     state = tmp_path / "state"
     phases = _phases()
     if max_records is None:  # one batch: every product before every purchase
@@ -171,8 +171,8 @@ def _purchases(rng: random.Random, first: int, n: int) -> list[dict]:
 
 def _spend_topics(spark, *warehouses: Warehouse) -> None:
     for wh in warehouses:
-        logtable.create_topic(spark, wh, "products", 3)
-        logtable.create_topic(spark, wh, "purchases", 2)
+        logtable.create_topic(wh, "products", 3)
+        logtable.create_topic(wh, "purchases", 2)
 
 
 def _append(spark, wh: Warehouse, phase: tuple[list[dict], list[dict]]) -> None:

@@ -94,7 +94,7 @@ def _by_key(rows: list[tuple]) -> dict:
 def test_joins_match_the_driver_in_many_batches_with_state_wiped(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     for topic in TOPICS:
-        logtable.create_topic(spark, wh, topic, 2)
+        logtable.create_topic(wh, topic, 2)
     state = tmp_path / "state"
     app = load_app(APPS / "joins.py")
     with TopologyTestDriver(app.topology, {"application.id": app.name}) as driver:
@@ -133,7 +133,7 @@ def test_joins_match_the_driver_in_many_batches_with_state_wiped(spark, tmp_path
 def test_join_of_topics_with_different_partition_counts_fails_before_any_commit(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     for topic, partitions in zip(TOPICS, (2, 2, 2, 3), strict=True):
-        logtable.create_topic(spark, wh, topic, partitions)
+        logtable.create_topic(wh, topic, partitions)
     logtable.append_records(spark, wh, "accounts", [{"key": "a", "value": "x", "timestamp": 1}])
     with pytest.raises(
         TopologyException, match=r"'accounts' \(2 partitions\).*'profiles' \(3 partitions\)"
@@ -157,7 +157,7 @@ def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path
 
     def produce(wh: Warehouse) -> None:
         for topic in TOPICS:
-            logtable.create_topic(spark, wh, topic, 2)
+            logtable.create_topic(wh, topic, 2)
         for topic, records in _phases(seed=5):
             logtable.append_records(spark, wh, topic, records)
 

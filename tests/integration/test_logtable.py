@@ -121,7 +121,7 @@ def _offsets(spark, warehouse, topic):
 
 @pytest.mark.integration
 def test_offsets_are_dense_per_partition_across_appends(spark, warehouse):
-    lt.create_topic(spark, warehouse, "orders", 3)
+    lt.create_topic(warehouse, "orders", 3)
     assert lt.end_offsets(spark, warehouse, "orders") == {0: 0, 1: 0, 2: 0}
 
     first = lt.append_records(
@@ -179,7 +179,7 @@ def test_end_offsets_come_from_the_appends_commits_without_a_scan(spark, warehou
         return lt.end_offsets(spark, warehouse, "ends")
 
     monkeypatch.setattr(lt, "_scan_end_offsets", counting_scan)
-    lt.create_topic(spark, warehouse, "ends", 2)
+    lt.create_topic(warehouse, "ends", 2)
     path = warehouse.topic_path("ends")
     assert end_offsets_in_a_new_process() == {0: 0, 1: 0}
     lt.append_records(spark, warehouse, "ends", [("a", 1, 10, 0), ("b", 2, 11, 1), ("c", 3, 12, 1)])
@@ -209,7 +209,7 @@ def test_end_offsets_come_from_the_appends_commits_without_a_scan(spark, warehou
 def test_concurrent_appends_keep_offsets_dense(spark, warehouse):
     from concurrent.futures import ThreadPoolExecutor
 
-    lt.create_topic(spark, warehouse, "busy", 2)
+    lt.create_topic(warehouse, "busy", 2)
 
     def produce(i):
         return lt.append_records(
@@ -228,7 +228,7 @@ def test_concurrent_appends_keep_offsets_dense(spark, warehouse):
 def test_default_partition_and_timestamp(spark, warehouse):
     import time
 
-    lt.create_topic(spark, warehouse, "t", 4)
+    lt.create_topic(warehouse, "t", 4)
     before = int(time.time() * 1000)
     keys = [f"user-{i}" for i in range(12)] + [None]
     lt.append_records(spark, warehouse, "t", [{"key": k, "value": k} for k in keys])
@@ -248,7 +248,7 @@ def test_default_partition_and_timestamp(spark, warehouse):
 
 @pytest.mark.integration
 def test_replayed_append_with_same_txn_is_skipped(spark, warehouse):
-    lt.create_topic(spark, warehouse, "out", 2)
+    lt.create_topic(warehouse, "out", 2)
     batch = [("k1", 1, 100, 0), ("k2", 2, 101, 1)]
     r1 = lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-1", txn_version=7)
     assert r1.ranges == {0: (0, 1), 1: (0, 1)} and not r1.skipped
@@ -270,7 +270,7 @@ def test_replayed_append_with_same_txn_is_skipped(spark, warehouse):
 
 @pytest.mark.integration
 def test_read_range_boundaries(spark, warehouse):
-    lt.create_topic(spark, warehouse, "r", 2)
+    lt.create_topic(warehouse, "r", 2)
     lt.append_records(
         spark,
         warehouse,
@@ -309,7 +309,7 @@ def test_read_range_boundaries(spark, warehouse):
 
 @pytest.mark.integration
 def test_invalid_records_write_nothing(spark, warehouse):
-    lt.create_topic(spark, warehouse, "v", 2)
+    lt.create_topic(warehouse, "v", 2)
     lt.append_records(spark, warehouse, "v", [("ok", 1, 5)])
     version = lt.append_records(spark, warehouse, "v", []).version
     cases = [
@@ -354,7 +354,7 @@ def test_invalid_records_write_nothing(spark, warehouse):
 
 @pytest.mark.integration
 def test_created_tables_are_plain_delta_with_their_partition_count(spark, warehouse):
-    path = lt.create_topic(spark, warehouse, "props", 3)
+    path = lt.create_topic(warehouse, "props", 3)
     props = {
         row.key: row.value for row in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
     }
@@ -372,18 +372,18 @@ def test_created_tables_are_plain_delta_with_their_partition_count(spark, wareho
     import shutil
 
     shutil.rmtree(path)
-    lt.create_topic(spark, warehouse, "props", 2)
+    lt.create_topic(warehouse, "props", 2)
     assert lt.partitions(spark, warehouse, "props") == 2
     shutil.rmtree(path)
-    lt.create_topic(spark, warehouse, "props", 3)
+    lt.create_topic(warehouse, "props", 3)
     assert lt.partitions(spark, warehouse, "props") == 3
 
     # idempotent create with the same count; a different count is refused
-    assert lt.create_topic(spark, warehouse, "props", 3) == path
+    assert lt.create_topic(warehouse, "props", 3) == path
     with pytest.raises(ValueError, match="already exists with 3 partitions"):
-        lt.create_topic(spark, warehouse, "props", 4)
+        lt.create_topic(warehouse, "props", 4)
     with pytest.raises(ValueError, match="already exists"):
-        lt.create_topic(spark, warehouse, "props", 3, exist_ok=False)
+        lt.create_topic(warehouse, "props", 3, exist_ok=False)
 
     # and plain Delta: an append through delta-rs (as the engine's) is read back by Spark
     from lakestate.io import delta_commits

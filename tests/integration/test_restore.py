@@ -94,7 +94,7 @@ def built(request, spark, tmp_path_factory):
     run_app(path, max_batches=3, **common)
     compact(wh, load_app(path).name, say=lambda _: None)
     run_app(path, until_caught_up=True, **common)
-    return prepare(lambda: spark, load_app(path), wh), state
+    return prepare(load_app(path), wh), state
 
 
 def test_restore_equals_the_restore_through_transactions_and_the_live_store(
@@ -137,7 +137,7 @@ CHILD = textwrap.dedent(
     from lakestate.warehouse import Warehouse
 
     app_path, warehouse, state_dir, task = sys.argv[1:]
-    layout = prepare(lambda: None, load_app(app_path), Warehouse(warehouse))
+    layout = prepare(load_app(app_path), Warehouse(warehouse))
     task = TaskId.parse(task)
     recovery.LOAD_CHUNK = recovery.RESTORE_CHUNK = 5
     committed = recovery.where_tasks_stand(layout, [task]).committed[task]

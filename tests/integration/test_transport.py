@@ -89,7 +89,7 @@ def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
     wh = Warehouse(tmp_path / f"wh-{transport}")
     state = tmp_path / f"state-{transport}"
     for topic, partitions in topics:
-        logtable.create_topic(spark, wh, topic, partitions)
+        logtable.create_topic(wh, topic, partitions)
     said: list[str] = []
     for n, (topic, records) in enumerate(phases):
         logtable.append_records(spark, wh, topic, records)

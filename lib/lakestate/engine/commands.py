@@ -239,7 +239,7 @@ def demo(args: argparse.Namespace, ctx) -> int:
     if args.app == "orders":
         return _demo_orders(args, ctx, module)
     spark = ctx.spark
-    logtable.create_topic(spark, ctx.warehouse, module.INPUT_TOPIC, 2)
+    logtable.create_topic(ctx.warehouse, module.INPUT_TOPIC, 2)
     start = logtable.end_offsets(spark, ctx.warehouse, module.INPUT_TOPIC)
     seed = sum(start.values())
     if args.app == "clicks":
@@ -276,7 +276,7 @@ def _demo_orders(args: argparse.Namespace, ctx, orders) -> int:
     spark, wh = ctx.spark, ctx.warehouse
     customers = 20
     for topic in (orders.CUSTOMERS_TOPIC, orders.INPUT_TOPIC):
-        logtable.create_topic(spark, wh, topic, 2)
+        logtable.create_topic(wh, topic, 2)
     if not sum(logtable.end_offsets(spark, wh, orders.CUSTOMERS_TOPIC).values()):
         history = [
             {"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(customers)

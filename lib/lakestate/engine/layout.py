@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-
-from pyspark.sql import SparkSession
 
 from lakestate.app import App
 from lakestate.engine import changelog, progress
@@ -62,11 +59,10 @@ class AppLayout:
         ]
 
 
-def prepare(spark: Callable[[], SparkSession], app: App, warehouse: Warehouse) -> AppLayout:
+def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     """Resolve topics and tasks; create the app's repartition and sink topics, changelog
-    tables and progress table if they do not exist yet. Table metadata is read through
-    delta-rs; ``spark()`` is called only to create a missing topic (a log table keeps its
-    partition count in a table property, which delta-rs cannot create)."""
+    tables and progress table if they do not exist yet. Everything goes through delta-rs:
+    no JVM."""
     check_format(warehouse, app.name)
     topology = app.topology
     inputs: dict[int, list[str]] = {}
@@ -114,7 +110,7 @@ def prepare(spark: Callable[[], SparkSession], app: App, warehouse: Warehouse) -
                 for group in groups:
                     if any(real(t) == topic for t in group.topics):
                         count = copartition.external_count(group, partitions, real) or count
-                logtable.create_topic(spark(), warehouse, topic, count)
+                logtable.create_topic(warehouse, topic, count)
             outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
     for group in groups:  # a repartition topic made earlier with another count, too
         copartition.check(group, partitions, real)

@@ -219,7 +219,7 @@ class _Runner:
         self.inprocess_max_records = inprocess.max_records(app.config)
         self.in_process = False  # chosen at the start of each run (``_choose_transport``)
         self.run_id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.layout: AppLayout = prepare(spark, app, wh)
+        self.layout: AppLayout = prepare(app, wh)
         self.wh = wh
 
     def owned(self, tasks: list[TaskId] | list[str] | None) -> list[TaskId]:

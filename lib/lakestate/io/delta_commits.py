@@ -77,6 +77,23 @@ def create_table(
             raise
 
 
+def create_log_table(
+    path: str, schema: pa.Schema, description: str, configuration: Mapping[str, str]
+) -> None:
+    """Create a topic's log table, partitioned by ``partition``, with ``configuration`` as
+    its table properties (custom keys included) in its first commit. Raises if the table
+    exists (the caller holds the topic's lock and checks for a lost race)."""
+    DeltaTable.create(
+        _uri(path),
+        schema,
+        mode="error",
+        partition_by=["partition"],
+        description=description,
+        configuration=dict(configuration),
+        raise_if_key_not_exists=False,
+    )
+
+
 def txn_versions(table: DeltaTable, app: str, tasks: list[TaskId]) -> dict[TaskId, int]:
     """The batch each task's txn says ``table`` holds (0: none)."""
     return {t: table.transaction_version(txn_app_id(app, t)) or 0 for t in tasks}

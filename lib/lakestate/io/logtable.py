@@ -171,7 +171,6 @@ def topic_exists(spark: SparkSession, warehouse: Warehouse, topic: str) -> bool:
 
 
 def create_topic(
-    spark: SparkSession,
     warehouse: Warehouse,
     topic: str,
     partitions: int,
@@ -190,19 +189,14 @@ def create_topic(
     # Under the topic's lock: two processes creating it at once (two runs of disjoint tasks
     # of an app, both creating its sinks) would see each other's half-written table.
     with append_lock(warehouse, topic):
-        return _create_topic(spark, warehouse, topic, partitions, path, exist_ok)
+        return _create_topic(warehouse, topic, partitions, path, exist_ok)
 
 
 def _create_topic(
-    spark: SparkSession,
-    warehouse: Warehouse,
-    topic: str,
-    partitions: int,
-    path: str,
-    exist_ok: bool,
+    warehouse: Warehouse, topic: str, partitions: int, path: str, exist_ok: bool
 ) -> str:
-    if topic_exists(spark, warehouse, topic):
-        existing = _read_partitions(spark, warehouse, topic)
+    if topic_exists(None, warehouse, topic):
+        existing = _read_partitions(None, warehouse, topic)
         if existing != partitions:
             raise ValueError(
                 f"topic {topic!r} already exists with {existing} partitions, not {partitions}"
@@ -210,23 +204,20 @@ def _create_topic(
         if not exist_ok:
             raise ValueError(f"topic {topic!r} already exists")
         return path
-    builder = (
-        DeltaTable.create(spark)
-        .location(path)
-        .addColumns(LOG_SCHEMA)
-        .partitionedBy("partition")
-        .comment(f"lakestate log table of topic {topic}")
-        .property(PARTITIONS_PROPERTY, str(partitions))
-    )
-    for key, value in _TABLE_PROPERTIES.items():
-        builder = builder.property(key, value)
     try:
-        builder.execute()
+        # One commit holds the schema and the partition count (a custom table property,
+        # which delta-rs accepts with raise_if_key_not_exists=False): no JVM needed.
+        delta_commits.create_log_table(
+            path,
+            LOG_ARROW_SCHEMA,
+            description=f"lakestate log table of topic {topic}",
+            configuration={PARTITIONS_PROPERTY: str(partitions), **_TABLE_PROPERTIES},
+        )
     except Exception:
-        if not topic_exists(spark, warehouse, topic):
+        if not topic_exists(None, warehouse, topic):
             raise
         # Lost a creation race to another writer: fine if it made the same topic.
-        created = _read_partitions(spark, warehouse, topic)
+        created = _read_partitions(None, warehouse, topic)
         if created != partitions or not exist_ok:
             raise ValueError(
                 f"topic {topic!r} already exists with {created} partitions"

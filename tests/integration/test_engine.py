@@ -106,6 +106,18 @@ def test_batch_boundaries_do_not_change_results(spark, tmp_path):
     assert one == many
 
 
+def test_a_spent_time_budget_starts_no_new_batch(spark, warehouse, tmp_path):
+    # A budget of 0 s is spent once the first batch ends, however fast it was; the next
+    # run goes on from there.
+    produce(spark, warehouse, "events", events(N, keys=40, seed=3), partitions=2)
+    first = _run(warehouse, tmp_path / "state", max_records=10, time_budget_s=0)
+    assert len(first.batches) == 1 and not first.caught_up
+    assert first.records == sum(1 for _ in first.batches[0]) * 10
+    rest = _run(warehouse, tmp_path / "state", max_records=10)
+    assert rest.caught_up and len(rest.batches) >= 2
+    assert first.records + rest.records == N
+
+
 def test_repartition_runs_as_a_second_subtopology(spark, warehouse, tmp_path):
     records = events(80, seed=3)
     produce(spark, warehouse, "events", records, partitions=2)

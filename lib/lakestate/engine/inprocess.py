@@ -20,7 +20,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from lakestate.engine.layout import AppLayout
-from lakestate.engine.plan import TaskPlan, split_global_key
+from lakestate.engine.plan import TaskPlan
 from lakestate.engine.process import (
     GLOBAL_INPUT,
     INPUT_COLUMNS,
@@ -99,11 +99,7 @@ def read_inputs(layout: AppLayout, plan: TaskPlan, tables: _Tables | None = None
             rows = tables.read(topic, {partition: plan.ranges[topic]})
             parts.append(_with_task(rows, sub, partition, index, topic))
     for topic in layout.global_topics:
-        ranges = {}
-        for key, bounds in plan.ranges.items():
-            split = split_global_key(key, [topic])
-            if split:
-                ranges[split[1]] = bounds
+        ranges = plan.global_ranges(topic)
         if ranges:
             rows = tables.read(topic, ranges)
             parts.append(_with_task(rows, sub, partition, GLOBAL_INPUT, topic))

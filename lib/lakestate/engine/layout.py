@@ -69,6 +69,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     task_counts: dict[int, int] = {}
     outputs: dict[str, int] = {}
     partitions: dict[str, int] = {}
+
     def real(topic: str) -> str:
         return internal_topic_name(app.name, topic) if topic in internal else topic
 
@@ -90,13 +91,8 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         ]
         counts = []
         for topic in names:
-            if not logtable.topic_exists(None, warehouse, topic):
-                raise StreamsException(
-                    f"app {app.name}: input topic {topic!r} of sub-topology {sub.id} does not "
-                    f"exist in {warehouse.root}; create it with `lakestate produce {topic} FILE`"
-                )
-            _check_columns(warehouse, topic)
-            partitions[topic] = logtable.partitions(None, warehouse, topic)
+            what = f"input topic {topic!r} of sub-topology {sub.id}"
+            partitions[topic] = _read_topic(app, warehouse, topic, what)
             counts.append(partitions[topic])
         inputs[sub.id] = names
         task_counts[sub.id] = max(counts)
@@ -116,13 +112,8 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         copartition.check(group, partitions, real)
     global_topics = tuple(g.topic for g in topology.global_tables)
     for topic in global_topics:
-        if not logtable.topic_exists(None, warehouse, topic):
-            raise StreamsException(
-                f"app {app.name}: the topic {topic!r} of a global table does not exist in "
-                f"{warehouse.root}; create it with `lakestate produce {topic} FILE`"
-            )
-        _check_columns(warehouse, topic)
-        partitions[topic] = logtable.partitions(None, warehouse, topic)
+        what = f"the topic {topic!r} of a global table"
+        partitions[topic] = _read_topic(app, warehouse, topic, what)
     for name, spec in topology.stores.items():
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
@@ -171,6 +162,18 @@ def check_format(warehouse: Warehouse, app: str) -> None:
 def end_offsets(layout: AppLayout, topic: str) -> dict[int, int]:
     """End offsets of one of the app's topics (no Spark job)."""
     return logtable.end_offsets_of(layout.warehouse, topic, layout.partitions[topic])
+
+
+def _read_topic(app: App, warehouse: Warehouse, topic: str, what: str) -> int:
+    """The partition count of a topic the app reads (``what`` names it in errors), which
+    must exist with a log table's columns."""
+    if not logtable.topic_exists(None, warehouse, topic):
+        raise StreamsException(
+            f"app {app.name}: {what} does not exist in {warehouse.root}; "
+            f"create it with `lakestate produce {topic} FILE`"
+        )
+    _check_columns(warehouse, topic)
+    return logtable.partitions(None, warehouse, topic)
 
 
 def _check_columns(warehouse: Warehouse, topic: str) -> None:

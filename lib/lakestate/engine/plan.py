@@ -47,6 +47,14 @@ class TaskPlan:
     batch_id: int
     ranges: dict[str, tuple[int, int]]
 
+    def global_ranges(self, topic: str) -> dict[int, tuple[int, int]]:
+        """The ranges of global topic ``topic``, by partition."""
+        return {
+            split[1]: bounds
+            for key, bounds in self.ranges.items()
+            if (split := split_global_key(key, [topic]))
+        }
+
     @property
     def records(self) -> int:
         return sum(end - start for start, end in self.ranges.values())

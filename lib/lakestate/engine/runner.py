@@ -59,6 +59,9 @@ from lakestate.state.constants import (
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
+# What a plan is made from: end offsets per topic and partition; per task, the next offset
+# its local store holds of each global topic partition.
+_Sources = tuple[dict[str, dict[int, int]], dict[TaskId, dict[str, int]]]
 STATE_DIR_ENV = "LAKESTATE_STATE_DIR"
 DEFAULT_STATE_DIR = "state"
 
@@ -240,13 +243,15 @@ class _Runner:
         standing = where_tasks_stand(self.layout, tasks)
         committed = dict(standing.committed)
         replays = standing.replays
-        # The first plan, made before anything else: a run with nothing new ends here.
-        planned = None if replays else self._plan(tasks, committed)
+        # The first plan, made before anything else: a run with nothing new ends here. Its
+        # end offsets and global starts also size the run for the transport.
+        sources = self._sources(tasks)
+        planned = None if replays else self._plan(tasks, committed, sources=sources)
         if planned == []:
             result.caught_up = True
             self.say("caught up: no new input")
             return result
-        self._choose_transport(tasks, committed)
+        self._choose_transport(tasks, committed, sources)
         if not self.in_process:
             self.spark.start()  # while the local stores recover
         recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
@@ -286,11 +291,14 @@ class _Runner:
             result.records += sum(r.records for r in results)
         return result
 
-    def _choose_transport(self, tasks: list[TaskId], committed: dict[TaskId, Committed]) -> None:
+    def _choose_transport(
+        self, tasks: list[TaskId], committed: dict[TaskId, Committed], sources: _Sources
+    ) -> None:
         """In this process or in Spark, for the whole run (replays included), from the run's
         pending input: every task's records from where it committed (so a batch to replay
         counts) to the ends, global topics included. Either transport gives the same rows."""
-        pending = sum(p.records for p in self._plan(tasks, committed, unbounded=True))
+        plans = self._plan(tasks, committed, unbounded=True, sources=sources)
+        pending = sum(p.records for p in plans)
         limit = self.inprocess_max_records
         self.in_process = 0 < limit and pending <= limit
         where = "in this process, no Spark" if self.in_process else "in Spark"
@@ -304,14 +312,11 @@ class _Runner:
         tasks: list[TaskId],
         committed: dict[TaskId, Committed],
         unbounded: bool = False,
+        sources: _Sources | None = None,
     ) -> list[TaskPlan]:
-        """The next batch's plans (``unbounded``: everything to the ends, in one)."""
-        subs = {t.subtopology for t in tasks}
-        ends = {
-            topic: layout_end_offsets(self.layout, topic)
-            for sub in sorted(subs)
-            for topic in [*self.layout.inputs[sub], *self.layout.global_topics]
-        }
+        """The next batch's plans (``unbounded``: everything to the ends, in one), from
+        ``sources`` when given (read now otherwise)."""
+        ends, starts = sources or self._sources(tasks)
         return plan_tasks(
             tasks,
             self.layout.inputs,
@@ -319,8 +324,19 @@ class _Runner:
             ends,
             None if unbounded else self.max_records,
             self.layout.global_topics,
-            self._global_starts(tasks),
+            starts,
         )
+
+    def _sources(self, tasks: list[TaskId]) -> _Sources:
+        """What a plan is made from: each input and global topic's end offsets, and where
+        each task's local store stands in its global topics."""
+        subs = {t.subtopology for t in tasks}
+        ends = {
+            topic: layout_end_offsets(self.layout, topic)
+            for sub in sorted(subs)
+            for topic in [*self.layout.inputs[sub], *self.layout.global_topics]
+        }
+        return ends, self._global_starts(tasks)
 
     def _global_starts(self, tasks: list[TaskId]) -> dict[TaskId, dict[str, int]]:
         """Per task, the next offset of each global topic partition its local store holds
@@ -374,11 +390,7 @@ class _Runner:
         for topic in self.layout.global_topics:
             readers: dict[tuple, list[TaskId]] = {}
             for plan in plans:
-                ranges = {}
-                for key, bounds in plan.ranges.items():
-                    split = split_global_key(key, [topic])
-                    if split:
-                        ranges[split[1]] = bounds
+                ranges = plan.global_ranges(topic)
                 if ranges:
                     readers.setdefault(tuple(sorted(ranges.items())), []).append(plan.task)
             for ranges_key, tasks in readers.items():

@@ -36,9 +36,15 @@ class Context:
         master: str | None = None,
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
+        quiet: bool = False,
+        json_output: bool = False,
     ) -> None:
         self.warehouse = warehouse
         self.master = master
+        #: ``--quiet``: print results and errors only (no progress, no chatter).
+        self.quiet = quiet
+        #: ``--json``: print results as JSON (a document, or JSON lines for records).
+        self.json_output = json_output
         self.stdout = stdout if stdout is not None else sys.stdout
         self.stderr = stderr if stderr is not None else sys.stderr
         self._spark: Any = None
@@ -264,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="Spark master (default: env LAKESTATE_SPARK_MASTER, else local[*])",
     )
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="print results and errors only"
+    )
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.description or command.help)
@@ -272,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="warehouse root (as the global option)")
         p.add_argument("--master", metavar="URL", default=argparse.SUPPRESS,
                        help="Spark master (as the global option)")
+        p.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS,
+                       help="print results and errors only (as the global option)")
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                       help="print results as JSON (as the global option)")
         command.configure(p)
     return parser
 
@@ -283,7 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else 2
-    ctx = Context(Warehouse(args.warehouse), master=args.master)
+    ctx = Context(
+        Warehouse(args.warehouse), master=args.master, quiet=args.quiet, json_output=args.json
+    )
     try:
         return COMMANDS[args.command].run(args, ctx)
     except (ValueError, StreamsException) as e:

@@ -42,24 +42,25 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import reduce
+from functools import cache, reduce
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from lakestate.io import delta_commits, delta_log
 from lakestate.io.partitioner import canonical_json, partition_for
 from lakestate.state.serde import loads
 from lakestate.warehouse import Warehouse
 
+# pyspark is imported where a function needs it, so that what reads without Spark (the
+# read-only commands, the in-process transport) does not import it.
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
 __all__ = [
     "ENDS_METADATA_KEY",
-    "LOG_SCHEMA",
+    "LOG_SCHEMA",  # noqa: F822 (module __getattr__ builds it on first use)
     "PARTITIONS_PROPERTY",
     "AppendResult",
     "LogRecord",
@@ -85,16 +86,29 @@ ENDS_METADATA_KEY = "lakestate.end_offsets"
 # Commit files read back, at most, to find the newest recorded end offsets.
 _ENDS_LOOKBACK = 100
 
-LOG_SCHEMA = StructType(
-    [
-        StructField("partition", IntegerType(), nullable=False),
-        StructField("offset", LongType(), nullable=False),
-        StructField("timestamp", LongType(), nullable=False),
-        StructField("key", StringType(), nullable=True),
-        StructField("value", StringType(), nullable=True),
-        StructField("headers", StringType(), nullable=True),
-    ]
-)
+
+@cache
+def _log_schema() -> Any:
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField("partition", IntegerType(), nullable=False),
+            StructField("offset", LongType(), nullable=False),
+            StructField("timestamp", LongType(), nullable=False),
+            StructField("key", StringType(), nullable=True),
+            StructField("value", StringType(), nullable=True),
+            StructField("headers", StringType(), nullable=True),
+        ]
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # LOG_SCHEMA, the Spark schema of a log table, is built on first use (it needs pyspark).
+    if name == "LOG_SCHEMA":
+        return _log_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The same columns as Arrow, for writers that append through delta-rs (the engine).
 LOG_ARROW_SCHEMA = pa.schema(
@@ -303,6 +317,8 @@ def table_version(spark: SparkSession, warehouse: Warehouse, path: str) -> int:
     version = _local_version(log) if log is not None else None
     if version is not None:
         return version
+    from delta.tables import DeltaTable
+
     return DeltaTable.forPath(spark, path).history(1).select("version").first()[0]
 
 
@@ -407,6 +423,8 @@ def read_topic(
 ) -> DataFrame:
     """All records of ``topic`` (of ``partitions`` only, when given), ordered by partition
     and offset; columns as in ``LOG_SCHEMA``."""
+    from pyspark.sql import functions as F
+
     df = spark.read.format("delta").load(_path(warehouse, topic))
     if partitions is not None:
         df = df.where(F.col("partition").isin(sorted(set(partitions))))
@@ -425,6 +443,8 @@ def read_range(
     ``LOG_SCHEMA`` (key/value/headers as JSON text: see ``collect_records``).
     ``ordered=False``: in no particular order, for a reader that orders them itself (a
     global sort costs a sampling job and a shuffle)."""
+    from pyspark.sql import functions as F
+
     conditions: list[Column] = []
     for p, bounds in sorted(ranges.items()):
         try:
@@ -696,7 +716,7 @@ def append_records(
 
     def build(ends: Mapping[int, int]) -> DataFrame:
         next_offset = dict(ends)
-        columns: dict[str, list[Any]] = {f.name: [] for f in LOG_SCHEMA.fields}
+        columns: dict[str, list[Any]] = {f.name: [] for f in _log_schema().fields}
         for p, ts, key_text, value_text, headers_text in rows:
             columns["partition"].append(p)
             columns["offset"].append(next_offset[p])
@@ -705,7 +725,7 @@ def append_records(
             columns["key"].append(key_text)
             columns["value"].append(value_text)
             columns["headers"].append(headers_text)
-        return spark.createDataFrame(_arrow_table(columns), schema=LOG_SCHEMA).coalesce(1)
+        return spark.createDataFrame(_arrow_table(columns), schema=_log_schema()).coalesce(1)
 
     return append_frame(
         spark, warehouse, topic, build, counts, txn_app_id=txn_app_id, txn_version=txn_version

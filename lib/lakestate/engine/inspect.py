@@ -5,29 +5,34 @@ highest ``batch_id`` up to the task's pinned batch, tombstones removed. All stor
 are pinned together: each task at its last complete batch (or at ``batch`` when given, if
 it got that far). The raw changelog is registered beside it (``<app>__<store>__changelog``),
 read at the same table version, so both answer the same until they are registered again.
+
+What each view holds is decided here once (``views``: which tables, at which versions, and
+for a store's state the SQL that selects it, ``View.select``); the engines only read the
+tables and run that SQL: Spark (``register_views``, ``sql``, ``state_frame``) and DuckDB
+(``lakestate.query.duckdb_engine``), so neither imports the other.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
 
-from lakestate.engine import local, progress
+from lakestate.engine import progress
 from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
-from lakestate.engine.plan import GLOBAL_SEPARATOR
 from lakestate.engine.recovery import is_complete
-from lakestate.io import delta_commits, logtable
-from lakestate.state.base import IsolationLevel, TopicPartition
+from lakestate.engine.status import format_time
+from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:  # pyspark is imported by the Spark functions only
+    from pyspark.sql import DataFrame, SparkSession
 
 CHANGELOG_SUFFIX = "__changelog"
 
@@ -140,67 +145,72 @@ def _snapshot_conditions(table: DeltaTable, partitions: list[int]) -> list[str]:
     return conditions
 
 
-def state_frame(
-    spark: SparkSession, warehouse: Warehouse, app: str, store: str, batch: int | None = None
-) -> DataFrame:
-    """A store's current state as a DataFrame (pinned as ``register_views`` pins it): the
-    helper for plain Spark SQL users."""
-    path = warehouse.changelog_path(app, store)
-    pin = _store_pin(app, app_pin(warehouse, app, batch), path)
-    return _latest(_read(spark, path, pin.version), pin)
-
-
-def _read(spark: SparkSession, path: str, version: int) -> DataFrame:
-    return spark.read.format("delta").option("versionAsOf", version).load(path)
-
-
-def _latest(changelog: DataFrame, pin: _StorePin) -> DataFrame:
-    """Per task and key, the row with the highest batch_id up to the pin, unless a
-    tombstone. Rows compaction wrote (``snapshot_through`` set) hold one row per key and are
-    older than every other row of their task, so they need no ranking: a snapshot row
-    stands unless a newer row of its key follows it (an anti-join with the tail's keys);
-    only the tail since the last compaction is ranked. When the pin has no tail (every
-    task pinned at its compaction), the pin's rows are the state as they are."""
-    pinned = changelog.where(pin.condition)
+def state_sql(
+    source: str, pin: _StorePin, columns: Sequence[str], quote: Callable[[str], str]
+) -> str:
+    """The current state of a store as one SELECT over ``source`` (its changelog read at
+    ``pin.version``, with ``columns``), in SQL that Spark and DuckDB both run (``quote``
+    quotes a column name for the engine): per task and key, the row with the highest
+    batch_id up to the pin, unless a tombstone. Rows compaction wrote (``snapshot_through``
+    set) hold one row per key and are older than every other row of their task, so they
+    need no ranking: a snapshot row stands unless a newer row of its key follows it (an
+    anti-join with the tail's keys); only the tail since the last compaction is ranked.
+    When the pin has no tail (every task pinned at its compaction), the pin's rows are the
+    state as they are."""
+    pinned = f"SELECT * FROM {source} WHERE {pin.condition}"
     if pin.snapshot_only:
         return pinned
-    snapshot = pinned.where(F.col(SNAPSHOT_COLUMN).isNotNull())
-    tail = pinned.where(F.col(SNAPSHOT_COLUMN).isNull())
-    newest_first = Window.partitionBy("task", "raw_key").orderBy(F.col("batch_id").desc())
-    tail_latest = (
-        tail.withColumn("_lakestate_rank", F.row_number().over(newest_first))
-        .where("_lakestate_rank = 1")
-        .drop("_lakestate_rank")
-    )
-    standing = snapshot.join(tail.select("task", "raw_key"), ["task", "raw_key"], "left_anti")
+    listed = ", ".join(quote(c) for c in columns)
     return (
-        standing.select(*changelog.columns)
-        .unionByName(tail_latest)
-        .where(F.col("raw_value").isNotNull())
+        f"WITH pinned AS ({pinned}), "
+        f"tail AS (SELECT * FROM pinned WHERE {SNAPSHOT_COLUMN} IS NULL), "
+        "ranked AS (SELECT *, row_number() OVER "
+        "(PARTITION BY task, raw_key ORDER BY batch_id DESC) AS _lakestate_rank FROM tail) "
+        f"SELECT {listed} FROM pinned AS s WHERE s.{SNAPSHOT_COLUMN} IS NOT NULL "
+        "AND s.raw_value IS NOT NULL AND NOT EXISTS "
+        "(SELECT 1 FROM tail AS t WHERE t.task = s.task AND t.raw_key = s.raw_key) "
+        f"UNION ALL SELECT {listed} FROM ranked "
+        "WHERE _lakestate_rank = 1 AND raw_value IS NOT NULL"
     )
 
 
-def register_views(
-    spark: SparkSession,
+@dataclass(frozen=True)
+class View:
+    """A view of the warehouse: its SQL ``name``, the Delta table at ``path`` it reads (at
+    table ``version``; None: the newest), and for a store's current state the ``pin``
+    that selects its rows (None: the table as it is: a topic, a raw changelog)."""
+
+    name: str
+    path: str
+    version: int | None = None
+    pin: _StorePin | None = None
+
+    def select(self, source: str, columns: Sequence[str], quote: Callable[[str], str]) -> str:
+        """The view as one SELECT over ``source``, the table read at ``version`` (with
+        ``columns``); ``quote`` quotes a column name for the engine running it."""
+        if self.pin is None:
+            return f"SELECT * FROM {source}"
+        return state_sql(source, self.pin, columns, quote)
+
+
+def views(
     warehouse: Warehouse,
     batch: int | None = None,
     batch_app: str | None = None,
     only: Collection[str] | None = None,
-) -> dict[str, str]:
-    """Register every topic (by name) and every store (``<app>__<store>``, its state, and
-    ``<app>__<store>__changelog``) as a view, or only the views named in ``only``;
-    ``batch`` pins app ``batch_app`` only. Returns view -> table path."""
+) -> list[View]:
+    """Every topic (by name) and every store (``<app>__<store>``, its state, and
+    ``<app>__<store>__changelog``), or only the views named in ``only`` (any case);
+    ``batch`` pins app ``batch_app`` only. ValueError for a batch that cannot be read."""
     wanted = None if only is None else {n.lower() for n in only}
 
     def registers(name: str) -> bool:
         return wanted is None or name.lower() in wanted
 
-    views: dict[str, str] = {}
+    found: list[View] = []
     for topic in warehouse.list_topics():
-        path = warehouse.topic_path(topic)
         if registers(view_name(topic)):
-            spark.read.format("delta").load(path).createOrReplaceTempView(view_name(topic))
-            views[view_name(topic)] = path
+            found.append(View(view_name(topic), warehouse.topic_path(topic)))
     for app in warehouse.list_apps():
         tables = [(t, view_name(f"{app}__{t.store}")) for t in warehouse.list_state_tables(app)]
         states = [(t, n) for t, n in tables if registers(n)]
@@ -210,20 +220,68 @@ def register_views(
             pin = app_pin(warehouse, app, batch if app == batch_app else None)
         store_pins = {t.path: _store_pin(app, pin, t.path) for t, _ in states}
         for table, name in changelogs:
-            version = (
-                store_pins[table.path].version
-                if table.path in store_pins
-                else delta_commits.open_table(table.path).version()
-            )
-            _read(spark, table.path, version).createOrReplaceTempView(name + CHANGELOG_SUFFIX)
-            views[name + CHANGELOG_SUFFIX] = table.path
+            # Read at the version its state view is pinned at, so both answer the same.
+            version = store_pins[table.path].version if table.path in store_pins else None
+            found.append(View(name + CHANGELOG_SUFFIX, table.path, version))
         for table, name in states:
             store_pin = store_pins[table.path]
-            _latest(_read(spark, table.path, store_pin.version), store_pin).createOrReplaceTempView(
-                name
-            )
-            views[name] = table.path
-    return views
+            found.append(View(name, table.path, store_pin.version, store_pin))
+    return found
+
+
+def pinned_app(warehouse: Warehouse, query: str, batch: int | None) -> str | None:
+    """The app whose stores ``--batch`` pins: the one app ``query`` names (None without a
+    batch); ValueError when it names none or several."""
+    if batch is None:
+        return None
+    named = apps_named(warehouse, query)
+    if len(named) != 1:
+        raise ValueError(
+            f"--batch {batch} applies to one app, but the query names the stores of "
+            + (", ".join(named) if named else "none")
+        )
+    return named[0]
+
+
+def _spark_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _spark_frame(spark: SparkSession, view: View) -> DataFrame:
+    reader = spark.read.format("delta")
+    if view.version is not None:
+        reader = reader.option("versionAsOf", view.version)
+    table = reader.load(view.path)
+    if view.pin is None:
+        return table
+    # The table is handed to spark.sql as a DataFrame argument, named {source} in the text.
+    return spark.sql(view.select("{source}", table.columns, _spark_quote), source=table)
+
+
+def state_frame(
+    spark: SparkSession, warehouse: Warehouse, app: str, store: str, batch: int | None = None
+) -> DataFrame:
+    """A store's current state as a DataFrame (pinned as ``register_views`` pins it): the
+    helper for plain Spark SQL users."""
+    path = warehouse.changelog_path(app, store)
+    pin = _store_pin(app, app_pin(warehouse, app, batch), path)
+    return _spark_frame(spark, View(view_name(f"{app}__{store}"), path, pin.version, pin))
+
+
+def register_views(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    batch: int | None = None,
+    batch_app: str | None = None,
+    only: Collection[str] | None = None,
+) -> dict[str, str]:
+    """Register ``views(warehouse, batch, batch_app, only)`` as Spark temporary views.
+    Returns view -> table path."""
+    registered: dict[str, str] = {}
+    for view in views(warehouse, batch, batch_app, only):
+        _spark_frame(spark, view).createOrReplaceTempView(view.name)
+        registered[view.name] = view.path
+    return registered
 
 
 def views_named(warehouse: Warehouse, query: str) -> set[str]:
@@ -250,100 +308,25 @@ def apps_named(warehouse: Warehouse, query: str) -> list[str]:
 def sql(
     spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
 ) -> DataFrame:
-    """Run ``query`` over the warehouse's views (those it names are registered);
+    """Run ``query`` on Spark over the warehouse's views (those it names are registered);
     ``batch`` pins the one app it names."""
-    batch_app = None
-    if batch is not None:
-        named = apps_named(warehouse, query)
-        if len(named) != 1:
-            raise ValueError(
-                f"--batch {batch} applies to one app, but the query names the stores of "
-                + (", ".join(named) if named else "none")
-            )
-        batch_app = named[0]
+    batch_app = pinned_app(warehouse, query, batch)
     register_views(spark, warehouse, batch, batch_app, views_named(warehouse, query))
     return spark.sql(query)
 
 
-@dataclass(frozen=True)
-class TaskStatus:
-    task: str
-    topic: str
-    partition: int
-    committed_offset: int
-    end_offset: int
-    stream_time: int | None
-    local_offset: int | None
-    batch_id: int = 0
-    at_ms: int = 0
-
-    @property
-    def lag(self) -> int:
-        return self.end_offset - self.committed_offset
-
-
-def status(
-    spark: SparkSession, warehouse: Warehouse, app: str, state_dir: str
-) -> tuple[AppPin, list[TaskStatus]]:
-    """Per task and input partition of ``app`` (and global topic partition): its committed
-    batch, offsets and lag."""
-    pin = app_pin(warehouse, app)
-    rows: list[TaskStatus] = []
-    for task, row in sorted(pin.rows.items()):
-        for key, offset in sorted(row.offsets.items()):
-            topic, partition = _topic_partition(key, task.partition)
-            ends = logtable.end_offsets(spark, warehouse, topic)
-            rows.append(
-                TaskStatus(
-                    str(task),
-                    topic,
-                    partition,
-                    offset,
-                    ends.get(partition, offset),
-                    row.stream_time,
-                    _local_offset(state_dir, app, task, topic, partition),
-                    row.batch_id,
-                    row.at_ms,
-                )
-            )
-    return pin, rows
-
-
-def _topic_partition(key: str, partition: int) -> tuple[str, int]:
-    """The topic and partition of a key of a progress row's offsets: an input topic (the
-    task's partition) or a global topic's ``topic@partition`` (plan.global_key)."""
-    topic, sep, number = key.rpartition(GLOBAL_SEPARATOR)
-    return (topic, int(number)) if sep and number.isdigit() else (key, partition)
-
-
-def _local_offset(state_dir: str, app: str, task: TaskId, topic: str, partition: int) -> int | None:
-    if not local.store_exists(state_dir, app, task):
-        return None
-    try:
-        store = local.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)
-    except Exception:  # held open by a running batch
-        return None
-    try:
-        return store.committed_offset(TopicPartition(topic, partition))
-    finally:
-        store.close()
-
-
-def format_time(ms: int | None) -> str:
-    if ms is None or ms < 0:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
 __all__ = [
     "AppPin",
+    "View",
     "app_pin",
     "apps_named",
     "format_time",
+    "pinned_app",
     "register_views",
     "sql",
     "state_frame",
-    "status",
+    "state_sql",
     "view_name",
+    "views",
     "views_named",
 ]

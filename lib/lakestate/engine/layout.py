@@ -9,6 +9,7 @@ from lakestate.app import App
 from lakestate.engine import changelog, progress
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits, logtable
+from lakestate.processors.exception_handlers import DEAD_LETTER_QUEUE_TOPIC, ExceptionHandlers
 from lakestate.task_id import TaskId
 from lakestate.topology import copartition
 from lakestate.topology.graph import SubTopology, internal_topic_name
@@ -49,11 +50,17 @@ class AppLayout:
         return self.app.topology.subtopologies[sub].stores
 
     def tables_of(self, sub: int) -> list[str]:
-        """Every table a task of ``sub`` may write: its output topics and changelogs."""
+        """Every table a task of ``sub`` may write: its output topics (the dead-letter
+        topic included) and changelogs."""
         sinks = self.app.topology.subtopologies[sub]
         topics = list(sinks.sink_topics) + [
             internal_topic_name(self.app.name, s) for s in sinks.repartition_sinks
         ]
+        dead_letters = ExceptionHandlers.from_config(
+            self.app.config, self.app.name
+        ).dead_letter_topic
+        if dead_letters is not None and dead_letters not in topics:
+            topics.append(dead_letters)
         return [self.warehouse.topic_path(t) for t in topics] + [
             self.changelog_path(s) for s in self.stores_of(sub)
         ]
@@ -114,11 +121,45 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     for topic in global_topics:
         what = f"the topic {topic!r} of a global table"
         partitions[topic] = _read_topic(app, warehouse, topic, what)
+    dead_letters = _dead_letter_topic(app, warehouse, inputs, global_topics, task_counts)
+    if dead_letters is not None:
+        count = logtable.partitions(None, warehouse, dead_letters)
+        outputs[dead_letters] = partitions[dead_letters] = count
     for name, spec in topology.stores.items():
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
     progress.ensure_table(warehouse.progress_path(app.name), app.name)
     return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions, global_topics)
+
+
+def _dead_letter_topic(
+    app: App,
+    warehouse: Warehouse,
+    inputs: dict[int, list[str]],
+    global_topics: tuple[str, ...],
+    task_counts: dict[int, int],
+) -> str | None:
+    """The app's dead-letter topic (processors/exception_handlers.py), created if missing
+    with as many partitions as the app's widest sub-topology has tasks: one more sink of
+    every task, committed in step 3 with the task's txn like the others. None when no
+    handler continues. An unknown handler is refused here, before anything is committed."""
+    try:
+        topic = ExceptionHandlers.from_config(app.config, app.name).dead_letter_topic
+    except StreamsException as exc:
+        raise StreamsException(f"app {app.name}: {exc}") from None
+    if topic is None:
+        return None
+    read = {t for names in inputs.values() for t in names} | set(global_topics)
+    if topic in read:
+        raise StreamsException(
+            f"app {app.name}: the dead-letter topic {topic!r} "
+            f"({DEAD_LETTER_QUEUE_TOPIC}) is one of the app's inputs; name another topic"
+        )
+    if logtable.topic_exists(None, warehouse, topic):
+        _check_columns(warehouse, topic)
+    else:
+        logtable.create_topic(warehouse, topic, max(task_counts.values(), default=1))
+    return topic
 
 
 def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:

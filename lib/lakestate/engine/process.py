@@ -27,8 +27,9 @@ import pyarrow.compute as pc
 from lakestate.app import App, load_app
 from lakestate.engine import changelog, local
 from lakestate.engine.plan import global_key, split_global_key
-from lakestate.errors import ProcessingException, StreamsException
+from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.io.partitioner import partitions_of_texts
+from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Output, Task
 from lakestate.records import Record
@@ -143,21 +144,31 @@ def _app(path: str) -> App:
     return app
 
 
-def _bad_json(columns: dict[str, list], i: int) -> ProcessingException:
-    """The error for row ``i``, whose key, value or headers is not valid JSON."""
-    for what in ("key", "value", "headers"):
-        text = columns[what][i]
+def _texts(columns: dict[str, list], i: int) -> tuple[str | None, str | None, str | None]:
+    """Row ``i``'s key, value and headers as read."""
+    return columns["key"][i], columns["value"][i], columns["headers"][i]
+
+
+def _bad_json(task: Task, columns: dict[str, list], i: int) -> RecordFailure:
+    """The failure of row ``i``, whose key, value or headers is not valid JSON."""
+    texts = _texts(columns, i)
+    for what, text in zip(("key", "value", "headers"), texts, strict=True):
         if text is None:
             continue
         try:
             json.loads(text)
         except (TypeError, ValueError) as exc:
-            return ProcessingException(
-                f"{what} is not valid JSON in topic {columns['topic'][i]!r} partition "
-                f"{columns['partition'][i]} offset {columns['offset'][i]}: {exc}; "
-                "the batch commits nothing"
+            return task.deserialization_failure(
+                exc, columns["topic"][i], columns["offset"][i], columns["timestamp"][i], texts, what
             )
-    return ProcessingException(f"row {i} could not be decoded")  # not reached
+    raise StreamsException(f"row {i} could not be decoded")  # not reached
+
+
+def _decoded_headers(text: str | None) -> Any:
+    try:
+        return None if text is None else json.loads(text)
+    except ValueError:
+        return None
 
 
 def _in_order(columns: dict[str, list]) -> list[int]:
@@ -247,10 +258,8 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             for g in app.topology.global_tables
         }
         task = Task(app.topology, sub, partition, store, app.config, app.name, global_views)
-        global_reached = _apply_global_updates(app, global_views, updates)
-        del updates
-        reached, processed = _process_records(task, columns)
-        del columns
+        reached, processed, global_reached = _process_all(task, app, global_views, updates, columns)
+        del updates, columns
         offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
         for key, o in global_reached.items():
             offsets[TopicPartition(*split_global_key(key, global_topics))] = o
@@ -275,7 +284,7 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
             "processed": processed,
             "stream_time": task.stream_time,
             "processor_metadata": task.processor_metadata,
-            "metrics": task.metrics,
+            "metrics": task.metrics.report(),
             "stores": stores,
         }
         rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
@@ -284,11 +293,45 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     return rows.table()
 
 
+def _process_all(
+    task: Task, app: App, global_views: dict[str, Any], updates: pa.Table, columns: dict
+) -> tuple[dict[str, int], int, dict[str, int]]:
+    """The global updates, then the task's records; returns the offsets reached per input,
+    the records processed and the offsets reached per global partition.
+
+    A record that fails is handled as its handler says (processors/exception_handlers.py):
+    log-and-fail raises its one-line error (the batch commits nothing). Log-and-continue
+    skips it as if it never arrived: one that could not be decoded touched nothing and is
+    skipped where it stands; one that failed in processing may have written state, forwarded
+    output or moved in-memory processor state, so the task aborts its transaction (back to
+    the batch's start: the engine opens a task per batch) and processes the batch again
+    with every failed record skipped. A failure costs one replay of the records before it
+    in its task's batch. The dead letters are emitted once the batch went through."""
+    failures: dict[int, RecordFailure] = {}
+    order = _in_order(columns)
+    while True:
+        global_reached = _apply_global_updates(app, global_views, updates)
+        reached, processed, failed = _process_records(task, columns, order, failures)
+        if failed is None:
+            break
+        row, failure = failed
+        failures[row] = failure
+        task.abort()
+    if failures:
+        position = {row: n for n, row in enumerate(order)}
+        for row in sorted(failures, key=position.__getitem__):
+            task.dead_letter(failures[row], _decoded_headers(columns["headers"][row]))
+    return reached, processed, global_reached
+
+
 def _apply_global_updates(app: App, views: dict[str, Any], updates: pa.Table) -> dict[str, int]:
     """Put the batch's records of the global tables' topics into the task's global stores
     (each topic's partitions in turn, each in offset order; a null key is skipped, a null
     value deletes, as Kafka's global store update); returns the next offset reached per
-    ``global_key``."""
+    ``global_key``. A global record that cannot be decoded always fails the batch (a dead
+    letter per task reading it would repeat it; the record stays in its topic)."""
+    if updates.num_rows == 0:
+        return {}
     columns = {name: updates.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     topics, partitions, offsets = columns["topic"], columns["partition"], columns["offset"]
     decode = _Decoder(columns)
@@ -306,15 +349,20 @@ def _apply_global_updates(app: App, views: dict[str, Any], updates: pa.Table) ->
     return reached
 
 
-def _process_records(task: Task, columns: dict[str, list]) -> tuple[dict[str, int], int]:
-    """Run the records through the task in order until done or a commit is needed
-    (KIP-892: the uncommitted bound forces the commit there). A task that reads one topic
-    through a chain of chunk-capable processors takes them in chunks, which shrink near the
-    bound so that it is checked about as often as record by record would. Returns the
-    offset reached per input topic and the number of records processed."""
+def _process_records(
+    task: Task, columns: dict[str, list], order: list[int], failures: dict[int, RecordFailure]
+) -> tuple[dict[str, int], int, tuple[int, RecordFailure] | None]:
+    """Run the rows of ``order`` through the task until done or a commit is needed
+    (KIP-892: the uncommitted bound forces the commit there), skipping the rows of
+    ``failures`` (they count as processed: their offsets are behind the batch). A task that
+    reads one topic through a chain of chunk-capable processors takes them in chunks, which
+    shrink near the bound so that it is checked about as often as record by record would.
+    Returns the offset reached per input topic, the number of records processed, and the
+    row that failed in processing and its failure, if one did and its handler continues
+    (the caller then undoes the attempt and starts again); a row that cannot be decoded is
+    added to ``failures`` here. Log-and-fail raises the failure's error."""
     topics, offsets = columns["topic"], columns["offset"]
-    order = _in_order(columns)
-    decode = _Decoder(columns)
+    decode = _Decoder(columns, task, failures)
     reached: dict[str, int] = {}
     processed = 0
     position = 0
@@ -323,28 +371,40 @@ def _process_records(task: Task, columns: dict[str, list]) -> tuple[dict[str, in
         topic = topics[order[position]]
         if single_topic and task.can_process_chunks(topic):
             rows = order[position : position + _chunk_length(task)]
-            records = decode.many(rows)
-            chunk_offsets = [offsets[i] for i in rows]
+            good, records = decode.good(rows)
+            chunk_offsets = [offsets[i] for i in good]
             if task.process_chunk(topic, chunk_offsets, records):
-                reached[topic] = chunk_offsets[-1] + 1
+                reached[topic] = offsets[rows[-1]] + 1
                 processed += len(rows)
                 position += len(rows)
                 if task.commit_needed():
                     break
                 continue
             # A record of the chunk failed: one by one, up to it, raises its error.
-            pairs = zip(chunk_offsets, records, strict=True)
+            todo = zip(good, records, strict=True)
+            done = set(good)
+            # Rows of the chunk that were skipped are passed over on the way.
+            steps = [(i, None) if i not in done else next(todo) for i in rows]
         else:
             i = order[position]
-            pairs = [(offsets[i], decode(i))]
-        for offset, record in pairs:
-            task.process(topic, offset, record)
+            good, records = decode.good([i])
+            steps = [(i, records[0] if good else None)]
+        for i, record in steps:
+            offset = offsets[i]
+            if record is not None:
+                try:
+                    task.process(topic, offset, record)
+                except (ProcessingException, SerializationException) as exc:
+                    failure = task.failure(exc, topic, offset, record, _texts(columns, i))
+                    if not task.continues(failure):
+                        raise
+                    return reached, processed, (i, failure)
             reached[topic] = offset + 1
             processed += 1
             position += 1
-            if task.commit_needed():
-                return reached, processed
-    return reached, processed
+            if record is not None and task.commit_needed():
+                return reached, processed, None
+    return reached, processed, None
 
 
 def _chunk_length(task: Task) -> int:
@@ -357,16 +417,49 @@ def _chunk_length(task: Task) -> int:
 
 
 class _Decoder:
-    """Row index -> Record, decoding the JSON of key, value and headers (keys cached)."""
+    """Row index -> Record, decoding the JSON of key, value and headers (keys cached).
+    With a task, rows that cannot be decoded are its deserialization failures (``good``);
+    without, they fail the batch."""
 
-    def __init__(self, columns: dict[str, list]) -> None:
+    def __init__(
+        self,
+        columns: dict[str, list],
+        task: Task | None = None,
+        failures: dict[int, RecordFailure] | None = None,
+    ) -> None:
         self.columns = columns
+        self.task = task
+        self.failures = {} if failures is None else failures
         self.keys, self.values = columns["key"], columns["value"]
         self.headers, self.timestamps = columns["headers"], columns["timestamp"]
         self.key_cache: dict[str, Any] = {}
 
     def __call__(self, i: int) -> Record:
         return self.many([i])[0]
+
+    def good(self, rows: list[int]) -> tuple[list[int], list[Record]]:
+        """The rows of ``rows`` that are not known failures and decode, and their records.
+        A row that does not decode is a failure: its handler raises (log-and-fail) or it is
+        added to the failures (log-and-continue)."""
+        failures = self.failures
+        if failures:
+            rows = [i for i in rows if i not in failures]
+        try:
+            return rows, self.many(rows)
+        except _Undecodable:
+            pass
+        good, records = [], []
+        for i in rows:
+            try:
+                records.append(self.many([i])[0])
+            except _Undecodable:
+                failure = _bad_json(self.task, self.columns, i)
+                if not self.task.continues(failure):
+                    raise SerializationException(failure.message) from None
+                failures[i] = failure
+                continue
+            good.append(i)
+        return good, records
 
     def many(self, rows: list[int]) -> list[Record]:
         """The records of rows ``rows``, in that order."""
@@ -397,8 +490,28 @@ class _Decoder:
                     )
                 )
         except (TypeError, ValueError):
-            raise _bad_json(self.columns, i) from None
+            if self.task is not None:
+                raise _Undecodable(i) from None
+            raise StreamsException(_global_bad_json(self.columns, i)) from None
         return records
+
+
+class _Undecodable(Exception):
+    """Row ``args[0]`` could not be decoded."""
+
+
+def _global_bad_json(columns: dict[str, list], i: int) -> str:
+    for what in ("key", "value", "headers"):
+        text = columns[what][i]
+        try:
+            json.loads(text) if text is not None else None
+        except (TypeError, ValueError) as exc:
+            return (
+                f"{what} is not valid JSON in topic {columns['topic'][i]!r} partition "
+                f"{columns['partition'][i]} offset {columns['offset'][i]} (a global table's "
+                f"topic; the batch commits nothing): {type(exc).__name__}: {exc}"
+            )
+    return f"row {i} of a global table's topic could not be decoded"
 
 
 class _Rows:

@@ -8,10 +8,12 @@ neither state changes nor output behind.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
+from lakestate.processors import exception_handlers as handlers
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.records import Record, RecordMetadata, Windowed
@@ -29,8 +31,32 @@ from lakestate.task_id import TaskId
 from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
 
 NO_STREAM_TIME = -1
-# Set on a SerializationException once it names the failing node.
-_FAILED_NODE = "failed_node"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _text(value: Any) -> str | None:
+    """A value's JSON text for a dead letter; one JSON cannot encode becomes its repr, as a
+    JSON string (the driver takes any Python value)."""
+    if value is None:
+        return None
+    try:
+        return checked_json_text(value, "value")
+    except SerializationException:
+        return checked_json_text(repr(value), "value")
+
+
+def _decoded(text: str | None) -> Any:
+    """The value of a JSON text, or the text itself when it is not JSON."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class PreparedCommit(NamedTuple):
@@ -138,6 +164,7 @@ class Task:
             config.get(UNCOMMITTED_MAX_BYTES, DEFAULT_UNCOMMITTED_MAX_BYTES)
         )
         self._global_views = dict(global_views or {})
+        self.handlers = handlers.ExceptionHandlers.from_config(config, application_id)
         self.transaction: Transaction = store.new_transaction()
         committed_time = store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
@@ -179,17 +206,17 @@ class Task:
         """Process one record read from ``topic`` at ``offset``."""
         source = self._sources.get(topic)
         if source is None:
-            raise StreamsException(
-                f"task {self.task_id} does not read topic {topic!r}"
-            )
+            raise StreamsException(f"task {self.task_id} does not read topic {topic!r}")
         self.current_metadata = (
             None if offset is None else RecordMetadata(topic, self.partition, offset)
         )
         if not isinstance(record.timestamp, int) or record.timestamp < 0:
-            raise ProcessingException(
-                f"invalid timestamp {record.timestamp!r} (must be epoch ms >= 0) in "
-                f"{self._describe(record)}; nothing was applied"
+            error = ProcessingException(
+                f"node {source} rejected {self._describe(record)}: invalid timestamp "
+                f"{record.timestamp!r} (must be epoch ms >= 0); nothing was applied"
             )
+            error.node = source
+            raise error
         self.stream_time = max(self.stream_time, record.timestamp)
         self.process_at(source, record)
 
@@ -264,14 +291,20 @@ class Task:
         except ProcessingException:
             raise
         except Exception as exc:
-            if isinstance(exc, SerializationException) and getattr(exc, _FAILED_NODE, None):
+            if isinstance(exc, SerializationException) and exc.node is not None:
                 raise  # already names the node that failed; ancestors must not re-wrap it
-            message = f"node {node} failed on {self._describe(record)}: {type(exc).__name__}: {exc}"
-            if isinstance(exc, SerializationException):
-                wrapped = SerializationException(message)
-                setattr(wrapped, _FAILED_NODE, node)
-                raise wrapped from exc
-            raise ProcessingException(message) from exc
+            # The one line a person reads: node, topic, partition, offset, key, exception.
+            message = (
+                f"node {node} failed on {self._describe(record)}: {handlers.exception_text(exc)}"
+            )
+            kind = (
+                SerializationException
+                if isinstance(exc, SerializationException)
+                else ProcessingException
+            )
+            wrapped = kind(message)
+            wrapped.node = node
+            raise wrapped from exc
 
     def _describe(self, record: Record) -> str:
         meta = self.current_metadata
@@ -280,12 +313,93 @@ class Task:
             if meta
             else f"task {self.task_id}"
         )
-        value = repr(record.value)
-        if len(value) > 200:
-            value = value[:200] + "..."
         return (
-            f"record ({where}, key={record.key!r}, value={value}, timestamp={record.timestamp!r})"
+            f"record ({where}, key={_short(record.key)}, value={_short(record.value)}, "
+            f"timestamp={record.timestamp!r})"
         )
+
+    # -- failed records (processors/exception_handlers.py) -----------------------------------
+
+    def failure(
+        self,
+        error: ProcessingException | SerializationException,
+        topic: str,
+        offset: int | None,
+        record: Record,
+        texts: tuple[str | None, str | None, str | None] | None = None,
+    ) -> handlers.RecordFailure:
+        """The failure ``error``, raised by ``process(topic, offset, record)``; ``texts``:
+        the record's key, value and headers as read (the engine's), else encoded here."""
+        if texts is None:
+            texts = (_text(record.key), _text(record.value), _text(record.headers))
+        return handlers.RecordFailure(
+            handlers.PROCESSING,
+            error.node or self._sources.get(topic, "?"),
+            topic,
+            self.partition,
+            offset,
+            record.timestamp if isinstance(record.timestamp, int) else 0,
+            *texts,
+            handlers.one_line(str(error)),
+            error.__cause__ or error,
+        )
+
+    def deserialization_failure(
+        self,
+        error: Exception,
+        topic: str,
+        offset: int,
+        timestamp: int,
+        texts: tuple[str | None, str | None, str | None],
+        what: str,
+    ) -> handlers.RecordFailure:
+        """The failure of a record of ``topic`` whose ``what`` (key, value or headers) is
+        not JSON: the one line names the source node and the record."""
+        node = self._sources.get(topic, "?")
+        key = texts[0] if texts[0] is None or len(texts[0]) <= 200 else texts[0][:200] + "..."
+        message = (
+            f"node {node} could not deserialize record (topic {topic!r} partition "
+            f"{self.partition} offset {offset}, key text {key!r}): {what} is not valid "
+            f"JSON: {handlers.exception_text(error)}"
+        )
+        return handlers.RecordFailure(
+            handlers.DESERIALIZATION,
+            node,
+            topic,
+            self.partition,
+            offset,
+            timestamp,
+            *texts,
+            message,
+            error,
+        )
+
+    def continues(self, failure: handlers.RecordFailure) -> bool:
+        """Whether the handler for ``failure`` skips the record (log-and-continue); the
+        caller then undoes the record and calls ``dead_letter``. Log-and-fail: False."""
+        return self.handlers.handler(failure.kind) == handlers.CONTINUE
+
+    def dead_letter(self, failure: handlers.RecordFailure, original_headers: Any = None) -> None:
+        """Count the skipped record and emit its dead letter (output of this task, so it
+        commits exactly once with the task's batch). Call it after the record was undone."""
+        topic = self.handlers.dead_letter_topic
+        handlers.log_continued(failure, topic)
+        headers = handlers.dead_letter_headers(
+            failure, self.application_id, str(self.task_id), original_headers
+        )
+        headers_text = checked_json_text(headers, "headers")
+        record = Record(
+            _decoded(failure.key_text), _decoded(failure.value_text), failure.timestamp, headers
+        )
+        self._output.append(
+            Output(
+                topic, record, failure.key_text, failure.value_text, headers_text, failure.key_text
+            )
+        )
+        # Counted by the node that failed (Kafka counts a skipped record in dropped-records).
+        context = self._contexts.get(failure.node) or self._contexts[self._sources[failure.topic]]
+        context.metric(handlers.DROPPED_RECORDS)
+        context.metric(handlers.DEAD_LETTER_RECORDS)
 
     def send_many(self, topic: str, records: Sequence[Record]) -> None:
         # Encode now, once: a value that cannot be written fails at the sink, by name, and
@@ -316,9 +430,7 @@ class Task:
             if name in self._global_views:
                 return self._global_views[name]
             if name not in self.subtopology.stores:
-                raise StreamsException(
-                    f"store {name!r} is not connected to task {self.task_id}"
-                )
+                raise StreamsException(f"store {name!r} is not connected to task {self.task_id}")
             spec = self.topology.stores[name]
             view = open_view(name, spec.kind, spec.options, lambda: self.transaction)
             self._views[name] = view

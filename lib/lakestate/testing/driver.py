@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lakestate.errors import StreamsException
+from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Task
 from lakestate.records import Record, duration_millis, to_millis
@@ -299,6 +299,14 @@ class TopologyTestDriver:
                 offsets[current_topic] = offset + 1
                 try:
                     task.process(current_topic, offset, current)
+                except (ProcessingException, SerializationException) as exc:
+                    # Nothing of the record stays (a commit per record: the abort undoes it
+                    # alone); log-and-continue then commits its dead letter in its place.
+                    task.abort()
+                    failure = task.failure(exc, current_topic, offset, current)
+                    if not task.continues(failure):
+                        raise
+                    task.dead_letter(failure, current.headers)
                 except Exception:
                     task.abort()
                     raise

@@ -157,10 +157,9 @@ def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
         f"state_dir={str(tmp_path / 'state')!r}, max_records=20, until_caught_up=True)"
     )
     outcomes = _run_together([code, code])
-    codes = sorted(code for code, _, _ in outcomes)
-    assert codes == [0, 1], outcomes
-    loser = next(err for code, _, err in outcomes if code == 1)
-    assert "already running" in loser or "another run" in loser
+    # Neither fails: a run that finds the other holding the lock does nothing (no wait was
+    # asked for), or gets the lock after it and finds nothing new (test_lock_wait.py).
+    assert [code for code, _, _ in outcomes] == [0, 0], outcomes
     # Finish whatever is left, then every record counted exactly once.
     run_app(
         str(APPS / "counts.py"),

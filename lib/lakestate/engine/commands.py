@@ -39,11 +39,30 @@ def run_args(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="local state directory (default: env LAKESTATE_STATE_DIR, else ./state)",
     )
+    p.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="if another run of the app holds this instance's lock, wait up to SECONDS for "
+        "it (then process what is new; if it is still running, do nothing and exit 0); "
+        "default: the --time-budget, else no wait; 'inf': as long as it takes",
+    )
+    p.add_argument(
+        "--until-timestamp",
+        metavar="MS|ISO",
+        help="process each input partition up to its first record stamped at or after this "
+        "time (epoch ms, or ISO such as 2026-11-24T10:00:00Z; exclusive), until caught up "
+        "to that cut: what a backfill of an interval ending there processes",
+    )
 
 
 def run(args: argparse.Namespace, ctx) -> int:
+    from lakestate.engine.cutoff import parse_timestamp
     from lakestate.engine.runner import run_app
 
+    if args.wait is not None and not args.wait >= 0:
+        raise ValueError(f"--wait must be at least 0 seconds, got {args.wait}")
+    until = None if args.until_timestamp is None else parse_timestamp(args.until_timestamp)
     result = run_app(
         args.app,
         warehouse=ctx.warehouse.root,
@@ -54,11 +73,14 @@ def run(args: argparse.Namespace, ctx) -> int:
         time_budget_s=args.time_budget,
         tasks=args.tasks.split(",") if args.tasks else None,
         master=ctx.master,
+        lock_wait_s=args.wait,
+        until_timestamp=until,
         say=ctx.print,
     )
     ctx.print(
         f"ran {len(result.batches)} batch(es), {result.records} records"
         + (", caught up" if result.caught_up else "")
+        + (", another run was active" if result.busy else "")
     )
     return 0
 
@@ -73,77 +95,246 @@ def sql_args(p: argparse.ArgumentParser) -> None:
         "last complete batch of each task)",
     )
     p.add_argument("--limit", type=int, default=1000, help="rows to print (default 1000)")
+    p.add_argument(
+        "--engine",
+        choices=("duckdb", "spark"),
+        default="duckdb",
+        help="duckdb (default): in this process, no JVM (the query is transpiled from Spark "
+        "SQL, with Spark's functions); spark: on Spark, for queries too large for one process",
+    )
 
 
 def sql(args: argparse.Namespace, ctx) -> int:
-    from lakestate.engine.inspect import sql as run_sql
+    """Print the query's rows: a tab-separated table (NULL for nulls), or with ``--json``
+    one JSON object per row."""
+    from lakestate.query.result import print_result
 
-    df = run_sql(ctx.spark, ctx.warehouse, args.query, args.batch)
-    ctx.print("\t".join(df.columns))
-    for row in df.limit(args.limit).collect():
-        ctx.print("\t".join("NULL" if v is None else str(v) for v in row))
+    result = query(ctx, args.query, args.batch, args.limit, args.engine)
+    print_result(result, ctx.print, json_lines=ctx.json_output)
     return 0
+
+
+def query(ctx, text: str, batch: int | None = None, limit: int | None = None, engine="duckdb"):
+    """Run Spark SQL ``text`` over the warehouse's views on ``engine`` (``duckdb``, in
+    process; ``spark``); a ``lakestate.query.result.Result`` of at most ``limit`` rows."""
+    if engine != "spark":
+        from lakestate.query.duckdb_engine import sql as duckdb_sql
+
+        return duckdb_sql(ctx.warehouse, text, batch, limit)
+    from pyspark.errors import PySparkException
+
+    from lakestate.engine.inspect import sql as spark_sql
+    from lakestate.query.result import Result
+
+    try:
+        df = spark_sql(ctx.spark, ctx.warehouse, text, batch)
+        rows = (df if limit is None else df.limit(max(limit, 0))).collect()
+    except PySparkException as e:  # Spark's analysis and parse errors: the query's fault
+        raise ValueError(str(e).strip().splitlines()[0]) from None
+    return Result(list(df.columns), [tuple(r) for r in rows])
+
+
+def describe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "name",
+        help="an app's module (jobs/demo.py), an app's name (defined by a module in ./jobs), "
+        "or a topic",
+    )
+
+
+def describe(args: argparse.Namespace, ctx) -> int:
+    """Describe an app (its topology, tasks, topics, stores and config) or a topic; with
+    ``--json`` as one JSON document. No Spark."""
+    from lakestate.engine import describe as about
+
+    app = about.find_app(args.name)
+    if app is None:
+        from lakestate.io import logtable
+
+        if not logtable.topic_exists(None, ctx.warehouse, args.name):
+            raise ValueError(
+                f"{args.name!r} is neither an app module, an app defined in ./jobs, nor a "
+                f"topic of {ctx.warehouse.root}"
+            )
+        found = about.describe_topic(ctx.warehouse, args.name)
+        if ctx.json_output:
+            ctx.print(json.dumps(found, ensure_ascii=False))
+        else:
+            _print_topic(ctx, found)
+        return 0
+    found = about.describe_app(ctx.warehouse, app)
+    if ctx.json_output:
+        ctx.print(json.dumps(found, ensure_ascii=False))
+        return 0
+    ctx.print(f"app {found['app']} (warehouse {found['warehouse']})")
+    ctx.print("config:")
+    width = max(len(k) for k in found["config"])
+    for key, c in found["config"].items():
+        shown = "-" if c["value"] is None else c["value"]
+        ctx.print(f"  {key.ljust(width)}  {shown}" + (" (default)" if c["default"] else ""))
+    ctx.print(found["topology"])
+    ctx.print("tasks (sub-topology_partition: the partitions it reads):")
+    for t in found["tasks"]:
+        reads = ", ".join(t["reads"])
+        if t["global_reads"]:
+            reads += "; every partition of " + ", ".join(t["global_reads"])
+        ctx.print(f"  {t['task']}  {reads}")
+    unresolved = [s["id"] for s in found["subtopologies"] if s["tasks"] is None]
+    if unresolved:
+        ctx.print(
+            "  sub-topolog" + ("ies " if len(unresolved) > 1 else "y ")
+            + ", ".join(map(str, unresolved)) + ": tasks unknown until its input topics exist"
+        )
+    ctx.print("topics:")
+    lines = [("topic", "role", "partitions", "end offsets", "records", "SQL view")]
+    for t in found["topics"]:
+        ends = " ".join(f"{p}:{e}" for p, e in t["end_offsets"].items())
+        lines.append(
+            (
+                t["topic"],
+                t["role"],
+                "-" if t["partitions"] is None else str(t["partitions"]),
+                ends or ("(not created yet)" if not t["exists"] else "-"),
+                str(t["records"]),
+                t["sql_view"],
+            )
+        )
+    _print_columns(ctx, lines)
+    ctx.print("stores:")
+    lines = [("store", "kind", "sub-topology", "SQL views", "changelog")]
+    for s in found["stores"]:
+        if s["global"]:
+            lines.append((s["store"], s["kind"], "global", "-", "- (its topic is its record)"))
+            continue
+        changelog = s["changelog"] + ("" if s["changelog_exists"] else " (not created yet)")
+        views = f"{s['sql_view']}, {s['changelog_view']}"
+        lines.append((s["store"], s["kind"], str(s["subtopology"]), views, changelog))
+    _print_columns(ctx, lines)
+    ctx.print(f"progress: {found['progress']}")
+    return 0
+
+
+def _print_topic(ctx, t: dict) -> None:
+    ends = " ".join(f"{p}:{e}" for p, e in t["end_offsets"].items())
+    ctx.print(f"topic {t['topic']} ({t['path']})")
+    ctx.print(f"  partitions: {t['partitions']}")
+    ctx.print(f"  end offsets: {ends}")
+    ctx.print(f"  records: {t['records']}")
+    ctx.print(f"  SQL view: {t['sql_view']}")
+
+
+def _print_columns(ctx, lines: list[tuple[str, ...]]) -> None:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    for line in lines:
+        ctx.print(("  " + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))).rstrip())
 
 
 def status_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("app", help="the app's name (or its module, e.g. jobs/demo.py)")
+    p.add_argument(
+        "app",
+        help="the app's module, e.g. jobs/demo.py (every sub-topology), or its name (the "
+        "sub-topologies its progress rows name)",
+    )
     p.add_argument("--state-dir", metavar="DIR", help="local state directory of this instance")
 
 
-def status(args: argparse.Namespace, ctx) -> int:
-    from lakestate.engine.inspect import format_time
-    from lakestate.engine.inspect import status as app_status
-    from lakestate.engine.runner import state_dir_of
+# Status's metric columns: per column, the metrics it shows (the first a scope has).
+_STATUS_COLUMNS = {
+    "forwarded": ("dedup-records-forwarded", "suppression-emit-total"),
+    "dropped": ("dropped-records",),
+    "duplicates": ("dedup-duplicates-dropped",),
+    "late": ("late-record-drop-total", "dedup-late-records-forwarded"),
+    "store size": ("dedup-store-size", "suppression-buffer-count-current"),
+}
 
-    name = args.app
+
+def status(args: argparse.Namespace, ctx) -> int:
+    """Every task of an app: offsets, lag, stream time, last batch, metrics totals. No
+    Spark: the progress rows and end offsets come through delta-rs and the Delta logs."""
+    from lakestate.engine.local import state_dir_of
+    from lakestate.engine.status import app_status, format_time
+
+    name, topology = args.app, None
     if name.endswith(".py"):
         from lakestate.app import load_app
 
-        name = load_app(name).name
-    pin, rows = app_status(ctx.spark, ctx.warehouse, name, state_dir_of(args.state_dir))
-    if not pin.rows:
-        ctx.print(f"app {name}: no committed batch yet")
+        loaded = load_app(name)
+        name, topology = loaded.name, loaded.topology
+    found = app_status(ctx.warehouse, name, state_dir_of(args.state_dir), topology)
+    if ctx.json_output:
+        ctx.print(json.dumps(found.to_json(), sort_keys=True))
         return 0
-    newest = max(pin.rows.values(), key=lambda r: r.at_ms)
+    if not found.tasks:
+        ctx.print(f"app {name}: no task found (no progress rows, and no module given)")
+        return 0
+    newest = max(found.tasks, key=lambda t: t.committed_at_ms or -1)
+    subs = len({t.task.subtopology for t in found.tasks})
     ctx.print(
-        f"app {name}: last batch committed at {format_time(newest.at_ms)} UTC "
-        f"(task {newest.task}, batch {newest.batch_id}, {newest.records} records)"
-    )
-    header = (
-        "task",
-        "batch",
-        "topic",
-        "partition",
-        "committed",
-        "end",
-        "lag",
-        "stream time",
-        "local",
-    )
-    ctx.print("\t".join(header))
-    for r in rows:
-        ctx.print(
-            "\t".join(
-                str(v)
-                for v in (
-                    r.task,
-                    r.batch_id,
-                    r.topic,
-                    r.partition,
-                    r.committed_offset,
-                    r.end_offset,
-                    r.lag,
-                    format_time(r.stream_time),
-                    "-" if r.local_offset is None else r.local_offset,
-                )
-            )
+        f"app {name}: {len(found.tasks)} tasks in {subs} sub-topologies, lag "
+        f"{sum(t.lag for t in found.tasks)}; "
+        + (
+            f"last batch committed at {format_time(newest.committed_at_ms)} UTC (task "
+            f"{newest.task}, batch {newest.batch})"
+            if newest.committed_at_ms is not None
+            else "no committed batch yet"
         )
-    if any(r.metrics for r in pin.rows.values()):
-        ctx.print("metrics (each task's last batch; windowed aggregations and suppress keep running totals):")
-        for task, row in sorted(pin.rows.items()):
-            shown = ", ".join(f"{k}={v:g}" for k, v in sorted(row.metrics.items()))
-            ctx.print(f"  {task} (batch {row.batch_id}): {shown}")
+    )
+    header = ("task", "batch", "committed at", "stream time", "input", "committed", "end")
+    lines = [(*header, "lag", "local")]
+    for t in found.tasks:
+        batch = str(t.batch or "-") + (
+            f" (+{t.pending_batch} to replay)" if t.pending_batch else ""
+        )
+        lead = (str(t.task), batch, format_time(t.committed_at_ms), format_time(t.stream_time))
+        for i, inp in enumerate(t.inputs or [None]):
+            cells = lead if i == 0 else ("",) * len(lead)
+            if inp is None:
+                lines.append((*cells, "-", "-", "-", "-", "-"))
+                continue
+            local = "-" if inp.local is None else str(inp.local)
+            where = f"{inp.topic}[{inp.partition}]"
+            lines.append((*cells, where, str(inp.committed), str(inp.end), str(inp.lag), local))
+    _print_table(ctx, lines)
+    rows = [
+        _metric_row(t, level, scope, named)
+        for t in found.tasks
+        for level in ("nodes", "stores", "task")
+        for scope, named in _scopes(t.metrics, level)
+    ]
+    if rows:
+        ctx.print("metrics (totals since each task's first batch):")
+        _print_table(ctx, [("task", "operator", *_STATUS_COLUMNS, "other"), *rows])
+    if topology is None and not ctx.quiet:
+        ctx.print(
+            "(sub-topologies that never committed are listed when status is given the app's "
+            "module, e.g. jobs/demo.py)"
+        )
     return 0
+
+
+def _scopes(metrics: dict, level: str) -> list[tuple[str, dict]]:
+    if level == "task":  # Kafka's task level: shown when no node holds the figures
+        named = metrics.get("task") or {}
+        return [("(task)", named)] if not metrics.get("nodes") and any(named.values()) else []
+    return sorted((metrics.get(level) or {}).items())
+
+
+def _metric_row(task, level: str, scope: str, named: dict) -> tuple[str, ...]:
+    shown: set[str] = set()
+    cells = []
+    for names in _STATUS_COLUMNS.values():
+        name = next((n for n in names if n in named), None)
+        cells.append("-" if name is None else f"{named[name]:g}")
+        shown.add(name)
+    other = ", ".join(f"{k}={v:g}" for k, v in sorted(named.items()) if k not in shown)
+    label = f"{scope} (store)" if level == "stores" else scope
+    return (str(task.task), label, *cells, other or "-")
+
+
+def _print_table(ctx, lines: list[tuple[str, ...]]) -> None:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    for line in lines:
+        ctx.print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
 
 
 def convert_args(p: argparse.ArgumentParser) -> None:
@@ -345,36 +536,34 @@ def _run_dag(ctx, dag_id: str) -> None:
 
 
 def _show_counts(ctx, demo_module) -> None:
-    from lakestate.engine.inspect import sql as run_sql
     from lakestate.engine.inspect import view_name
 
-    spark = ctx.spark
     ctx.print(f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}:")
-    out = run_sql(
-        spark,
-        ctx.warehouse,
+    out = query(
+        ctx,
         f"SELECT partition, offset, key, value FROM "
         f"{view_name(demo_module.OUTPUT_TOPIC)} ORDER BY timestamp DESC, offset DESC "
         "LIMIT 10",
     )
-    for row in out.collect():
-        ctx.print(f"  partition {row.partition} offset {row.offset}: {row.key} -> {row.value}")
+    for row in out.dicts():
+        ctx.print(
+            f"  partition {row['partition']} offset {row['offset']}: {row['key']} -> {row['value']}"
+        )
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
-    query = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
-    ctx.print(f'demo: lakestate sql "{query}"')
-    for row in run_sql(spark, ctx.warehouse, query).collect():
+    text = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
+    ctx.print(f'demo: lakestate sql "{text}"')
+    for row in query(ctx, text).dicts():
         ctx.print(f"  {row['key']}\t{row['count']}\t(task {row['task']})")
 
 
 def _show_clicks(ctx, clicks) -> None:
     """The clicks app's final results, alerts, dropped late records and open windows."""
     from lakestate.engine.inspect import app_pin, format_time, view_name
-    from lakestate.engine.inspect import sql as run_sql
 
     def hhmm(ms) -> str:  # sample clicks span minutes of one day: the time of day, UTC
         return format_time(int(ms))[11:]
 
-    spark, wh = ctx.spark, ctx.warehouse
+    wh = ctx.warehouse
     final = view_name(clicks.FINAL_TOPIC)
     query = (
         "SELECT get_json_object(key, '$.key') AS user, "
@@ -386,25 +575,25 @@ def _show_clicks(ctx, clicks) -> None:
         f"{clicks.FINAL_TOPIC!r}), the last 10:"
     )
     ctx.print(f'  lakestate sql "{query}"')
-    for row in run_sql(spark, wh, query).collect():
+    for row in _rows(ctx, query):
         ctx.print(f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks} clicks")
     limit = int(clicks.ALERT_INTERVAL.total_seconds() // 60)
     ctx.print(
         f"demo: alerts, at most one per user per {limit} minutes of stream time (topic "
         f"{clicks.ALERT_TOPIC!r}):"
     )
-    alerts = run_sql(
-        spark,
-        wh,
-        f"SELECT timestamp, value FROM {view_name(clicks.ALERT_TOPIC)} ORDER BY timestamp",
+    alerts = _rows(
+        ctx, f"SELECT timestamp, value FROM {view_name(clicks.ALERT_TOPIC)} ORDER BY timestamp"
     )
-    for row in alerts.collect():
+    for row in alerts:
         alert = json.loads(row.value)
         ctx.print(
             f"  at {hhmm(row.timestamp)}: {alert['user']} clicked {alert['clicks']} times in "
             f"the minute from {hhmm(alert['window_start'])}"
         )
-    metrics = [row.metrics for row in app_pin(wh, clicks.app.name).rows.values()]
+    from lakestate.processors.metrics import flat
+
+    metrics = [flat(row.metrics) for row in app_pin(wh, clicks.app.name).rows.values()]
     late = sum(m.get("late-record-drop-total", 0) for m in metrics)
     lateness = max((m.get("record-lateness-max", 0) for m in metrics), default=0)
     ctx.print(
@@ -421,7 +610,7 @@ def _show_clicks(ctx, clicks) -> None:
     )
     ctx.print("demo: windows still open, emitted once their task's stream time passes end + grace:")
     ctx.print(f'  lakestate sql "{query}"')
-    for row in run_sql(spark, wh, query).collect():
+    for row in _rows(ctx, query):
         ctx.print(
             f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks_so_far} clicks so far, final "
             f"once stream time reaches {hhmm(row.final_at)}"
@@ -432,12 +621,10 @@ def _show_orders(ctx, orders) -> None:
     """The orders app's enriched orders (late ones with a tier other than the customer's
     current one) and SQL over the customers' version history."""
     from lakestate.engine.inspect import format_time, view_name
-    from lakestate.engine.inspect import sql as run_sql
 
     def hhmm(ms) -> str:
         return format_time(int(ms))[11:]
 
-    spark, wh = ctx.spark, ctx.warehouse
     enriched, history = (
         view_name(orders.OUTPUT_TOPIC),
         view_name(f"orders__{orders.CUSTOMERS_STORE}"),
@@ -455,18 +642,17 @@ def _show_orders(ctx, orders) -> None:
         f"(topic {orders.OUTPUT_TOPIC!r}), the last 10:"
     )
     ctx.print(f'  lakestate sql "{query}"')
-    for row in run_sql(spark, wh, query).collect():
+    for row in _rows(ctx, query):
         ctx.print(
             f"  {row.order_id} at {hhmm(row.timestamp)}: {row.customer} was {row.tier} "
             f"(now {json.loads(row.tier_now)})"
         )
-    customer = run_sql(
-        spark,
-        wh,
-        f"SELECT key FROM {history} GROUP BY key ORDER BY count(*) DESC, key LIMIT 1",
-    ).first()
-    if customer is None:
+    customers = _rows(
+        ctx, f"SELECT key FROM {history} GROUP BY key ORDER BY count(*) DESC, key LIMIT 1"
+    )
+    if not customers:
         return
+    customer = customers[0]
     query = (
         f"SELECT value AS tier, valid_from, valid_to FROM {history} "
         f"WHERE key = '{customer.key}' ORDER BY valid_from"
@@ -475,7 +661,14 @@ def _show_orders(ctx, orders) -> None:
         f"demo: the tier history of {json.loads(customer.key)} (the versioned store's SQL view):"
     )
     ctx.print(f'  lakestate sql "{query}"')
-    for row in run_sql(spark, wh, query).collect():
+    for row in _rows(ctx, query):
         until = "now" if row.valid_to is None else hhmm(row.valid_to)
         tier = "deleted" if row.tier is None else json.loads(row.tier)
         ctx.print(f"  {tier}\tfrom {hhmm(row.valid_from)} until {until}")
+
+
+def _rows(ctx, text: str) -> list:
+    """The rows of a demo's query (the default engine: no JVM), by attribute."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(**row) for row in query(ctx, text).dicts()]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import sys
 import threading
@@ -36,8 +37,10 @@ from pyspark.sql import functions as F
 from lakestate.app import App, load_app
 from lakestate.engine import inprocess, local
 from lakestate.engine.commit import TaskResult, commit_batch
+from lakestate.engine.cutoff import Cutoff, format_timestamp
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
+from lakestate.engine.local import state_dir_of
 from lakestate.engine.plan import Committed, TaskPlan, global_key, plan_tasks, split_global_key
 from lakestate.engine.process import (
     GLOBAL_INPUT,
@@ -51,6 +54,7 @@ from lakestate.engine.recovery import recover, where_tasks_stand
 from lakestate.engine.routing import route_column
 from lakestate.errors import StreamsException
 from lakestate.io import logtable
+from lakestate.processors.metrics import accumulate
 from lakestate.state.base import isolation_for
 from lakestate.state.constants import (
     DEFAULT_UNCOMMITTED_MAX_RECORDS,
@@ -62,43 +66,75 @@ from lakestate.warehouse import Warehouse
 # What a plan is made from: end offsets per topic and partition; per task, the next offset
 # its local store holds of each global topic partition.
 _Sources = tuple[dict[str, dict[int, int]], dict[TaskId, dict[str, int]]]
-STATE_DIR_ENV = "LAKESTATE_STATE_DIR"
-DEFAULT_STATE_DIR = "state"
 
 
 @dataclass
 class RunResult:
     """What a run did: per batch, each task's batch number; the records processed; whether
-    it stopped because no input was left."""
+    it stopped because no input was left (before the cut, with ``until_timestamp``);
+    ``busy``: another run of the app held the instance's lock for the whole wait, and this
+    one did nothing."""
 
     batches: list[dict[str, int]] = field(default_factory=list)
     records: int = 0
     caught_up: bool = False
+    busy: bool = False
 
 
-def state_dir_of(state_dir: str | None) -> str:
-    return str(Path(state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).resolve())
+#: How often a run waiting for another run of its app checks the lock.
+LOCK_POLL_S = 0.2
 
 
 @contextlib.contextmanager
-def instance_lock(state_dir: str, app: str) -> Iterator[None]:
-    """One run of an app per instance: its local stores are not shared."""
+def instance_lock(
+    state_dir: str, app: str, wait_s: float = 0.0, say: Callable[[str], None] = print
+) -> Iterator[bool]:
+    """One run of an app per instance: its local stores are not shared. A run that finds
+    the lock held waits for it, polling, up to ``wait_s`` seconds (``math.inf``: as long as
+    it takes); it yields True once it holds the lock, False when the other run still holds
+    it after the wait (the caller then does nothing)."""
     path = Path(state_dir) / app / ".lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StreamsException(
-                f"app {app} is already running on this instance (lock {path} is held); "
-                "this run stops without processing or committing anything"
-            ) from None
+        started = time.monotonic()
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - started
+                if waited >= wait_s:
+                    say(
+                        f"app {app} is still running on this instance{_holder(path)} after "
+                        f"{waited:.0f}s of waiting (lock {path}): this run did nothing; the "
+                        "running one processes what is new"
+                    )
+                    yield False
+                    return
+                if not said:
+                    bound = "as long as it takes" if math.isinf(wait_s) else f"up to {wait_s:g}s"
+                    say(
+                        f"app {app} is running on this instance{_holder(path)}: waiting "
+                        f"{bound} for it to finish (lock {path})"
+                    )
+                    said = True
+                time.sleep(min(LOCK_POLL_S, max(0.0, wait_s - waited)))
+        if said:
+            say(f"the other run of app {app} finished after {time.monotonic() - started:.1f}s")
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
-        yield
+        yield True
     finally:
         os.close(fd)
+
+
+def _holder(path: Path) -> str:
+    """`` (pid N)``: the process holding the lock, as it wrote it (empty if unknown)."""
+    with contextlib.suppress(OSError, ValueError):
+        return f" (pid {int(path.read_text().strip())})"
+    return ""
 
 
 def run_app(
@@ -113,20 +149,41 @@ def run_app(
     tasks: list[TaskId] | list[str] | None = None,
     master: str | None = None,
     inprocess_max_records: int | None = None,
+    lock_wait_s: float | None = None,
+    until_timestamp: int | None = None,
     say: Callable[[str], None] = print,
 ) -> RunResult:
     """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
     or until no input is left (``until_caught_up``); no new batch starts once
-    ``time_budget_s`` has passed. ``tasks``: the tasks this run owns (default: all); runs
-    of disjoint task sets may run side by side, each with its own state directory.
-    ``inprocess_max_records``: overrides the app's ``lakestate.inprocess.max.records`` (a
-    run with at most that many pending records runs without Spark; 0: always Spark)."""
+    ``time_budget_s`` has passed since the call (waiting for the lock included; a run
+    that gets the lock always does its first batch). ``tasks``: the tasks this run owns
+    (default: all); runs of disjoint task sets may run side by side, each with its own
+    state directory. ``inprocess_max_records``: overrides the app's
+    ``lakestate.inprocess.max.records`` (a run with at most that many pending records runs
+    without Spark; 0: always Spark).
+
+    Another run of the app on this instance (its lock held): this run waits for it up to
+    ``lock_wait_s`` seconds (None: ``time_budget_s``, else no wait; ``math.inf``: as long
+    as it takes), then processes what is new; if the other run still holds the lock, this
+    one returns ``RunResult(busy=True)`` having done nothing: never an error.
+
+    ``until_timestamp`` (epoch ms, exclusive): process each input partition, in offset
+    order, up to its first record stamped at or after it (``engine/cutoff.py``), until
+    caught up to that cut unless ``max_batches`` says otherwise: what a backfill of an
+    interval ending there processes."""
+    started = time.monotonic()
     app = load_app(app_path)
     wh = Warehouse(warehouse)
     sdir = state_dir_of(state_dir)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if lock_wait_s is None:
+        lock_wait_s = time_budget_s or 0.0
+    if until_timestamp is not None and max_batches is None:
+        until_caught_up = True
 
-    with instance_lock(sdir, app.name):
+    with instance_lock(sdir, app.name, lock_wait_s, say) as held:
+        if not held:
+            return RunResult(busy=True)
         spark = SparkStarter(master, f"lakestate-{app.name}")
         try:
             runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
@@ -134,9 +191,11 @@ def run_app(
                 runner.inprocess_max_records = inprocess.max_records(
                     {inprocess.MAX_RECORDS_CONFIG: inprocess_max_records}
                 )
+            if until_timestamp is not None:
+                runner.cutoff = Cutoff(wh, until_timestamp)
             owned = runner.owned(tasks)
             limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
-            deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+            deadline = None if time_budget_s is None else started + time_budget_s
             return runner.run(owned, limit, deadline)
         finally:
             spark.join()
@@ -224,6 +283,8 @@ class _Runner:
         self.run_id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.layout: AppLayout = prepare(app, wh)
         self.wh = wh
+        #: ``run_app(until_timestamp=...)``: the inputs' ends are cut (``engine/cutoff.py``).
+        self.cutoff: Cutoff | None = None
 
     def owned(self, tasks: list[TaskId] | list[str] | None) -> list[TaskId]:
         every = self.layout.tasks()
@@ -245,11 +306,11 @@ class _Runner:
         replays = standing.replays
         # The first plan, made before anything else: a run with nothing new ends here. Its
         # end offsets and global starts also size the run for the transport.
-        sources = self._sources(tasks)
+        sources = self._sources(tasks, committed)
         planned = None if replays else self._plan(tasks, committed, sources=sources)
         if planned == []:
             result.caught_up = True
-            self.say("caught up: no new input")
+            self.say(self._caught_up())
             return result
         self._choose_transport(tasks, committed, sources)
         if not self.in_process:
@@ -280,12 +341,12 @@ class _Runner:
                 planned, replayed = None, set()
                 if not plans:
                     result.caught_up = True
-                    self.say("caught up: no new input")
+                    self.say(self._caught_up())
                     break
             results = self._run_batch(plans, committed, replayed)
             for r in results:
                 committed[r.task] = Committed(
-                    r.batch_id, dict(r.offsets), r.stream_time, r.processor_metadata
+                    r.batch_id, dict(r.offsets), r.stream_time, r.processor_metadata, r.metrics
                 )
             result.batches.append({str(r.task): r.batch_id for r in results})
             result.records += sum(r.records for r in results)
@@ -316,7 +377,7 @@ class _Runner:
     ) -> list[TaskPlan]:
         """The next batch's plans (``unbounded``: everything to the ends, in one), from
         ``sources`` when given (read now otherwise)."""
-        ends, starts = sources or self._sources(tasks)
+        ends, starts = sources or self._sources(tasks, committed)
         return plan_tasks(
             tasks,
             self.layout.inputs,
@@ -327,15 +388,35 @@ class _Runner:
             starts,
         )
 
-    def _sources(self, tasks: list[TaskId]) -> _Sources:
-        """What a plan is made from: each input and global topic's end offsets, and where
-        each task's local store stands in its global topics."""
+    def _caught_up(self) -> str:
+        if self.cutoff is None:
+            return "caught up: no new input"
+        return (
+            "caught up to the cut: no input left before the first record stamped at or after "
+            f"{format_timestamp(self.cutoff.until_timestamp)} in each partition"
+        )
+
+    def _sources(self, tasks: list[TaskId], committed: dict[TaskId, Committed]) -> _Sources:
+        """What a plan is made from: each input and global topic's end offsets (the inputs'
+        cut by ``self.cutoff`` from where the tasks stand), and where each task's local
+        store stands in its global topics."""
         subs = {t.subtopology for t in tasks}
         ends = {
             topic: layout_end_offsets(self.layout, topic)
             for sub in sorted(subs)
             for topic in [*self.layout.inputs[sub], *self.layout.global_topics]
         }
+        if self.cutoff is not None:
+            for sub in sorted(subs):
+                for topic in self.layout.inputs[sub]:
+                    starts: dict[int, int] = {}
+                    for task in tasks:
+                        if task.subtopology == sub:
+                            offset = committed.get(task, Committed()).offset(topic)
+                            starts[task.partition] = min(
+                                offset, starts.get(task.partition, offset)
+                            )
+                    ends[topic] = self.cutoff.ends(topic, ends[topic], starts)
         return ends, self._global_starts(tasks)
 
     def _global_starts(self, tasks: list[TaskId]) -> dict[TaskId, dict[str, int]]:
@@ -478,7 +559,8 @@ class _Runner:
         for plan in plans:
             info = by_task[plan.task]
             reached = info["reached"]
-            offsets = dict(committed.get(plan.task, Committed()).offsets)
+            before = committed.get(plan.task, Committed())
+            offsets = dict(before.offsets)
             offsets.update(reached)
             results.append(
                 TaskResult(
@@ -488,7 +570,9 @@ class _Runner:
                     offsets,
                     info["stream_time"],
                     info["processed"],
-                    info["metrics"],
+                    # The totals since the task's first batch: a replay starts from the
+                    # same previous row, so it gets the totals it recorded.
+                    accumulate(before.metrics, info["metrics"]),
                     {
                         topic: {int(p): n for p, n in per.items()}
                         for topic, per in info["output_partitions"].items()

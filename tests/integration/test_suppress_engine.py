@@ -12,6 +12,7 @@ import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, topic_rows
 from lakestate.engine.inspect import app_pin, state_frame
 from lakestate.engine.runner import run_app
+from lakestate.processors.metrics import flat
 from lakestate.processors.suppress import COUNT_CURRENT, EMIT_TOTAL
 from lakestate.warehouse import Warehouse
 
@@ -56,7 +57,7 @@ def test_rate_limited_count_matches_the_driver(spark, tmp_path, max_records):
     assert held and all(r["buffer_time"] + 100 > stream_times[r["task"]] for r in held)
     assert all(json.loads(r["value"]) >= 1 for r in held)
     # Metrics: totals over the app's life (not the last batch's), in the progress rows.
-    metrics = [row.metrics for row in pin.rows.values()]
+    metrics = [flat(row.metrics) for row in pin.rows.values()]
     assert sum(m.get(EMIT_TOTAL, 0) for m in metrics) == len(got)
     assert sum(m.get(COUNT_CURRENT, 0) for m in metrics) == len(held)
 

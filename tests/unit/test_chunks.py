@@ -123,7 +123,7 @@ def _one_by_one(name: str, records: list[Record]) -> tuple:
     for offset, record in enumerate(records):
         task.process("in", offset, record)
     out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
-    metrics, stream_time = dict(task.metrics), task.stream_time
+    metrics, stream_time = task.metrics.document(), task.stream_time
     task.commit({TopicPartition("in", 0): len(records)})
     return out, _state(task), metrics, stream_time
 
@@ -138,7 +138,7 @@ def _in_chunks(name: str, records: list[Record], cuts: list[int]) -> tuple:
         assert task.process_chunk("in", list(range(position, position + len(part))), part)
         position += len(part)
     out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
-    metrics, stream_time = dict(task.metrics), task.stream_time
+    metrics, stream_time = task.metrics.document(), task.stream_time
     task.commit({TopicPartition("in", 0): len(records)})
     return out, _state(task), metrics, stream_time
 
@@ -193,7 +193,7 @@ def _join_run(kind: str, runs: list, cuts: list[int] | None) -> tuple:
             assert task.process_chunk(topic, at, part)
             position += len(part)
     out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
-    metrics, stream_time = dict(task.metrics), task.stream_time
+    metrics, stream_time = task.metrics.document(), task.stream_time
     task.commit({TopicPartition(t, 0): o for t, o in offsets.items()})
     return out, _state(task), metrics, stream_time
 
@@ -235,7 +235,8 @@ def test_a_chunk_of_one_record_per_record_matches_the_seed_dedup_example():
     records += [Record("B", {"n": 4}, 12), Record("A", {"n": 5}, 20)]
     out, _, metrics, _ = _in_chunks("dedup-by-key", records, [5])
     assert [(k, v) for k, v, _ in out] == [('"A"', '{"n":1}'), ('"A"', '{"n":3}'), ('"B"', '{"n":4}')]
-    assert metrics["dedup-duplicates-dropped"] == 2
+    dedup = next(iter(metrics["nodes"].values()))
+    assert dedup["dedup-duplicates-dropped"] == 2
 
 
 def test_a_failing_record_leaves_the_chunk_unapplied_and_fails_one_by_one():
@@ -251,11 +252,11 @@ def test_a_failing_record_leaves_the_chunk_unapplied_and_fails_one_by_one():
     task = Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app")
     good = [Record("a", 1, 1), Record("b", 2, 2)]
     assert task.process_chunk("in", [0, 1], good)
-    before = (list(task.pending_output_text()), dict(task.metrics), task.stream_time)
+    before = (list(task.pending_output_text()), task.metrics.document(), task.stream_time)
     staged = list(task.transaction.changes())
     bad = [Record("a", 5, 3), Record("c", 0, 9), Record("d", 1, 4)]
     assert not task.process_chunk("in", [2, 3, 4], bad)
-    assert (list(task.pending_output_text()), dict(task.metrics), task.stream_time) == before
+    assert (list(task.pending_output_text()), task.metrics.document(), task.stream_time) == before
     assert list(task.transaction.changes()) == staged
     task.process("in", 2, bad[0])
     with pytest.raises(ProcessingException, match=r"offset 3.*ZeroDivisionError"):

@@ -94,7 +94,7 @@ class FakeContext:
     def metric(self, name, delta=1):
         self.metrics[name] = self.metrics.get(name, 0) + delta
 
-    def set_metric(self, name, value):
+    def set_metric(self, name, value, store=None):
         self.metrics[name] = value
 
     def run(self, processor, key, ts, offset=None, topic="in") -> bool:

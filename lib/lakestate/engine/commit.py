@@ -9,8 +9,8 @@ A batch is a set of task batches: task ``t`` processes its next offset ranges as
    transaction durably beside the store (data, offsets, stream time) and hands over its
    output rows, changelog rows and a ``TaskResult``.
 2. Record progress: one commit to the app's progress table, a row per task with its plan,
-   offsets, stream time and the tables it writes, and a Delta ``txn`` per task (version:
-   its batch). This is the fence: if another run committed one of these task batches, this
+   offsets, stream time, metrics totals (so status reads the last row only) and the tables
+   it writes, and a Delta ``txn`` per task (version: its batch). This is the fence: if another run committed one of these task batches, this
    commit fails and the run stops having written nothing. (A task being replayed already
    has its row: it is skipped here.)
 3. Commit the tables: one append per sink topic, repartition topic and changelog, at once,
@@ -58,6 +58,8 @@ class TaskResult:
     offsets: dict[str, int]  # every input's next offset after the batch
     stream_time: int
     records: int
+    # The task's metrics totals after the batch: its previous progress row's plus the
+    # batch's counts, its values replacing theirs (lakestate.processors.metrics.accumulate).
     metrics: dict[str, Any] = field(default_factory=dict)
     outputs: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> partition -> n
     stores: tuple[str, ...] = ()  # stores with changelog rows

@@ -22,6 +22,14 @@ from lakestate.state.rocksdb import rocksdb_store
 from lakestate.task_id import TaskId
 
 BATCH_KEY = b"batch"
+STATE_DIR_ENV = "LAKESTATE_STATE_DIR"
+DEFAULT_STATE_DIR = "state"
+
+
+def state_dir_of(state_dir: str | None) -> str:
+    """The instance's local state directory: ``state_dir``, else env
+    ``LAKESTATE_STATE_DIR``, else ``./state`` (absolute)."""
+    return str(Path(state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).resolve())
 
 
 def task_dir(state_dir: str | Path, app: str, task_id: TaskId | str) -> Path:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lakestate.task_id import TaskId
 
@@ -63,12 +64,14 @@ class TaskPlan:
 @dataclass(frozen=True)
 class Committed:
     """Where a task stands: its last complete batch (0: none), the next offset of each of
-    its inputs, its stream time and its processors' metadata."""
+    its inputs, its stream time, its processors' metadata and its metrics' totals (the
+    document of its last progress row, ``lakestate.processors.metrics``)."""
 
     batch_id: int = 0
     offsets: Mapping[str, int] = field(default_factory=dict)
     stream_time: int | None = None
     processor_metadata: Mapping[str, int] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
 
     def offset(self, topic: str) -> int:
         return self.offsets.get(topic, 0)

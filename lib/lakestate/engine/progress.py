@@ -39,7 +39,10 @@ SCHEMA = pa.schema(
         pa.field("stream_time", pa.int64()),
         pa.field("records", pa.int64()),
         pa.field("tables", pa.string()),  # JSON [table, ...] written, relative to the warehouse
-        pa.field("metrics", pa.string()),  # JSON {name: value}
+        # JSON: the task's metrics totals since its first batch, {"nodes": {node: {name:
+        # value}}, "stores": {store: {name: value}}} (lakestate.processors.metrics); rows
+        # written before metrics were scoped hold the last batch's flat {name: value}
+        pa.field("metrics", pa.string()),
         # JSON {key: int}, the task's processor metadata (a column added in place to older
         # tables, where it reads as null: none)
         pa.field("processor_metadata", pa.string()),

@@ -47,7 +47,9 @@ class Recovered:
 def committed_of(row: TaskProgress | None) -> Committed:
     if row is None:
         return Committed()
-    return Committed(row.batch_id, dict(row.offsets), row.stream_time, row.processor_metadata)
+    return Committed(
+        row.batch_id, dict(row.offsets), row.stream_time, row.processor_metadata, row.metrics
+    )
 
 
 def is_complete(

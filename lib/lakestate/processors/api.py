@@ -44,14 +44,18 @@ class ProcessorContext(Protocol):
         """The typed store ``name``, reading and writing through the task's transaction."""
         ...
 
-    def metric(self, name: str, delta: float = 1) -> None:
-        """Add ``delta`` to the task-level metric ``name``."""
+    def metric(self, name: str, delta: float = 1, store: str | None = None) -> None:
+        """Count ``delta`` more of ``name``: this node's metric, or store ``store``'s. Counts
+        add up over batches (see ``lakestate.processors.metrics``)."""
         ...
 
-    def set_metric(self, name: str, value: float) -> None: ...
+    def set_metric(self, name: str, value: float, store: str | None = None) -> None:
+        """Set the current value of ``name`` (this node's, or store ``store``'s): a gauge, or
+        a figure derived from totals the processor keeps as processor metadata."""
+        ...
 
-    def get_metric(self, name: str) -> float:
-        """The task-level metric ``name`` as it stands (0 when never set)."""
+    def get_metric(self, name: str, store: str | None = None) -> float:
+        """The metric ``name`` as it stands (0 when never counted or set)."""
         ...
 
     def processor_metadata(self, key: str) -> int | None:

@@ -25,9 +25,12 @@ Metrics (task-level, through ``context.metric``; ``driver.metrics()`` sums them 
 - ``dedup-records-forwarded``: records forwarded (null ids, late records and replays included)
 - ``dedup-duplicates-dropped``: duplicates dropped
 - ``dedup-late-records-forwarded``: late records forwarded (not stored)
-- ``dedup-store-size``: ids held by the dedup stores of the task (a gauge kept by deltas:
-  each processor adds its store's persisted size when the task opens, then every insert
-  and purge adds +1 / -n; no scan)
+- ``dedup-store-size``: ids held by the node's dedup store, a value of the store's scope
+  (the count the store maintains beside its entries: one read, no scan), set when the task
+  opens and after each chunk's inserts and purges
+
+The first three are counts of the node (they add up over batches), the last a value of the
+store (``lakestate.processors.metrics``).
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ class Deduplicate(Processor):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
         self.store.ensure_index()
-        self.context.metric(STORE_SIZE, self.store.size())
+        self.context.set_metric(STORE_SIZE, self.store.size(), store=self.store_name)
         self._tags: dict[str, int] = {}  # topic -> source_tag(topic)
         # What the last chunk stores: id key -> (ts, offset, source); the entries its ids
         # held before (read in process_chunk, so put_many need not read them again); the
@@ -175,7 +178,7 @@ class Deduplicate(Processor):
         if cutoff is not None:
             added -= store.purge_expired(cutoff)
         if added:
-            self.context.metric(STORE_SIZE, added)
+            self.context.set_metric(STORE_SIZE, store.size(), store=self.store_name)
 
 
 class DeduplicateByKey(Deduplicate):

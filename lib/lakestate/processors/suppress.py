@@ -28,9 +28,10 @@ emitted, as in Kafka); a time limit forwards it.
 Everything above depends only on the records in order and the committed buffer, so the
 output does not depend on where batches end. Wall-clock time plays no part.
 
-Metrics (KIP-328 names; summed over the task's suppression buffers, like every task
-metric; their totals are the node's processor metadata, restored when a task opens, so they
-are totals over the app's life, not per batch):
+Metrics (KIP-328 names; values, ``lakestate.processors.metrics``: the emit figures the
+node's, the buffer figures its store's, as Kafka scopes them; derived from totals kept as
+the node's processor metadata, restored when a task opens, so they are totals over the
+app's life, not per batch):
 
 - ``suppression-buffer-count-current/avg/max``: entries held now / on average / at most,
   sampled once per record after its evictions
@@ -131,10 +132,15 @@ class Suppress(Processor):
         super().init(context)
         self.buffer: SuppressionBuffer = context.get_state_store(self.store_name)
         self._keys = {field: f"{self.store_name}.{field}" for field in _STATS}
-        # The committed totals count as this task's metrics from the start.
-        for name, value in buffer_metrics(self._stats()).items():
-            if value:
-                context.metric(name, value)
+        # Every metric is a value derived from the committed stats (processor metadata):
+        # the emit figures of the node, the buffer's of its store, as Kafka scopes them.
+        self._publish({}, buffer_metrics(self._stats()))
+
+    def _publish(self, before: dict[str, float], after: dict[str, float]) -> None:
+        for name in METRICS:
+            if after[name] != before.get(name, 0):
+                store = self.store_name if name.startswith("suppression-buffer") else None
+                self.context.set_metric(name, after[name], store=store)
 
     def _stats(self) -> dict[str, int]:
         held = self.context.processor_metadata
@@ -191,10 +197,7 @@ class Suppress(Processor):
         stats["count_max"] = max(stats["count_max"], count)
         stats["size_max"] = max(stats["size_max"], size)
         self._keep(stats)
-        after = buffer_metrics(stats)
-        for name in METRICS:
-            if after[name] != before[name]:
-                self.context.metric(name, after[name] - before[name])
+        self._publish(before, buffer_metrics(stats))
         for r in out:
             self.context.forward(r)
 

@@ -16,6 +16,7 @@ from lakestate.errors import ProcessingException, SerializationException, Stream
 from lakestate.processors import exception_handlers as handlers
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.metrics import NODES, STORES, TaskMetrics
 from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.state import processor_metadata as metadata_store
 from lakestate.state.base import StateStore, TopicPartition, Transaction
@@ -122,14 +123,17 @@ class _NodeContext:
     def get_state_store(self, name: str) -> Any:
         return self._task.store_view(name)
 
-    def metric(self, name: str, delta: float = 1) -> None:
-        self._task.metrics[name] = self._task.metrics.get(name, 0) + delta
+    def _scope(self, store: str | None) -> tuple[str, str]:
+        return (NODES, self._node) if store is None else (STORES, store)
 
-    def set_metric(self, name: str, value: float) -> None:
-        self._task.metrics[name] = value
+    def metric(self, name: str, delta: float = 1, store: str | None = None) -> None:
+        self._task.metrics.add(*self._scope(store), name, delta)
 
-    def get_metric(self, name: str) -> float:
-        return self._task.metrics.get(name, 0)
+    def set_metric(self, name: str, value: float, store: str | None = None) -> None:
+        self._task.metrics.set(*self._scope(store), name, value)
+
+    def get_metric(self, name: str, store: str | None = None) -> float:
+        return self._task.metrics.get(*self._scope(store), name)
 
     def processor_metadata(self, key: str) -> int | None:
         return self._task.processor_metadata.get(key)
@@ -171,8 +175,8 @@ class Task:
         self.processor_metadata: dict[str, int] = metadata_store.read(store)
         self._committed_metadata = dict(self.processor_metadata)
         self.current_metadata: RecordMetadata | None = None
-        self.metrics: dict[str, float] = {}
-        self._committed_metrics: dict[str, float] = {}
+        self.metrics = TaskMetrics()
+        self._committed_metrics = TaskMetrics()
         self._output: list[Output] = []
         self._views: dict[str, Any] = {}
         self._sources: dict[str, str] = {}
@@ -195,7 +199,7 @@ class Task:
             self._processors[name].init(self._contexts[name])
         self._chains = self._chunk_chains()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
-        self._committed_metrics = dict(self.metrics)
+        self._committed_metrics = self.metrics.copy()
 
     # -- processing -----------------------------------------------------------------------
 
@@ -268,7 +272,7 @@ class Task:
         if not records:
             return True
         output_mark = len(self._output)
-        metrics = dict(self.metrics)
+        metrics = self.metrics.copy()
         chunk = Chunk(topic, offsets, stream_times, records, list(range(len(records))))
         chain = self._chains[topic]
         try:
@@ -475,7 +479,7 @@ class Task:
     def post_commit(self) -> None:
         """Phase 2: the committed output and metrics are behind; a new transaction starts."""
         self._output = []
-        self._committed_metrics = dict(self.metrics)
+        self._committed_metrics = self.metrics.copy()
         self._committed_metadata = dict(self.processor_metadata)
         self.transaction = self.store.new_transaction()
 
@@ -491,7 +495,7 @@ class Task:
         """Drop everything since the last commit: state changes, output, stream time."""
         self.transaction.close()
         self._output = []
-        self.metrics = dict(self._committed_metrics)
+        self.metrics = self._committed_metrics.copy()
         committed_time = self.store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
         self.processor_metadata = metadata_store.read(self.store)

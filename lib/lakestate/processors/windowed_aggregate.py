@@ -47,10 +47,11 @@ class _Lateness:
 
 
 class _Metrics:
-    """One windowed aggregation's metrics: ``dropped-records`` (null keys and late records),
-    ``late-record-drop-total`` and ``-rate`` (per second of stream time the node has seen),
-    ``record-lateness-avg`` and ``-max``. The totals are processor metadata of the node's
-    store, so they survive batches and restarts; the task metrics start from them."""
+    """One windowed aggregation's metrics, all of its node: ``dropped-records`` (null keys
+    and late records; a count), and values derived from totals kept as processor metadata
+    of the node's store (so they survive batches and restarts): ``late-record-drop-total``
+    and ``-rate`` (per second of stream time the node has seen), ``record-lateness-avg``
+    and ``-max``."""
 
     def __init__(self, context: Any, store_name: str) -> None:
         self.context = context
@@ -60,12 +61,15 @@ class _Metrics:
         for name in _TOTALS:
             held = context.processor_metadata(self.prefix + name)
             if held:
-                context.metric(name, held)
+                context.set_metric(name, held)
         self._raise_max(context.processor_metadata(self.prefix + _MAX) or 0)
 
     def _raise_max(self, value: int) -> None:
         if value > self.context.get_metric(_MAX):
             self.context.set_metric(_MAX, value)
+
+    def _add(self, name: str, delta: int) -> None:
+        self.context.set_metric(name, self.context.get_metric(name) + delta)
 
     def publish(self, chunk: _Lateness, observed: int) -> None:
         """Add a chunk's counts to the task metrics (rolled back with a failed chunk); they
@@ -75,10 +79,10 @@ class _Metrics:
         if dropped:
             context.metric("dropped-records", dropped)
         if chunk.late_drops:
-            context.metric("late-record-drop-total", chunk.late_drops)
+            self._add("late-record-drop-total", chunk.late_drops)
         if chunk.count:
-            context.metric("record-lateness-count", chunk.count)
-            context.metric("record-lateness-sum", chunk.total)
+            self._add("record-lateness-count", chunk.count)
+            self._add("record-lateness-sum", chunk.total)
             context.set_metric(
                 "record-lateness-avg",
                 context.get_metric("record-lateness-sum")

@@ -248,11 +248,23 @@ class TopologyTestDriver:
             raise StreamsException(f"advance_wall_clock_time: {exc}") from None
 
     def metrics(self) -> dict[str, float]:
-        """Task metrics summed over tasks, by name."""
+        """Task metrics summed over tasks, nodes and stores, by name."""
         total: dict[str, float] = {}
         for task in self._tasks:
-            for name, value in task.metrics.items():
+            for name, value in task.metrics.flat().items():
                 total[name] = total.get(name, 0) + value
+        return total
+
+    def scoped_metrics(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Task metrics summed over tasks, by level (``nodes``, ``stores``), node or store
+        name, and metric name: the document ``lakestate status`` shows per task."""
+        total: dict[str, dict[str, dict[str, float]]] = {}
+        for task in self._tasks:
+            for level, scopes in task.metrics.document().items():
+                for scope, named in scopes.items():
+                    held = total.setdefault(level, {}).setdefault(scope, {})
+                    for name, value in named.items():
+                        held[name] = held.get(name, 0) + value
         return total
 
     # -- processing ------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pyarrow.dataset as ds
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field, PrimitiveType
 
+from lakestate.engine.rewind_intent import refuse_if_mid_rewind
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -46,6 +47,10 @@ SCHEMA = pa.schema(
         # JSON {key: int}, the task's processor metadata (a column added in place to older
         # tables, where it reads as null: none)
         pa.field("processor_metadata", pa.string()),
+        # JSON {"batch": b, "progress_version": v} on a rewind's row (engine/rewind.py): the
+        # task's state is that of its batch b (0: none) at progress version v; null on a
+        # batch's row (added in place like processor_metadata)
+        pa.field("rewound_to", pa.string()),
     ]
 )
 
@@ -65,6 +70,15 @@ class TaskProgress:
     tables: tuple[str, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict)
     processor_metadata: dict[str, int] = field(default_factory=dict)
+    #: On a rewind's row: {"batch": the batch whose state the task is back in (0: none),
+    #: "progress_version": the progress table version of the rewind's target}; else None.
+    rewound_to: dict[str, int] | None = None
+
+    @property
+    def is_rewind(self) -> bool:
+        """A rewind's row: no records were processed, no table written; the task's offsets,
+        stream time and processor metadata are those of its ``rewound_to`` batch."""
+        return self.rewound_to is not None
 
     def row(self) -> dict[str, Any]:
         return {
@@ -79,6 +93,9 @@ class TaskProgress:
             "tables": json.dumps(list(self.tables)),
             "metrics": json.dumps(self.metrics, sort_keys=True),
             "processor_metadata": json.dumps(self.processor_metadata, sort_keys=True),
+            "rewound_to": None
+            if self.rewound_to is None
+            else json.dumps(self.rewound_to, sort_keys=True),
         }
 
     @staticmethod
@@ -95,14 +112,23 @@ class TaskProgress:
             tuple(json.loads(row["tables"])),
             json.loads(row["metrics"]),
             json.loads(row.get("processor_metadata") or "{}"),
+            json.loads(row["rewound_to"]) if row.get("rewound_to") else None,
         )
+
+
+def rewind_txn_id(app: str, task: TaskId) -> str:
+    """The Delta ``txn`` app id, in the progress table, whose version is the batch of the
+    task's latest rewind row (engine/rewind.py): a local store behind it is restored."""
+    return f"lakestate-rewind/{app}/{task}"
 
 
 @dataclass(frozen=True)
 class History:
-    """The last two progress rows of each task that has any (newest first)."""
+    """The last two progress rows of each task that has any (newest first); ``rewound``:
+    per task, the batch of its latest rewind row (when read with ``app``; none: absent)."""
 
     rows: dict[TaskId, list[TaskProgress]]
+    rewound: dict[TaskId, int] = field(default_factory=dict)
 
     def last(self, task: TaskId) -> TaskProgress | None:
         found = self.rows.get(task)
@@ -143,9 +169,11 @@ _READ_ALL: dict[str, tuple[list[str], History, dict[str, set[int]]]] = {}
 
 def read_all(warehouse: Warehouse, app: str) -> tuple[History, dict[str, set[int]]]:
     """``read`` of every task and ``table_writers``, from one scan of the table (none when
-    it does not exist). The table's rows are those of its data files, which are written
+    it does not exist); MidRewindError while the app is mid-rewind (its tables and progress
+    may disagree). The table's rows are those of its data files, which are written
     once under unique names, so a process scans a set of files once: a later call that
     finds the same files answers from memory."""
+    refuse_if_mid_rewind(warehouse, app)
     path = warehouse.progress_path(app)
     try:
         table = delta_commits.open_table(path)
@@ -194,7 +222,13 @@ def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -
         newest = delta_commits.txn_versions(table, app, tasks)
         condition = ds.field("batch_id") >= max(0, min(newest.values()) - 1)
     data = table.to_pyarrow_dataset().to_table(filter=condition)
-    return _history(data, tasks)
+    history = _history(data, tasks)
+    if tasks and app is not None:
+        for task in tasks:
+            rewound = table.transaction_version(rewind_txn_id(app, task))
+            if rewound:
+                history.rewound[task] = rewound
+    return history
 
 
 def _history(data: pa.Table, tasks: list[TaskId] | None) -> History:
@@ -211,9 +245,16 @@ def _history(data: pa.Table, tasks: list[TaskId] | None) -> History:
     return History(rows)
 
 
-def record(path: str, app: str, rows: list[TaskProgress], metadata: dict[str, Any]) -> int:
-    """Commit the rows of one batch, each with its task's txn; returns the table version.
-    TaskMigratedException when another run committed one of these task batches first."""
+def record(
+    path: str,
+    app: str,
+    rows: list[TaskProgress],
+    metadata: dict[str, Any],
+    extra_txns: dict[str, int] | None = None,
+) -> int:
+    """Commit the rows of one batch, each with its task's txn (and ``extra_txns``); returns
+    the table version. TaskMigratedException when another run committed one of these task
+    batches first."""
     table = delta_commits.open_table(path)
     held = delta_commits.txn_versions(table, app, [r.task for r in rows])
     taken = [r for r in rows if held[r.task] >= r.batch_id]
@@ -225,7 +266,8 @@ def record(path: str, app: str, rows: list[TaskProgress], metadata: dict[str, An
             "another run; this run stops without committing"
         )
     data = pa.Table.from_pylist([r.row() for r in rows], schema=SCHEMA)
-    return delta_commits.append(table, data, app, {r.task: r.batch_id for r in rows}, metadata)
+    batches = {r.task: r.batch_id for r in rows}
+    return delta_commits.append(table, data, app, batches, metadata, extra_txns)
 
 
 def now_ms() -> int:

@@ -10,14 +10,17 @@ skip it). Then the local store is brought to the committed batch:
 - one batch behind with that batch's transaction staged (a crash after the Delta commits,
   before the local commit): apply it;
 - behind: catch up from the changelogs' rows after its batch;
-- missing, ahead of Delta, or behind a compaction: restore from the changelogs.
-Nothing is wiped when the store is consistent.
+- missing, ahead of Delta, behind a compaction, or behind a rewind (its batch is before
+  the task's latest rewind row, ``progress.rewind_txn_id``: what it holds may be off the
+  app's line, engine/rewind.py): restore from the changelogs.
+Nothing is wiped when the store is consistent. An app mid-rewind (``rewind_intent``) is
+refused before anything is read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.compute as pc
@@ -27,6 +30,7 @@ from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
 from lakestate.engine.plan import Committed, TaskPlan, split_global_key
 from lakestate.engine.progress import TaskProgress
+from lakestate.engine.rewind_intent import refuse_if_mid_rewind
 from lakestate.io import delta_commits
 from lakestate.state import processor_metadata
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
@@ -42,6 +46,8 @@ LOAD_CHUNK = 200_000  # entries turned into Python objects at once by a bulk loa
 class Recovered:
     committed: dict[TaskId, Committed]
     replays: list[TaskPlan]
+    #: per task, the batch of its latest rewind row (absent: never rewound)
+    rewound: dict[TaskId, int] = field(default_factory=dict)
 
 
 def committed_of(row: TaskProgress | None) -> Committed:
@@ -72,6 +78,7 @@ def is_complete(
 def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
     """Each task's committed batch, and the incomplete batches to replay."""
     app = layout.app.name
+    refuse_if_mid_rewind(layout.warehouse, app)
     history = progress.read(layout.progress_path, tasks, app)
     committed: dict[TaskId, Committed] = {}
     replays: list[TaskPlan] = []
@@ -84,7 +91,7 @@ def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
         before = history.batch(task, last.batch_id - 1)
         committed[task] = committed_of(before)
         replays.append(TaskPlan(task, last.batch_id, _replay_ranges(last, layout.global_topics)))
-    return Recovered(committed, replays)
+    return Recovered(committed, replays, dict(history.rewound))
 
 
 def _replay_ranges(row: TaskProgress, global_topics: tuple[str, ...]) -> dict[str, tuple[int, int]]:
@@ -116,7 +123,8 @@ def recover(
     for task in tasks:
         committed = recovered.committed[task]
         try:
-            _bring_to(layout, task, committed, state_dir, isolation, say)
+            rewound = recovered.rewound.get(task, 0)
+            _bring_to(layout, task, committed, state_dir, isolation, say, rewound)
         finally:
             local.discard_staged(state_dir, app, task)
     return recovered
@@ -129,6 +137,7 @@ def _bring_to(
     state_dir: str,
     isolation: IsolationLevel,
     say: Callable[[str], None],
+    rewound: int = 0,
 ) -> None:
     app = layout.app.name
     if not local.store_exists(state_dir, app, task):
@@ -137,32 +146,51 @@ def _bring_to(
         return
     store = local.open_task_store(state_dir, app, task, isolation)
     try:
-        held_batch = local.local_batch(store) or 0
-        if held_batch == committed.batch_id - 1 and committed.batch_id in local.staged_batches(
-            state_dir, app, task
-        ):
-            local.apply_staged(store, state_dir, app, task, committed.batch_id)
-            say(f"task {task}: applied the staged transaction of batch {committed.batch_id}")
-            held_batch = committed.batch_id
-        if held_batch == committed.batch_id and _same(
-            _held(store, layout, task), committed, layout, task
-        ):
-            return
-        if 0 < held_batch < committed.batch_id:
-            try:
-                n = _catch_up(layout, task, store, held_batch, committed)
-                say(
-                    f"task {task}: caught up from batch {held_batch} to {committed.batch_id} "
-                    f"from the changelogs ({n} keys)"
-                )
-                return
-            except CompactedPastError:
-                reason = "behind a compaction"
-        else:
-            reason = "ahead of Delta" if held_batch > committed.batch_id else "inconsistent"
+        reason = _bring_in_place(layout, task, committed, store, state_dir, say, rewound)
     finally:
         store.close()
-    restore(layout, task, committed, state_dir, isolation, say, reason)
+    if reason is not None:
+        restore(layout, task, committed, state_dir, isolation, say, reason)
+
+
+def _bring_in_place(
+    layout: AppLayout,
+    task: TaskId,
+    committed: Committed,
+    store: StateStore,
+    state_dir: str,
+    say: Callable[[str], None],
+    rewound: int,
+) -> str | None:
+    """Bring an existing store to the committed batch without a restore if it can be done
+    (None); else why it must be restored."""
+    app = layout.app.name
+    held_batch = local.local_batch(store) or 0
+    if held_batch < rewound:
+        # It may hold batches the rewind undid (and a batch staged beside it may carry the
+        # id the rewind row took): only the changelogs are on the app's line.
+        return f"behind the rewind at batch {rewound}"
+    if held_batch == committed.batch_id - 1 and committed.batch_id in local.staged_batches(
+        state_dir, app, task
+    ):
+        local.apply_staged(store, state_dir, app, task, committed.batch_id)
+        say(f"task {task}: applied the staged transaction of batch {committed.batch_id}")
+        held_batch = committed.batch_id
+    if held_batch == committed.batch_id and _same(
+        _held(store, layout, task), committed, layout, task
+    ):
+        return None
+    if 0 < held_batch < committed.batch_id:
+        try:
+            n = _catch_up(layout, task, store, held_batch, committed)
+        except CompactedPastError:
+            return "behind a compaction"
+        say(
+            f"task {task}: caught up from batch {held_batch} to {committed.batch_id} "
+            f"from the changelogs ({n} keys)"
+        )
+        return None
+    return "ahead of Delta" if held_batch > committed.batch_id else "inconsistent"
 
 
 def _held(store: StateStore, layout: AppLayout, task: TaskId) -> dict[TopicPartition, int]:

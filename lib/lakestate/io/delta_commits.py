@@ -105,11 +105,14 @@ def append(
     app: str,
     batches: Mapping[TaskId, int],
     metadata: Mapping[str, Any],
+    extra_txns: Mapping[str, int] | None = None,
 ) -> int:
     """Append ``data`` (possibly no rows) in one commit with a ``txn`` per task (version:
-    the task's batch) and ``metadata``; returns the new table version. A concurrent commit
-    of one of the same txn ids raises TaskMigratedException (nothing is committed)."""
+    the task's batch), ``extra_txns`` (app id -> version) and ``metadata``; returns the new
+    table version. A concurrent commit of one of the same txn ids raises
+    TaskMigratedException (nothing is committed)."""
     txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
+    txns += [Transaction(i, v) for i, v in sorted((extra_txns or {}).items())]
     properties = CommitProperties(
         custom_metadata={"userMetadata": json.dumps(dict(metadata), sort_keys=True)},
         app_transactions=txns,

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 class Commit(NamedTuple):
     user_metadata: str | None  # commitInfo.userMetadata as written
     changes_data: bool  # adds, removes or change-data files with dataChange
+    txns: tuple[tuple[str, int], ...] = ()  # its txn actions: (appId, version)
 
     def metadata_value(self, key: str) -> Any:
         """The value under ``key`` of the metadata's JSON object, or None."""
@@ -55,6 +56,7 @@ def read_commit(log: Path, version: int) -> Commit | None:
         return None
     user_metadata = None
     changes_data = False
+    txns: list[tuple[str, int]] = []
     for line in lines:
         action = json.loads(line) if line.strip() else {}
         info = action.get("commitInfo")
@@ -63,4 +65,7 @@ def read_commit(log: Path, version: int) -> Commit | None:
         for kind in ("add", "remove", "cdc"):
             if kind in action and action[kind].get("dataChange", True):
                 changes_data = True
-    return Commit(user_metadata, changes_data)
+        txn = action.get("txn")
+        if txn is not None:
+            txns.append((txn["appId"], int(txn["version"])))
+    return Commit(user_metadata, changes_data, tuple(txns))

@@ -3,7 +3,8 @@
 # Java 17 (Debian's package, if no java is on PATH), a Python 3.11 virtualenv in .venv with
 # the project and its pinned dependencies, and (once the engine needs them) the Delta jars in
 # a project-local cache so that later runs need no network; Maven and Kafka Streams (built
-# once into .cache/kstreams) for the conformance suite.
+# once into .cache/kstreams) for the conformance suite; Chromium and its WebDriver (Debian's)
+# for the Airflow UI test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,15 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq maven openjdk-17-jdk-headless >/dev/null
+fi
+
+# The Airflow UI test drives headless Chromium through its WebDriver (both Debian packages, one
+# version; Selenium is given the driver's path, so it downloads nothing).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "setup: installing Chromium and its WebDriver (chromium, chromium-driver) for the UI test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

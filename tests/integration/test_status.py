@@ -1,0 +1,172 @@
+"""``lakestate status``: every task of every sub-topology, its offsets, last batch and the
+totals of its metrics per operator, read in a fresh process without a JVM.
+
+Real runs (in process: delta-rs reads, the driver processes, real Delta and RocksDB) of a
+dedup app and a windowed app with suppression, many batches each, until caught up; the
+status totals must equal what the test driver counts on the same input, one task per
+partition, and what the sinks hold."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+from engine_helpers import APPS, produce, topic_rows
+from lakestate.app import load_app
+from lakestate.engine.runner import run_app
+from lakestate.io import logtable
+from lakestate.io.partitioner import partition_for
+from lakestate.testing import TopologyTestDriver
+
+PARTITIONS = 3
+
+
+def _status(warehouse, state_dir, app: str, *extra: str) -> tuple[dict, str]:
+    """``lakestate --json status`` in a fresh process: the document, and whether pyspark
+    was imported (it must not be)."""
+    code = (
+        "import sys; from lakestate.cli import main; "
+        f"rc = main(['--warehouse', {warehouse.root!r}, '--json', 'status', {app!r}, "
+        f"'--state-dir', {str(state_dir)!r}, *{list(extra)!r}]); "
+        "print('PYSPARK', 'pyspark' in sys.modules, file=sys.stderr); sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=state_dir.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), proc.stderr
+
+
+def _driver_metrics(app_file: str, records: list[dict]) -> dict[int, dict]:
+    """Per partition, the test driver's metrics (by scope) for the partition's records."""
+    app = load_app(APPS / app_file)
+    found = {}
+    for p in range(PARTITIONS):
+        with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
+            topic = d.create_input_topic("events")
+            for r in records:
+                if partition_for(r["key"], PARTITIONS) == p:
+                    topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
+            found[p] = d.scoped_metrics()
+    return found
+
+
+def _run(warehouse, state_dir, app_file: str, max_records: int):
+    return run_app(
+        str(APPS / app_file),
+        warehouse=warehouse.root,
+        state_dir=str(state_dir),
+        until_caught_up=True,
+        max_records=max_records,
+        say=lambda _: None,
+    )
+
+
+def _scoped(task: dict) -> dict:
+    return {k: v for k, v in task["metrics"].items() if k != "task"}
+
+
+def test_dedup_status_shows_totals_over_every_batch_and_tasks_that_never_ran(
+    spark, warehouse, tmp_path
+):
+    rng = random.Random(5)
+    # Keys of partitions 0 and 1 only: task 0_2 has nothing to read and never commits.
+    keys = [k for k in (f"k{i}" for i in range(40)) if partition_for(k, PARTITIONS) != 2][:12]
+    records = [
+        {"key": rng.choice(keys), "value": {"n": i}, "timestamp": 1_000 + i * 700}
+        for i in range(300)
+    ]
+    produce(spark, warehouse, "events", records, PARTITIONS)
+    state = tmp_path / "state"
+    result = _run(warehouse, state, "dedup.py", max_records=25)
+    assert result.caught_up and len(result.batches) > 4
+    # Records for the idle task arrive after the run: it has lag and no batch.
+    late_keys = [k for k in (f"x{i}" for i in range(40)) if partition_for(k, PARTITIONS) == 2]
+    logtable.append_records(
+        spark, warehouse, "events", [(k, {"n": -1}, 500_000) for k in late_keys[:4]]
+    )
+
+    doc, stderr = _status(warehouse, state, str(APPS / "dedup.py"))
+    assert "PYSPARK False" in stderr
+    assert doc["app"] == "dedup"
+    tasks = {t["task"]: t for t in doc["tasks"]}
+    assert sorted(tasks) == ["0_0", "0_1", "0_2"]
+    idle = tasks["0_2"]
+    assert idle["last_batch"] == 0 and idle["last_commit_at"] is None
+    assert idle["inputs"] == [
+        {
+            "topic": "events",
+            "partition": 2,
+            "committed": 0,
+            "end": 4,
+            "lag": 4,
+            "local_offset": None,
+        }
+    ]
+    assert idle["metrics"] == {}
+
+    driver = _driver_metrics("dedup.py", records)
+    out = topic_rows(spark, warehouse, "unique-events")
+    for p in (0, 1):
+        task = tasks[f"0_{p}"]
+        mine = sum(1 for r in records if partition_for(r["key"], PARTITIONS) == p)
+        (inp,) = task["inputs"]
+        assert (inp["committed"], inp["end"], inp["lag"], inp["local_offset"]) == (
+            mine,
+            mine,
+            0,
+            mine,
+        )
+        assert task["last_batch"] == max(b.get(f"0_{p}", 0) for b in result.batches)
+        assert task["last_commit_at"] > 0 and task["stream_time"] > 0
+        assert _scoped(task) == driver[p]
+        (node,) = task["metrics"]["nodes"].values()
+        forwarded = sum(1 for r in out if r[0] == p)
+        assert node["dedup-records-forwarded"] == forwarded
+        assert node["dedup-duplicates-dropped"] == mine - forwarded > 0
+        assert task["metrics"]["stores"]["seen-keys"]["dedup-store-size"] > 0
+        assert task["metrics"]["task"] == {"dropped-records": 0}
+
+    # By name, without the module: the same tasks (the idle one from its topic's partitions).
+    by_name, _ = _status(warehouse, state, "dedup")
+    assert by_name == doc
+
+
+def test_windowed_status_equals_the_driver_per_operator(spark, warehouse, tmp_path):
+    rng = random.Random(11)
+    records = []
+    for i in range(400):
+        ts = 1_000 + i * 7
+        if i % 37 == 5:
+            ts -= 400  # too late for its window (grace 30 ms): dropped and counted
+        records.append({"key": f"u{rng.randrange(9)}", "value": {"amount": i % 4}, "timestamp": ts})
+    produce(spark, warehouse, "events", records, PARTITIONS)
+    state = tmp_path / "state"
+    result = _run(warehouse, state, "windowed.py", max_records=30)
+    assert result.caught_up and len(result.batches) > 4
+
+    doc, stderr = _status(warehouse, state, str(APPS / "windowed.py"))
+    assert "PYSPARK False" in stderr
+    driver = _driver_metrics("windowed.py", records)
+    late = ran = 0
+    for task in doc["tasks"]:
+        p = task["partition"]
+        assert all(i["lag"] == 0 for i in task["inputs"])
+        assert _scoped(task) == driver[p]
+        if task["last_batch"] == 0:  # no key of this partition: nothing to count
+            assert task["metrics"] == {} and driver[p] == {}
+            continue
+        ran += 1
+        nodes = task["metrics"]["nodes"]
+        late += sum(n.get("late-record-drop-total", 0) for n in nodes.values())
+        dropped = sum(n.get("dropped-records", 0) for n in nodes.values())
+        assert task["metrics"]["task"]["dropped-records"] == dropped
+        # The suppression buffers' figures are their stores'.
+        assert "suppression-buffer-count-current" in task["metrics"]["stores"]["final-store"]
+    assert late > 0 and ran >= 2

@@ -11,6 +11,7 @@ from typing import Any
 
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Change, Record
 from lakestate.state.keys import encode_key
 from lakestate.state.serde import decode_value, encode_value
@@ -84,7 +85,7 @@ class StreamAggregate(Processor):
             for key, agg, encoded, ts in latest.values()
         ]
         if dropped:
-            self.context.metric("dropped-records", dropped)
+            self.context.metric(DROPPED_RECORDS, dropped)
         return chunk.with_records(out, at)
 
     def finish_chunk(self) -> None:

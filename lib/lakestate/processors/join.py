@@ -5,8 +5,9 @@ Stream-table (and stream-global-table): each stream record looks up the table at
 time of the record when the table is versioned (KIP-914: ``get(key, as_of=timestamp)``),
 at its latest value otherwise. The table side only updates its store: a table update
 never triggers output. As in Kafka 4: a record with a null value is dropped, and so is a
-null join key in an inner join (metric ``dropped-records``); a left join forwards a null
-join key with a None table value. A lookup beyond the versioned store's history retention
+null join key in an inner join (metric ``dropped-records``); a left join forwards a record
+whose key is null with a None table value, but drops (and counts) a keyed record whose
+global-table key selector returns null. A lookup beyond the versioned store's history retention
 finds nothing unless the key's latest version was already valid then (the store's rule),
 and "nothing" is handled as any other miss: an inner join drops the record, a left join
 forwards it with None (KIP-914).
@@ -26,11 +27,12 @@ from typing import Any, Literal
 
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Change, Record
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
 from lakestate.state.versioned import VersionedKeyValueStore
 
-DROPPED = "dropped-records"
+DROPPED = DROPPED_RECORDS
 
 Joiner = Callable[[Any, Any], Any]
 # Which processor a table-table join side runs (Kafka's class names): a left join's left side
@@ -104,7 +106,10 @@ class StreamTableJoin(Processor):
         key = (
             record.key if self.key_selector is None else self.key_selector(record.key, record.value)
         )
-        if key is None and not self.left:
+        # Kafka's KStreamKTableJoinProcessor: a null join key is dropped, except by a left
+        # join of a record whose own key is null (so a global table's key selector that
+        # returns null for a keyed record drops it, left join or not).
+        if key is None and not (self.left and record.key is None):
             self.context.metric(DROPPED)
             return None
         table_value = None if key is None else self._lookup(key, record.timestamp)
@@ -199,6 +204,7 @@ class TableJoinMerge(Processor):
         if isinstance(store, VersionedKeyValueStore):
             code = store.put(record.key, change.new_value, record.timestamp)
             if code == PUT_RETURN_CODE_NOT_PUT:
+                self.context.metric(DROPPED)  # beyond history retention, as Kafka counts it
                 return
             is_latest = code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
         else:

@@ -18,6 +18,7 @@ from typing import Any
 
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Change, Record
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
 from lakestate.state.versioned import VersionedKeyValueStore
@@ -60,7 +61,7 @@ class TableSource(Processor):
 
     def process(self, record: Record) -> None:
         if record.key is None:
-            self.context.metric("dropped-records")
+            self.context.metric(DROPPED_RECORDS)
             return
         if isinstance(self.store, VersionedKeyValueStore):  # the latest by timestamp
             latest = self.store.get(record.key)
@@ -69,7 +70,7 @@ class TableSource(Processor):
             old_value = self.store.get(record.key)
         change = put_and_change(self.store, record, record.value, old_value, True)
         if change is None:
-            self.context.metric("dropped-records")
+            self.context.metric(DROPPED_RECORDS)
             return
         self.context.forward(record.with_value(change))
 
@@ -86,8 +87,12 @@ class _MaterializingTableProcessor(Processor):
 
     def emit(self, record: Record, new_value: Any, old_value: Any) -> None:
         change = put_and_change(self.store, record, new_value, old_value, record.value.is_latest)
-        if change is not None:
-            self.context.forward(record.with_value(change))
+        if change is None:
+            # A versioned store refused it (beyond history retention): Kafka's versioned
+            # store counts that in dropped-records.
+            self.context.metric(DROPPED_RECORDS)
+            return
+        self.context.forward(record.with_value(change))
 
 
 class TableFilter(_MaterializingTableProcessor):
@@ -163,12 +168,15 @@ class TableRepartitionMap(Processor):
         self.versioned_semantics = versioned_semantics
 
     def _select(self, key: Any, value: Any) -> tuple[Any, Any] | None:
+        """The (key, value) pair a row is regrouped by, or None when it is not regrouped:
+        no row, or a pair with a null key or value (skipped, as Kafka's
+        KTableRepartitionMap skips them, uncounted)."""
         if value is None:
             return None
         pair = self.selector(key, value)
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise TypeError(f"selector must return a (key, value) tuple, got {pair!r}")
-        return pair
+        return None if pair[0] is None or pair[1] is None else pair
 
     def process(self, record: Record) -> None:
         change: Change = record.value
@@ -210,7 +218,7 @@ class TableAggregate(Processor):
 
     def process(self, record: Record) -> None:
         if record.key is None:
-            self.context.metric("dropped-records")
+            self.context.metric(DROPPED_RECORDS)
             return
         change: Change = record.value
         old = self.store.get_with_timestamp(record.key)

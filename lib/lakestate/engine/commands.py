@@ -244,8 +244,11 @@ _STATUS_COLUMNS = {
     "dropped": ("dropped-records",),
     "duplicates": ("dedup-duplicates-dropped",),
     "late": ("late-record-drop-total", "dedup-late-records-forwarded"),
-    "store size": ("dedup-store-size", "suppression-buffer-count-current"),
+    "store size": ("dedup-store-size", "suppression-buffer-count-current", "~local-keys"),
 }
+# A store without a size metric shows the keys of this instance's local store: RocksDB's
+# estimate (no scan), a store kind's index entries included; marked "~".
+_LOCAL_KEYS = "~local-keys"
 
 
 def status(args: argparse.Namespace, ctx) -> int:
@@ -299,7 +302,7 @@ def status(args: argparse.Namespace, ctx) -> int:
         _metric_row(t, level, scope, named)
         for t in found.tasks
         for level in ("nodes", "stores", "task")
-        for scope, named in _scopes(t.metrics, level)
+        for scope, named in _scopes(t, level)
     ]
     if rows:
         ctx.print("metrics (totals since each task's first batch):")
@@ -312,11 +315,16 @@ def status(args: argparse.Namespace, ctx) -> int:
     return 0
 
 
-def _scopes(metrics: dict, level: str) -> list[tuple[str, dict]]:
+def _scopes(task, level: str) -> list[tuple[str, dict]]:
+    metrics = task.metrics
     if level == "task":  # Kafka's task level: shown when no node holds the figures
         named = metrics.get("task") or {}
         return [("(task)", named)] if not metrics.get("nodes") and any(named.values()) else []
-    return sorted((metrics.get(level) or {}).items())
+    scopes = {scope: dict(named) for scope, named in (metrics.get(level) or {}).items()}
+    if level == "stores":
+        for store, keys in task.local_store_keys.items():
+            scopes.setdefault(store, {})[_LOCAL_KEYS] = keys
+    return sorted(scopes.items())
 
 
 def _metric_row(task, level: str, scope: str, named: dict) -> tuple[str, ...]:
@@ -324,9 +332,12 @@ def _metric_row(task, level: str, scope: str, named: dict) -> tuple[str, ...]:
     cells = []
     for names in _STATUS_COLUMNS.values():
         name = next((n for n in names if n in named), None)
-        cells.append("-" if name is None else f"{named[name]:g}")
+        mark = "~" if name == _LOCAL_KEYS else ""
+        cells.append("-" if name is None else f"{mark}{named[name]:g}")
         shown.add(name)
-    other = ", ".join(f"{k}={v:g}" for k, v in sorted(named.items()) if k not in shown)
+    other = ", ".join(
+        f"{k}={v:g}" for k, v in sorted(named.items()) if k not in shown and k != _LOCAL_KEYS
+    )
     label = f"{scope} (store)" if level == "stores" else scope
     return (str(task.task), label, *cells, other or "-")
 

@@ -61,9 +61,11 @@ class InputStatus:
 class TaskStatus:
     """One task: its last complete batch (0: none) and when it was committed, the
     incomplete batch the next run replays (None: none), stream time (None: none yet), its
-    inputs, the batch its local store holds, and its metrics' totals: a document with a
+    inputs, the batch its local store holds, its metrics' totals: a document with a
     ``task`` level (Kafka's task-level ``dropped-records``) beside ``nodes`` and
-    ``stores``."""
+    ``stores``, and per store the keys this instance's local store holds (RocksDB's
+    ``estimate-num-keys`` of the store's column family: no scan, approximate, a store
+    kind's index entries included)."""
 
     task: TaskId
     batch: int
@@ -73,6 +75,7 @@ class TaskStatus:
     metrics: dict[str, Any] = field(default_factory=dict)
     pending_batch: int | None = None
     local_batch: int | None = None
+    local_store_keys: dict[str, int] = field(default_factory=dict)
 
     @property
     def lag(self) -> int:
@@ -88,6 +91,7 @@ class TaskStatus:
             "pending_batch": self.pending_batch,
             "stream_time": self.stream_time,
             "local_batch": self.local_batch,
+            "local_store_keys": self.local_store_keys,
             "inputs": [i.to_json() for i in self.inputs],
             "metrics": self.metrics,
         }
@@ -116,6 +120,7 @@ def app_status(
         {TaskId(sub, p) for sub, ts in inputs.items() for p in range(_count(ts, partitions))}
         | set(history.rows)
     )
+    stores = _stores(warehouse, app, topology)
     opened: dict[str, object] = {}  # tables opened once for every task's completeness
     found = []
     for task in tasks:
@@ -130,7 +135,7 @@ def app_status(
         if row is not None:  # inputs a topology left out (not given, or changed since)
             keys += [k for k in map(_topic_partition(task), row.offsets) if k not in keys]
         offsets = {} if row is None else row.offsets
-        held, local_batch = _local(state_dir, app, task)
+        held, local_batch, keys_held = _local(state_dir, app, task, stores)
         found.append(
             TaskStatus(
                 task,
@@ -150,6 +155,7 @@ def app_status(
                 {} if row is None else _with_task_level(row.metrics),
                 pending,
                 local_batch,
+                keys_held,
             )
         )
     return AppStatus(app, found)
@@ -216,17 +222,29 @@ def _with_task_level(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {TASK: task_level(metrics), **metrics}
 
 
-def _local(state_dir: str, app: str, task: TaskId) -> tuple[dict[TopicPartition, int], int | None]:
-    """The offsets and the batch this instance's local store of ``task`` holds (none when
-    it has no store, or a run holds it open)."""
+def _stores(warehouse: Warehouse, app: str, topology: Topology | None) -> list[str]:
+    """The app's task stores: the topology's (global stores included, which live in each
+    task's local store), else those with a changelog."""
+    if topology is not None:
+        return sorted(topology.stores)
+    return [t.store for t in warehouse.list_state_tables(app)]
+
+
+def _local(
+    state_dir: str, app: str, task: TaskId, stores: list[str]
+) -> tuple[dict[TopicPartition, int], int | None, dict[str, int]]:
+    """The offsets, the batch and the keys per store that this instance's local store of
+    ``task`` holds (none when it has no store, or a run holds it open)."""
     if not local.store_exists(state_dir, app, task):
-        return {}, None
+        return {}, None, {}
     try:
         store = local.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)
     except Exception:  # held open by a running batch
-        return {}, None
+        return {}, None, {}
     try:
-        return store.committed_offsets(), local.local_batch(store)
+        keys = {name: store.estimate_num_keys(name) for name in stores}
+        held = {name: n for name, n in keys.items() if n is not None}
+        return store.committed_offsets(), local.local_batch(store), held
     finally:
         store.close()
 

@@ -447,6 +447,14 @@ class StateStore:
             writes = ((namespace, k, v) for k, v in zip(keys, values, strict=True))
             self._backend.write(writes, _NO_OFFSETS)
 
+    def estimate_num_keys(self, namespace: str) -> int | None:
+        """The backend's estimate of the committed keys of ``namespace`` (index entries
+        included), read without a scan; None when the backend keeps no such estimate or
+        the namespace does not exist."""
+        self._check_usable()
+        estimate = getattr(self._backend, "estimate_num_keys", None)
+        return None if estimate is None else estimate(namespace)
+
     def get(self, namespace: str, key: bytes) -> bytes | None:
         self._check_usable()
         return self._read(namespace, key, exclude=None)

@@ -77,6 +77,11 @@ class RocksDBBackend(Backend):
         cf = self._cf(namespace, create=False)
         return None if cf is None else cf.get(key)
 
+    def estimate_num_keys(self, namespace: str) -> int | None:
+        """RocksDB's ``rocksdb.estimate-num-keys`` of the namespace's column family."""
+        cf = self._cf(namespace, create=False)
+        return None if cf is None else cf.property_int_value("rocksdb.estimate-num-keys")
+
     def iterate(
         self, namespace: str, start: bytes | None, end: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:

@@ -602,25 +602,28 @@ def kept_by_role(spark, path: str) -> dict[str, int]:
 
 
 def engine_metrics(wh) -> dict[str, Any]:
-    """Dedup metrics from the app's progress table (a row per task per batch, with the
-    task's metrics of that batch): counters summed over batches and tasks; the store size
-    (a gauge) of each task's last batch."""
+    """Dedup metrics from the app's progress table (a row per task per batch, carrying the
+    task's totals since its first batch): each task's last row summed over tasks (the store
+    size, a gauge, as of its last batch); per batch, what the tasks' counts grew by."""
     from lakestate.io import delta_commits
+    from lakestate.processors.metrics import flat
 
     rows = delta_commits.open_table(wh.progress_path(APP.APP_NAME)).to_pyarrow_table().to_pylist()
     rows.sort(key=lambda r: (r["batch_id"], r["task"]))
-    totals: dict[str, float] = {}
-    sizes: dict[str, float] = {}
+    last: dict[str, dict[str, float]] = {}  # task -> its totals as of its latest row
     by_batch: dict[int, dict[str, float]] = {}
     for row in rows:
         batch = by_batch.setdefault(row["batch_id"], {})
-        for name, value in json.loads(row["metrics"] or "{}").items():
-            if name == METRIC_SIZE:
-                sizes[row["task"]] = value
-            else:
-                totals[name] = totals.get(name, 0) + value
-                batch[name] = batch.get(name, 0) + value
-    totals[METRIC_SIZE] = sum(sizes.values())
+        now = flat(json.loads(row["metrics"] or "{}"))
+        before = last.get(row["task"], {})
+        for name, value in now.items():
+            if name != METRIC_SIZE:
+                batch[name] = batch.get(name, 0) + value - before.get(name, 0)
+        last[row["task"]] = now
+    totals: dict[str, float] = {}
+    for now in last.values():
+        for name, value in now.items():
+            totals[name] = totals.get(name, 0) + value
     per_batch = [{"batch_id": b, **m} for b, m in sorted(by_batch.items())]
     return {"totals": totals, "per_batch": per_batch}
 

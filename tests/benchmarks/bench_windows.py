@@ -377,6 +377,7 @@ def lakestate_metrics(wh, app_name: str) -> dict[str, Any]:
     aggregation's totals are kept over batches, so the newest row holds them), summed over
     tasks; and the batches each task ran."""
     from deltalake import DeltaTable
+    from lakestate.processors.metrics import flat
 
     rows = DeltaTable(wh.progress_path(app_name)).to_pyarrow_table().to_pylist()
     newest: dict[str, dict[str, Any]] = {}
@@ -389,7 +390,7 @@ def lakestate_metrics(wh, app_name: str) -> dict[str, Any]:
     totals: dict[str, float] = {}
     per_task = {}
     for t, row in sorted(newest.items()):
-        m = json.loads(row["metrics"] or "{}")
+        m = flat(json.loads(row["metrics"] or "{}"))  # the task's totals, summed over nodes
         per_task[t] = m
         for name, value in m.items():
             if isinstance(value, int | float):

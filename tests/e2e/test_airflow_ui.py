@@ -1,0 +1,383 @@
+"""The Airflow UI in a real browser: Airflow runs for real (api-server, scheduler,
+dag-processor, triggerer; ``tests/e2e/airflow_server.py``) on the repository's dags/ and a
+fresh warehouse holding the demo's input topic, and headless Chromium (Debian's, through
+Selenium: ``tests/e2e/ui_browser.py``) does what a person does: logs in through the form, opens
+the Dags list and the demo DAG, unpauses it with the toggle if it is paused, triggers it from
+the form with Params set there, and waits until the run shows Success. The REST API then
+confirms the run and its conf, and the sink topic must hold the demo's counts.
+
+Two runs: the first asks for one batch of at most 10 records per task (``until_caught_up``
+off, ``max_batches`` 1, ``max_records`` 10), so the counts must be those of each partition's
+first 10 records, which differ from the full counts: the Params reached the engine. The
+second runs until caught up: the counts of every produced event.
+
+Scheduled runs are off (``[scheduler] use_job_schedule``): the runs are the ones triggered
+here. Screenshots of every step go to ``$LAKESTATE_TEST_OUTPUT/airflow-ui/`` (default
+``test-output/airflow-ui/`` in the repository); on failure also the page's HTML, and the
+assertion message holds the Airflow components' log tails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow_server import AirflowServer, wait_for
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from ui_browser import Browser, executables
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "lakestate_demo"
+#: How long one DAG run may take to go green (a loaded 2-core machine; normally ~1 minute).
+RUN_TIMEOUT_S = 600
+#: What a failed or finished run shows in the run page's state badge.
+TERMINAL_STATES = ("success", "failed", "upstream_failed", "skipped")
+
+
+def _output_dir() -> Path:
+    base = Path(os.environ.get("LAKESTATE_TEST_OUTPUT") or REPO / "test-output")
+    out = base / "airflow-ui"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in [*out.glob("*.png"), *out.glob("*.html")]:
+        old.unlink()  # this test's files from an earlier run: they would mislead
+    return out
+
+
+def _demo_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "lakestate_ui_demo_job", REPO / "jobs" / "demo.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _read_topic(warehouse: Path, topic: str) -> list[dict[str, Any]]:
+    """A log table's records (keys and values decoded), in partition/offset order."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(warehouse / "topics" / topic)).to_pyarrow_table().to_pylist()
+    records = [
+        {**row, "key": json.loads(row["key"]), "value": json.loads(row["value"])} for row in rows
+    ]
+    return sorted(records, key=lambda r: (r["partition"], r["offset"]))
+
+
+def _final_counts(warehouse: Path, topic: str) -> dict[str, int]:
+    """The last count per user in the sink (a key's updates are in offset order)."""
+    return {r["key"]: r["value"] for r in _read_topic(warehouse, topic)}
+
+
+@dataclass
+class DemoAirflow:
+    """A running Airflow and the demo's warehouse, with the events produced into it."""
+
+    server: AirflowServer
+    warehouse: Path
+    events: list[tuple[str, dict[str, Any], int]]
+    #: Seconds each step took (printed, never asserted).
+    timings: dict[str, float]
+
+
+@pytest.fixture
+def browser_paths() -> tuple[str, str]:
+    found = executables()
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+@pytest.fixture
+def demo_airflow(airflow_env, tmp_path: Path) -> Iterator[DemoAirflow]:
+    """A running Airflow on the repository's dags/ whose warehouse holds the demo's input
+    topic (60 sample events over 2 partitions); stopped, process group by group, after."""
+    demo = _demo_module()
+    warehouse = tmp_path / "warehouse"
+    env = airflow_env.environ(
+        {
+            "LAKESTATE_WAREHOUSE": str(warehouse),
+            "LAKESTATE_STATE_DIR": str(tmp_path / "state"),
+            # Only the runs the test triggers: no scheduled run racing them.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+        }
+    )
+    events = list(demo.sample_events(60, users=5, seed=11))
+    input_file = tmp_path / "events.jsonl"
+    input_file.write_text(
+        "".join(json.dumps({"key": k, "value": v, "timestamp": ts}) + "\n" for k, v, ts in events),
+        encoding="utf-8",
+    )
+    # The input topic is produced while Airflow starts (both take a while).
+    produce = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lakestate.cli",
+            "produce",
+            demo.INPUT_TOPIC,
+            str(input_file),
+            "--partitions",
+            "2",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = AirflowServer(home=tmp_path / "airflow_home", env=env)
+    start = time.monotonic()
+    try:
+        server.start()
+        started = time.monotonic()
+        out, _ = produce.communicate(timeout=600)
+        assert produce.returncode == 0, (
+            f"lakestate produce failed (exit {produce.returncode}):\n{out[-5000:]}"
+        )
+        timings = {"airflow start": started - start, "input produced": time.monotonic() - start}
+        yield DemoAirflow(server, warehouse, events, timings)
+    finally:
+        if produce.poll() is None:
+            produce.kill()
+            produce.wait()
+        server.stop()
+
+
+def test_trigger_demo_dag_from_the_ui(
+    demo_airflow: DemoAirflow, browser_paths: tuple[str, str], tmp_path: Path
+) -> None:
+    server = demo_airflow.server
+    timings = demo_airflow.timings
+    demo = _demo_module()
+    out_dir = _output_dir()
+    print(f"\nAirflow UI screenshots: {out_dir}", file=sys.stderr)
+
+    # The DAG is known to Airflow once the dag-processor has parsed dags/ (a bounded wait).
+    step = time.monotonic()
+    wait_for(
+        f"the dag-processor to register {DAG_ID}",
+        lambda: _dag_or_none(server),
+        timeout=300,
+        every=2,
+    )
+
+    timings["DAG registered"] = time.monotonic() - step
+    browser = Browser(*browser_paths, out_dir=out_dir, profile_dir=tmp_path / "chromium-profile")
+    try:
+        _login(browser, server)
+        _open_dag(browser)
+        _unpause(browser, server)
+
+        step = time.monotonic()
+        # Run 1: one batch of at most 10 records per task, Params set in the form.
+        one_batch = {
+            "until_caught_up": False,
+            "max_batches": 1,
+            "max_records": 10,
+            "time_budget_s": 600,
+        }
+        run_id = _trigger(browser, one_batch, "one-batch")
+        _wait_for_success(browser, server, run_id, "one-batch")
+        timings["run 1 (trigger to green)"] = time.monotonic() - step
+        _check_run(server, run_id, one_batch)
+        records = _read_topic(demo_airflow.warehouse, demo.INPUT_TOPIC)
+        first_ten = Counter(
+            r["key"] for r in records if r["offset"] < 10 and r["value"]["amount"] > 0
+        )
+        everything = Counter(key for key, value, _ in demo_airflow.events if value["amount"] > 0)
+        assert first_ten != everything, "the sample data cannot tell one batch from all of them"
+        assert _final_counts(demo_airflow.warehouse, demo.OUTPUT_TOPIC) == dict(first_ten)
+
+        # Run 2: until caught up, from the form again: every event counted.
+        caught_up = {"until_caught_up": True, "time_budget_s": 600}
+        _open_dag(browser)
+        step = time.monotonic()
+        run_id = _trigger(browser, caught_up, "until-caught-up")
+        _wait_for_success(browser, server, run_id, "until-caught-up")
+        timings["run 2 (trigger to green)"] = time.monotonic() - step
+        _check_run(server, run_id, caught_up)
+        assert _final_counts(demo_airflow.warehouse, demo.OUTPUT_TOPIC) == dict(everything)
+    except Exception as exc:
+        saved = browser.save_page("failure")
+        raise AssertionError(
+            f"{type(exc).__name__}: {exc}\nbrowser: {browser.driver.current_url}; saved "
+            f"{', '.join(str(p) for p in saved)} (screenshots in {out_dir})\n"
+            f"--- Airflow logs ---\n{server.logs()}"
+        ) from exc
+    finally:
+        browser.quit()
+    shots = sorted(p.name for p in out_dir.glob("*.png"))
+    steps = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
+    print(f"Airflow UI: {steps}; screenshots in {out_dir}: {shots}", file=sys.stderr)
+
+
+def _dag_or_none(server: AirflowServer) -> dict[str, Any] | None:
+    dags = server.api(f"/dags?dag_id_pattern={DAG_ID}")["dags"]
+    if not any(d["dag_id"] == DAG_ID for d in dags):
+        errors = server.api("/importErrors")["import_errors"]
+        assert not errors, f"import errors in dags/: {errors}"
+        return None
+    return next(d for d in dags if d["dag_id"] == DAG_ID)
+
+
+def _login(browser: Browser, server: AirflowServer) -> None:
+    """Opens the UI, which sends to the login form; signs in as the configured user."""
+    driver = browser.driver
+    driver.get(server.url + "/")
+    username = browser.element("input[name=username]")
+    browser.shot("login")
+    username.send_keys(server.username)
+    browser.element("input[name=password]").send_keys(server.password)
+    browser.wait(
+        "the Sign in button to be enabled",
+        lambda: browser.element("button[type=submit]").is_enabled(),
+    )
+    browser.click("button[type=submit]")
+    browser.element("[data-testid=nav-dags-link]")  # the app's sidebar: signed in
+    assert "/auth/login" not in driver.current_url, driver.current_url
+    browser.shot("signed-in")
+
+
+def _open_dag(browser: Browser) -> None:
+    """Dags in the sidebar, then the demo DAG's link in the list."""
+    browser.click("[data-testid=nav-dags-link]")
+    browser.element(f"a[href='/dags/{DAG_ID}']")
+    browser.shot("dags-list")
+    browser.click(f"a[href='/dags/{DAG_ID}']")  # the list re-renders as runs change: retried
+    browser.element("[data-testid=trigger-dag-button]")
+    browser.wait(
+        "the DAG page", lambda: browser.driver.current_url.rstrip("/").endswith(f"/dags/{DAG_ID}")
+    )
+    browser.shot("dag")
+
+
+def _unpause(browser: Browser, server: AirflowServer) -> None:
+    """Switches the DAG's pause toggle on if it is off (lakestate's DAGs start unpaused
+    unless configured otherwise); the API must agree that the DAG is active."""
+    toggle = browser.element("[data-testid=toggle-pause]")
+    if toggle.get_attribute("data-state") != "checked":
+        browser.click("[data-testid=toggle-pause]")
+        browser.wait(
+            "the pause toggle to show the DAG active",
+            lambda: (
+                browser.element("[data-testid=toggle-pause]").get_attribute("data-state")
+                == "checked"
+            ),
+        )
+    wait_for(
+        f"{DAG_ID} unpaused (REST API)",
+        lambda: not server.api(f"/dags/{DAG_ID}")["is_paused"],
+        timeout=60,
+    )
+    browser.shot("dag-unpaused")
+
+
+def _set_params(browser: Browser, dialog: Any, params: dict[str, Any]) -> None:
+    """Fills the trigger form's Params fields (``element_<name>``) with ``params``."""
+    for name, value in params.items():
+
+        def field(name: str = name) -> Any:
+            return dialog.find_element(By.NAME, f"element_{name}")
+
+        if isinstance(value, bool):
+
+            def switched(name: str = name, value: bool = value) -> bool:
+                if field().is_selected() != value:
+                    # The checkbox is visually hidden; its switch (a label) takes the click.
+                    browser.click(f"[id='switch:element_{name}']", within=dialog)
+                return field().is_selected() == value
+
+            browser.wait(f"{name} switched {'on' if value else 'off'}", switched)
+        else:
+
+            def typed(value: Any = value) -> bool:
+                if field().get_attribute("value") != str(value):
+                    field().send_keys(Keys.CONTROL, "a")
+                    field().send_keys(Keys.BACKSPACE)
+                    field().send_keys(str(value))
+                return field().get_attribute("value") == str(value)
+
+            browser.wait(f"{name} to read {value}", typed)
+
+
+def _trigger(browser: Browser, params: dict[str, Any], label: str) -> str:
+    """Opens the trigger form, sets ``params``, submits; the new run's id (the UI goes to
+    the run's page)."""
+    browser.click("[data-testid=trigger-dag-button]")
+    dialog = browser.element("[data-scope=dialog][data-part=content]")
+    _set_params(browser, dialog, params)
+    browser.shot(f"trigger-form-{label}")
+    browser.click("[data-testid=trigger-dag-submit]", within=dialog)
+    browser.wait("the new run's page", lambda: "/runs/" in browser.driver.current_url)
+    path = urllib.parse.urlparse(browser.driver.current_url).path
+    run_id = urllib.parse.unquote(path.split("/runs/", 1)[1].split("/", 1)[0])
+    browser.element("[data-testid=header-card] [data-testid=state-badge]")
+    browser.shot(f"run-started-{label}")
+    return run_id
+
+
+def _wait_for_success(browser: Browser, server: AirflowServer, run_id: str, label: str) -> None:
+    """Waits until the run page's state badge shows a final state, which must be Success, and
+    its task table shows run_batches green too. The page polls the API while the run is
+    active; it is reloaded every 30 s all the same (as a person would)."""
+    last_reload = [time.monotonic()]
+
+    def reload_now_and_then() -> None:
+        if time.monotonic() - last_reload[0] > 30:
+            browser.driver.refresh()
+            last_reload[0] = time.monotonic()
+
+    def run_state() -> str | None:
+        reload_now_and_then()
+        server.check_alive()
+        state = _badge_state(browser.element("[data-testid=header-card] [data-testid=state-badge]"))
+        return state if state in TERMINAL_STATES else None
+
+    state = browser.wait(f"run {run_id} to finish", run_state, timeout=RUN_TIMEOUT_S)
+    if state != "success":
+        browser.shot(f"run-{state}-{label}")
+        raise AssertionError(f"run {run_id} ended {state} in the UI")
+
+    def tasks_green() -> bool:
+        reload_now_and_then()
+        badges = browser.driver.find_elements(
+            By.CSS_SELECTOR, "[data-testid=table-cell-state] [data-testid=state-badge]"
+        )
+        return bool(badges) and all(_badge_state(b) == "success" for b in badges)
+
+    browser.wait(f"run {run_id}'s task table to show success", tasks_green, timeout=120)
+    browser.shot(f"run-success-{label}")
+
+
+def _badge_state(badge: Any) -> str:
+    """A state badge's state: its text, as the API spells states ("Upstream Failed" ->
+    upstream_failed)."""
+    return badge.text.strip().lower().replace(" ", "_")
+
+
+def _check_run(server: AirflowServer, run_id: str, params: dict[str, Any]) -> None:
+    """The REST API agrees: the run succeeded, as a manual run with the form's Params."""
+    run = server.api(f"/dags/{DAG_ID}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+    assert run["state"] == "success", run
+    assert run["run_type"] == "manual", run
+    assert {k: run["conf"].get(k) for k in params} == params, run["conf"]
+    tasks = server.api(
+        f"/dags/{DAG_ID}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances"
+    )
+    assert {t["task_id"]: t["state"] for t in tasks["task_instances"]} == {
+        "run_batches": "success"
+    }, tasks

@@ -170,3 +170,26 @@ def test_windowed_status_equals_the_driver_per_operator(spark, warehouse, tmp_pa
         # The suppression buffers' figures are their stores'.
         assert "suppression-buffer-count-current" in task["metrics"]["stores"]["final-store"]
     assert late > 0 and ran >= 2
+
+
+def test_an_app_that_never_ran_lists_the_tasks_its_module_knows(spark, warehouse, tmp_path):
+    """Before any run: the first sub-topology's tasks, from its input topic's partitions,
+    with all of the input as lag; the one reading the repartition topic (not created yet)
+    is named as unresolved. By name there is nothing to go by."""
+    records = [{"key": f"k{i}", "value": {"user": f"u{i % 3}"}, "timestamp": i} for i in range(30)]
+    produce(spark, warehouse, "events", records, 2)
+    state = tmp_path / "state"
+    state.mkdir()
+    doc, stderr = _status(warehouse, state, str(APPS / "regroup.py"))
+    assert "PYSPARK False" in stderr
+    assert doc["unresolved_subtopologies"] == [1]
+    assert [(t["task"], t["last_batch"], t["metrics"]) for t in doc["tasks"]] == [
+        ("0_0", 0, {}),
+        ("0_1", 0, {}),
+    ]
+    ends = logtable.end_offsets(None, warehouse, "events")
+    for t in doc["tasks"]:
+        (inp,) = t["inputs"]
+        assert inp["committed"] == 0 and inp["lag"] == inp["end"] == ends[t["partition"]] > 0
+    by_name, _ = _status(warehouse, state, "regroup")
+    assert by_name == {"app": "regroup", "tasks": [], "unresolved_subtopologies": []}

@@ -268,7 +268,11 @@ def status(args: argparse.Namespace, ctx) -> int:
         ctx.print(json.dumps(found.to_json(), sort_keys=True))
         return 0
     if not found.tasks:
-        ctx.print(f"app {name}: no task found (no progress rows, and no module given)")
+        hint = " (no progress rows: give the app's module)" if topology is None else ""
+        ctx.print(f"app {name}: no task found{hint}")
+    for sub in found.unresolved:
+        ctx.print(f"sub-topology {sub}: no tasks until its input topics exist (a run creates them)")
+    if not found.tasks:
         return 0
     newest = max(found.tasks, key=lambda t: t.committed_at_ms or -1)
     subs = len({t.task.subtopology for t in found.tasks})

@@ -99,11 +99,19 @@ class TaskStatus:
 
 @dataclass(frozen=True)
 class AppStatus:
+    """The app's tasks, and the sub-topologies whose tasks are not known yet (none of their
+    input topics exists: a repartition topic is created by the app's first run)."""
+
     app: str
     tasks: list[TaskStatus]
+    unresolved: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"app": self.app, "tasks": [t.to_json() for t in self.tasks]}
+        return {
+            "app": self.app,
+            "tasks": [t.to_json() for t in self.tasks],
+            "unresolved_subtopologies": self.unresolved,
+        }
 
 
 def app_status(
@@ -158,7 +166,8 @@ def app_status(
                 keys_held,
             )
         )
-    return AppStatus(app, found)
+    unresolved = sorted(sub for sub, ts in inputs.items() if _count(ts, partitions) == 0)
+    return AppStatus(app, found, unresolved)
 
 
 def _inputs(

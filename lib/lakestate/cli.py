@@ -225,7 +225,8 @@ COMMANDS: dict[str, Command] = {
         run=commands.sql,
     ),
     "status": Command(
-        help="per task of an app: committed and end offsets, lag, stream time, local offset",
+        help="every task of an app: committed, end and local offsets, lag, last batch, "
+        "stream time, metrics totals per operator (no Spark)",
         configure=commands.status_args,
         run=commands.status,
     ),

@@ -100,6 +100,7 @@ class TaskTarget:
     offsets: dict[str, int] = field(default_factory=dict)
     stream_time: int | None = None
     processor_metadata: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the totals as of ``batch``
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class RewindPlan:
                     "offsets": t.offsets,
                     "stream_time": t.stream_time,
                     "processor_metadata": t.processor_metadata,
+                    "metrics": t.metrics,
                 }
                 for t in self.tasks
             ],
@@ -192,6 +194,7 @@ class RewindPlan:
                     dict(t["offsets"]),
                     t["stream_time"],
                     dict(t["processor_metadata"]),
+                    dict(t["metrics"]),
                 )
                 for t in data["tasks"]
             ),
@@ -241,7 +244,8 @@ def rewind(
     RewindRefused before changing anything when it cannot be done; returns ``noop`` when
     the app is already at the target. Crash-safe: after a crash, runs and readers of the
     app refuse until ``rewind(..., resume=True)`` (or the same call) completes it."""
-    from lakestate.engine.runner import instance_lock, state_dir_of
+    from lakestate.engine.local import state_dir_of
+    from lakestate.engine.runner import instance_lock
 
     if resume and (to_batch is not None or before_stream_time is not None):
         raise ValueError("resume completes the interrupted rewind: give no target with it")
@@ -349,6 +353,7 @@ def plan_rewind(
                     dict(row.offsets) if row else {},
                     row.stream_time if row else None,
                     dict(row.processor_metadata) if row else {},
+                    dict(row.metrics) if row else {},
                 )
             )
         if interleaved:
@@ -629,7 +634,7 @@ def _record_rewind_rows(warehouse: Warehouse, plan: RewindPlan, say: Callable[[s
             t.stream_time,
             0,
             (),
-            {},
+            dict(t.metrics),
             dict(t.processor_metadata),
             {"batch": t.batch, "progress_version": plan.progress_version},
         )

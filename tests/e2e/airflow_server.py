@@ -211,15 +211,14 @@ class AirflowServer:
             ) from exc
 
     def logs(self, lines: int = 40) -> str:
-        """The tails of every component's log and of the task logs (for failure messages)."""
+        """The tails of every component's log and of the logs under AIRFLOW_HOME/logs (tasks,
+        DAG file processing, lakestate runs), for failure messages."""
         parts = [
             f"=== {path.name} (last {lines} lines)\n{tail(path, lines)}"
             for path in sorted(self.log_dir.glob("*.log"))
         ]
-        task_logs = (
-            sorted((self.home / "logs").rglob("*.log")) if (self.home / "logs").is_dir() else []
-        )
-        parts += [f"=== task log {path}\n{tail(path, lines)}" for path in task_logs]
+        logs = sorted((self.home / "logs").rglob("*.log")) if (self.home / "logs").is_dir() else []
+        parts += [f"=== {path} (last {lines} lines)\n{tail(path, lines)}" for path in logs]
         return "\n".join(parts)
 
     def stop(self, grace: float = 30) -> None:

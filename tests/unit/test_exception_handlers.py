@@ -365,3 +365,30 @@ def test_log_and_fail_in_the_engine_raises_the_one_line_for_bad_json(monkeypatch
     assert re.search(r"KSTREAM-SOURCE-\d+ could not deserialize", message), message
     for part in ("'in'", "partition 0", "offset 41", "'\"b\"'", "value is not valid JSON"):
         assert part in message, message
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(values=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 9)), max_size=30))
+def test_the_driver_takes_a_list_as_it_takes_the_records_one_by_one(values):
+    def run(one_by_one: bool) -> tuple:
+        b = StreamsBuilder()
+        _chunky(b)
+        with TopologyTestDriver(b.build(), CONTINUE) as d:
+            source = d.create_input_topic("in")
+            if one_by_one:
+                for n, (k, v) in enumerate(values):
+                    source.pipe_input(k, v, timestamp=n)
+            else:
+                source.pipe_key_value_list(values, timestamp=0, advance_ms=1)
+            letters = d.create_output_topic("app-dead-letters").read_records_to_list()
+            return (
+                d.create_output_topic("out").read_records_to_list(),
+                [
+                    (r.key, r.value, r.timestamp, r.headers["__streams.errors.offset"])
+                    for r in letters
+                ],
+                dict(d.get_key_value_store("store").all()),
+                d.metrics(),
+            )
+
+    assert run(False) == run(True)

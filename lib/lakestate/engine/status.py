@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakestate.engine import local, progress
-from lakestate.engine.plan import GLOBAL_SEPARATOR
+from lakestate.engine.plan import GLOBAL_SEPARATOR, global_key
 from lakestate.engine.recovery import is_complete
 from lakestate.io import logtable
 from lakestate.processors.metrics import TASK, is_document, task_level
@@ -120,7 +120,7 @@ def app_status(
     """The status of every task of ``app`` (of ``topology``'s sub-topologies when given, and
     of those its progress rows name)."""
     history, _ = progress.read_all(warehouse, app)
-    inputs, global_topics = _inputs(warehouse, app, topology, history)
+    inputs, global_topics = _inputs(app, topology, history)
     partitions = {t: _partitions(warehouse, t) for ts in inputs.values() for t in ts}
     partitions.update({t: _partitions(warehouse, t) for t in global_topics})
     ends = {t: logtable.end_offsets(None, warehouse, t) if n else {} for t, n in partitions.items()}
@@ -141,7 +141,11 @@ def app_status(
         keys = [(t, task.partition) for t in inputs.get(task.subtopology, [])]
         keys += [(t, p) for t in global_topics for p in range(partitions.get(t, 0))]
         if row is not None:  # inputs a topology left out (not given, or changed since)
-            keys += [k for k in map(_topic_partition(task), row.offsets) if k not in keys]
+            for key in row.offsets:
+                topic, partition = _key_parts(key)
+                where = (topic, task.partition if partition is None else partition)
+                if where not in keys:
+                    keys.append(where)
         offsets = {} if row is None else row.offsets
         held, local_batch, keys_held = _local(state_dir, app, task, stores)
         found.append(
@@ -154,7 +158,7 @@ def app_status(
                     InputStatus(
                         topic,
                         p,
-                        offsets.get(_offset_key(task, topic, p, global_topics), 0),
+                        offsets.get(global_key(topic, p) if topic in global_topics else topic, 0),
                         ends.get(topic, {}).get(p, 0),
                         held.get(TopicPartition(topic, p)),
                     )
@@ -171,10 +175,7 @@ def app_status(
 
 
 def _inputs(
-    warehouse: Warehouse,
-    app: str,
-    topology: Topology | None,
-    history: progress.History,
+    app: str, topology: Topology | None, history: progress.History
 ) -> tuple[dict[int, list[str]], list[str]]:
     """Per sub-topology its input topics (real names), and the global topics."""
     inputs: dict[int, list[str]] = {}
@@ -187,12 +188,12 @@ def _inputs(
         global_topics = [g.topic for g in topology.global_tables]
     for task, rows in history.rows.items():
         for key in rows[0].offsets:
-            topic, sep, number = key.rpartition(GLOBAL_SEPARATOR)
-            if sep and number.isdigit():
+            topic, partition = _key_parts(key)
+            if partition is not None:
                 if topic not in global_topics:
                     global_topics.append(topic)
-            elif key not in inputs.setdefault(task.subtopology, []):
-                inputs[task.subtopology].append(key)
+            elif topic not in inputs.setdefault(task.subtopology, []):
+                inputs[task.subtopology].append(topic)
     return inputs, global_topics
 
 
@@ -210,17 +211,11 @@ def _count(topics: list[str], partitions: Mapping[str, int]) -> int:
     return max((partitions.get(t, 0) for t in topics), default=0)
 
 
-def _topic_partition(task: TaskId):
-    def split(key: str) -> tuple[str, int]:
-        topic, sep, number = key.rpartition(GLOBAL_SEPARATOR)
-        return (topic, int(number)) if sep and number.isdigit() else (key, task.partition)
-
-    return split
-
-
-def _offset_key(task: TaskId, topic: str, partition: int, global_topics: list[str]) -> str:
-    """The key of a progress row's offsets for an input partition (plan.global_key)."""
-    return f"{topic}{GLOBAL_SEPARATOR}{partition}" if topic in global_topics else topic
+def _key_parts(key: str) -> tuple[str, int | None]:
+    """A key of a progress row's offsets: an input topic's name (partition None: the
+    task's), or a global topic's partition (``plan.global_key``)."""
+    topic, sep, number = key.rpartition(GLOBAL_SEPARATOR)
+    return (topic, int(number)) if sep and number.isdigit() else (key, None)
 
 
 def _with_task_level(metrics: Mapping[str, Any]) -> dict[str, Any]:

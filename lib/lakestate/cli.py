@@ -137,7 +137,8 @@ def _produce(args: argparse.Namespace, ctx: Context) -> int:
                 records, labels = _read_jsonl(f)
         except OSError as e:
             raise ValueError(f"cannot read {args.file}: {e.strerror}") from None
-    spark = ctx.spark
+    spark = None  # log tables are read and written by delta-rs: no JVM
+    created = False
     if logtable.topic_exists(spark, ctx.warehouse, args.topic):
         n = logtable.partitions(spark, ctx.warehouse, args.topic)
         if args.partitions is not None and args.partitions != n:

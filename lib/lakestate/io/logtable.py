@@ -707,16 +707,16 @@ def append_records(
     path = _path(warehouse, topic)
     n = partitions(spark, warehouse, topic)
     rows = _normalize(records, n, labels)
-    if not rows:
-        return AppendResult(topic, {}, skipped=False, version=table_version(spark, warehouse, path))
-
-    counts: dict[int, int] = {}
-    for row in rows:
-        counts[row[0]] = counts.get(row[0], 0) + 1
-
-    def build(ends: Mapping[int, int]) -> DataFrame:
+    # Written by delta-rs, like the engine's sink appends: producing starts no JVM.
+    with append_lock(warehouse, topic):
+        table = delta_commits.open_table(path)
+        if txn_app_id is not None and (table.transaction_version(txn_app_id) or -1) >= txn_version:
+            return AppendResult(topic, {}, skipped=True, version=table.version())
+        if not rows:
+            return AppendResult(topic, {}, skipped=False, version=table.version())
+        ends, _ = _end_offsets(spark, warehouse, path, n)
         next_offset = dict(ends)
-        columns: dict[str, list[Any]] = {f.name: [] for f in _log_schema().fields}
+        columns: dict[str, list[Any]] = {name: [] for name in LOG_ARROW_SCHEMA.names}
         for p, ts, key_text, value_text, headers_text in rows:
             columns["partition"].append(p)
             columns["offset"].append(next_offset[p])

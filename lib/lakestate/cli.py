@@ -248,6 +248,12 @@ COMMANDS: dict[str, Command] = {
         configure=commands.maintain_args,
         run=commands.maintain,
     ),
+    "rewind": Command(
+        help="restore an app's sinks and state to an earlier batch (Delta time travel) so "
+        "its next run reprocesses from there; asks first",
+        configure=commands.rewind_args,
+        run=commands.rewind,
+    ),
     "demo": Command(
         help="produce sample events, run the demo DAG through Airflow, print the results",
         configure=commands.demo_args,

@@ -422,6 +422,94 @@ def maintain(args: argparse.Namespace, ctx) -> int:
     return 0
 
 
+def rewind_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("app", help="the app's name (or its module, e.g. jobs/demo.py)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to-batch",
+        type=int,
+        metavar="N",
+        help="back to the latest point of the app's history at which no task is past its "
+        "batch N (0: before the first batch)",
+    )
+    target.add_argument(
+        "--before-time",
+        metavar="MS|ISO",
+        help="back to the latest point at which no task's stream time has reached this time "
+        "(epoch ms, or ISO such as 2026-11-24T10:00:00Z): the batch before an interval",
+    )
+    target.add_argument(
+        "--resume", action="store_true", help="complete a rewind that was interrupted"
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="do it without asking (else type the app's name)"
+    )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="local state directory of this instance, whose lock of the app the rewind holds "
+        "(default: env LAKESTATE_STATE_DIR, else ./state)",
+    )
+
+
+def rewind(args: argparse.Namespace, ctx) -> int:
+    """Restore an app's tables to an earlier point and record its tasks' offsets there
+    (engine/rewind.py); its next run reprocesses from there. Asks first: ``--yes``, or the
+    app's name typed at a terminal. No Spark."""
+    import sys
+
+    from lakestate.engine.cutoff import parse_timestamp
+    from lakestate.engine.rewind import rewind as rewind_app
+
+    name = args.app
+    if name.endswith(".py"):
+        from lakestate.app import load_app
+
+        name = load_app(name).name
+    quiet = getattr(ctx, "quiet", False) or getattr(ctx, "json_output", False)
+    say = getattr(ctx, "say", None) or (lambda text: None if quiet else ctx.print(text))
+
+    def confirm(plan) -> bool:
+        for line in plan.describe():
+            say(line)
+        if args.yes:
+            return True
+        if not sys.stdin.isatty() or getattr(ctx, "json_output", False):
+            raise ValueError(
+                f"rewinding app {name} changes its sinks and state: confirm with --yes "
+                "(or run it at a terminal and type the app's name)"
+            )
+        answer = input(f"type the app's name ({name}) to rewind it, anything else to stop: ")
+        return answer.strip() == name
+
+    result = rewind_app(
+        ctx.warehouse,
+        name,
+        to_batch=args.to_batch,
+        before_stream_time=None if args.before_time is None else parse_timestamp(args.before_time),
+        resume=args.resume,
+        state_dir=args.state_dir,
+        confirm=confirm,
+        say=say,
+    )
+    if getattr(ctx, "json_output", False):
+        ctx.print(
+            json.dumps(
+                {
+                    "app": name,
+                    "noop": result.noop,
+                    "declined": result.declined,
+                    "plan": None if result.plan is None else result.plan.to_json(),
+                    "resumed": None if result.resumed is None else result.resumed.to_json(),
+                }
+            )
+        )
+    if result.declined:
+        ctx.stderr.write(f"lakestate rewind: app {name} not rewound: not confirmed\n")
+        return 1
+    return 0
+
+
 def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=1000, help="sample events to generate")
     p.add_argument(

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
+from lakestate import console
 from lakestate.engine.layout import AppLayout
 from lakestate.engine.plan import TaskPlan
 from lakestate.engine.process import (
@@ -71,12 +72,15 @@ def run_batch(
     Spark path's ``mapInArrow`` would return (columns ``out_fields(kinds)``)."""
     tables = _Tables(layout)
     outputs = []
-    for plan in sorted(plans, key=lambda p: p.task):
-        records = read_inputs(layout, plan, tables)
-        if records.num_rows == 0:
-            continue  # as on Spark, where a task without rows gets no partition
-        outputs.append(process_inputs(records, ctx))
-        del records
+    total = sum(p.records for p in plans)
+    with console.progress(f"batch of {len(plans)} task(s): records", total) as bar:
+        for plan in sorted(plans, key=lambda p: p.task):
+            records = read_inputs(layout, plan, tables)
+            if records.num_rows == 0:
+                continue  # as on Spark, where a task without rows gets no partition
+            outputs.append(process_inputs(records, ctx))
+            bar.advance(records.num_rows)
+            del records
     schema = pa.schema([pa.field(name, type_) for name, type_ in out_fields(kinds)])
     return pa.concat_tables(outputs) if outputs else schema.empty_table()
 

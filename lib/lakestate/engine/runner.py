@@ -28,16 +28,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakestate import console
 from lakestate.app import App, load_app
 from lakestate.engine import inprocess, local
 from lakestate.engine.commit import TaskResult, commit_batch
 from lakestate.engine.cutoff import Cutoff, format_timestamp
+from lakestate.engine.failure import message_of
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.local import state_dir_of
@@ -73,12 +76,16 @@ class RunResult:
     """What a run did: per batch, each task's batch number; the records processed; whether
     it stopped because no input was left (before the cut, with ``until_timestamp``);
     ``busy``: another run of the app held the instance's lock for the whole wait, and this
-    one did nothing."""
+    one did nothing. ``transport``: ``in_process`` or ``spark`` (None: no batch to run);
+    ``figures``: per batch, its tasks' batch numbers, records in and out, the tasks it
+    replayed, and its seconds."""
 
     batches: list[dict[str, int]] = field(default_factory=list)
     records: int = 0
     caught_up: bool = False
     busy: bool = False
+    transport: str | None = None
+    figures: list[dict[str, Any]] = field(default_factory=list)
 
 
 #: How often a run waiting for another run of its app checks the lock.
@@ -196,7 +203,9 @@ def run_app(
             owned = runner.owned(tasks)
             limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
             deadline = None if time_budget_s is None else started + time_budget_s
-            return runner.run(owned, limit, deadline)
+            with console.progress(f"{app.name}: records", total=None) as bar:
+                runner.bar = bar
+                return runner.run(owned, limit, deadline)
         finally:
             spark.join()
 
@@ -280,6 +289,7 @@ class _Runner:
         self.max_records = min(bound, max_records) if max_records else bound
         self.inprocess_max_records = inprocess.max_records(app.config)
         self.in_process = False  # chosen at the start of each run (``_choose_transport``)
+        self.bar = console.Bar()  # the run's progress: records processed of those pending
         self.run_id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.layout: AppLayout = prepare(app, wh)
         self.wh = wh
@@ -313,6 +323,7 @@ class _Runner:
             self.say(self._caught_up())
             return result
         self._choose_transport(tasks, committed, sources)
+        result.transport = "in_process" if self.in_process else "spark"
         if not self.in_process:
             self.spark.start()  # while the local stores recover
         recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
@@ -343,6 +354,7 @@ class _Runner:
                     result.caught_up = True
                     self.say(self._caught_up())
                     break
+            batch_started = time.monotonic()
             results = self._run_batch(plans, committed, replayed)
             for r in results:
                 committed[r.task] = Committed(
@@ -350,6 +362,8 @@ class _Runner:
                 )
             result.batches.append({str(r.task): r.batch_id for r in results})
             result.records += sum(r.records for r in results)
+            result.figures.append(_figures(results, replayed, time.monotonic() - batch_started))
+            self.bar.advance(sum(r.records for r in results))
         return result
 
     def _choose_transport(
@@ -362,6 +376,7 @@ class _Runner:
         pending = sum(p.records for p in plans)
         limit = self.inprocess_max_records
         self.in_process = 0 < limit and pending <= limit
+        self.bar.update(total=pending)
         where = "in this process, no Spark" if self.in_process else "in Spark"
         self.say(
             f"transport: {where} ({pending} records pending; "
@@ -515,8 +530,8 @@ class _Runner:
             raise StreamsException(
                 f"app {self.app.name}: batch of tasks "
                 f"{', '.join(str(p.task) for p in plans)} failed and committed nothing: "
-                f"{_error_text(exc)}"
-            ) from None
+                f"{message_of(exc)}"
+            ) from exc  # the whole trace goes to the log file
         results = self._results(plans, committed, rows)
         commit_batch(
             self.layout, self.run_id, results, rows, replayed, self.state_dir, self.isolation
@@ -599,6 +614,17 @@ def _from_global_starts(
     return TaskPlan(plan.task, plan.batch_id, ranges)
 
 
+def _figures(results: list[TaskResult], replayed: set[TaskId], seconds: float) -> dict[str, Any]:
+    """One batch's figures, as ``RunResult.figures`` and ``lakestate run --json`` give them."""
+    return {
+        "tasks": {str(r.task): r.batch_id for r in results},
+        "records": sum(r.records for r in results),
+        "output_records": sum(n for r in results for per in r.outputs.values() for n in per.values()),
+        "replayed": sorted(str(t) for t in replayed),
+        "seconds": round(seconds, 3),
+    }
+
+
 def _partition_function(ctx: BatchContext):
     """The function for mapInArrow (a plain function: Spark inspects it)."""
 
@@ -606,20 +632,6 @@ def _partition_function(ctx: BatchContext):
         return process_partition(batches, ctx)
 
     return process
-
-
-def _error_text(exc: Exception) -> str:
-    """What went wrong: the error's message when raised in this process, the last line of
-    a Python worker's traceback (which names it) when raised in Spark."""
-    if isinstance(exc, StreamsException):
-        return str(exc)
-    if not type(exc).__module__.startswith(("pyspark", "py4j")):
-        return f"{type(exc).__name__}: {exc}"
-    text = str(exc)
-    for marker in ("ProcessingException: ", "SerializationException: ", "StreamsException: "):
-        if marker in text:
-            return text.split(marker, 1)[1].split("\n", 1)[0]
-    return text.strip().splitlines()[-1] if text.strip() else repr(exc)
 
 
 __all__ = ["RunResult", "load_app", "run_app"]

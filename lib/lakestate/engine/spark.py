@@ -22,6 +22,9 @@ Environment:
     A JSON object of further Spark confs (applied after the defaults above).
 ``LAKESTATE_LOG_LEVEL``
     Spark's log level once the session is up (default ``WARN``).
+
+Under the ``lakestate`` command the JVM's stdout and stderr go to the command's log file
+(``lakestate.logfile``), not the terminal.
 """
 
 from __future__ import annotations
@@ -155,6 +158,10 @@ def spark_conf(
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # A Python worker's error keeps its whole chain: a failing record's traceback, in
+        # the log file, then reaches into the app's own function (the simplified one drops
+        # the cause, i.e. the app's frame).
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         # Times are epoch milliseconds everywhere; keep Spark's rendering stable too.
         "spark.sql.session.timeZone": "UTC",
         # Classic (py4j) Spark: the engine's driver-side commit needs the JVM session.
@@ -209,12 +216,38 @@ def get_spark(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf = spark_conf(master, app_name, extra_conf)
         Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
+        _launch_jvm_into_log(conf)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("LAKESTATE_LOG_LEVEL", DEFAULT_LOG_LEVEL))
         return spark
+
+
+def _launch_jvm_into_log(conf: dict[str, str]) -> None:
+    """When a command's log file is current (``lakestate.logfile``) and this process has
+    no JVM yet, start it (``spark-submit``, as ``getOrCreate`` would, with the same confs)
+    with its stdout and stderr on the log file: Ivy's resolution report, log4j's console
+    output and Spark's Python workers' output then stay off the terminal. The JVM keeps
+    those for its life, so a later session in this process logs there too."""
+    from lakestate import logfile
+
+    log = logfile.current()
+    if log is None or _under_spark_submit():
+        return
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    spark_conf = SparkConf()
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    with log.open_for_child() as out:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
+    # What getOrCreate's SparkContext does with a gateway it is given (pyspark 4.2).
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def stop_spark() -> None:

@@ -271,3 +271,28 @@ def test_kill_at_every_commit_step_gives_the_dead_letters_exactly_once(spark, tm
     proc = _run_in_subprocess(wh, state, None, TRANSPORTS[transport])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _results(spark, wh) == expected
+
+
+def test_without_a_dead_letter_topic_continue_writes_to_the_apps_default_one(spark, tmp_path):
+    wh = Warehouse(tmp_path / "wh")
+    first_bad = _produce(spark, wh)
+    app = load_app(APP)
+    config = {k: v for k, v in app.config.items() if k != "errors.dead.letter.queue.topic.name"}
+    path = tmp_path / "default_app.py"
+    path.write_text(
+        Path(APP).read_text().replace("app = ls.App(", "_app = ls.App(")
+        + f"\napp = ls.App('dead_letters', b.build(), {config!r})\n"
+    )
+    run_app(
+        str(path),
+        warehouse=wh.root,
+        state_dir=str(tmp_path / "s"),
+        until_caught_up=True,
+        inprocess_max_records=10**9,
+        say=lambda _: None,
+    )
+    letters = _rows(wh, "dead_letters-dead-letters")
+    h = [r["headers"] for r in letters]
+    offsets = {(x["__streams.errors.partition"], x["__streams.errors.offset"]) for x in h}
+    assert ("0", str(first_bad)) in offsets and ("0", str(first_bad + 1)) in offsets
+    assert any(r["headers"]["__streams.errors.handler"] == "processing" for r in letters)

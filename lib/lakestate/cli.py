@@ -8,23 +8,36 @@ Global options: ``--warehouse DIR`` (else env ``LAKESTATE_WAREHOUSE``, else ``./
 and ``--master URL`` (else env ``LAKESTATE_SPARK_MASTER``, else ``local[*]``). Spark starts
 only when a command asks ``ctx.spark``; it is stopped on exit if the CLI started it.
 
-Exit codes: 0 success, 1 a lakestate error (bad input, missing topic), 2 usage error.
+Exit codes: 0 success, 1 an error (bad input, a missing topic, a failing record...), 2 usage
+error, 130 interrupted.
+
+What a person reads: results on stdout; on a failure one line on stderr,
+``lakestate COMMAND: error: MESSAGE``, and the path of the invocation's log file
+(``lakestate.logfile``), which holds the full traceback, Spark's and Ivy's output and the
+commands' progress messages. ``--quiet``: ``run``, ``produce``, ``compact`` and ``maintain``
+print nothing but errors. ``--json``: results as JSON only. Progress bars
+(``lakestate.console``) are drawn on stderr when it is a terminal, unless ``--quiet`` or
+``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from lakestate import console, logfile
 from lakestate.engine import commands
-from lakestate.errors import StreamsException
+from lakestate.engine.failure import message_of
 from lakestate.warehouse import Warehouse
 
 __all__ = ["COMMANDS", "Command", "Context", "build_parser", "main"]
+
+log = logging.getLogger("lakestate.cli")
 
 
 class Context:
@@ -63,7 +76,19 @@ class Context:
         return self._spark
 
     def print(self, *values: Any) -> None:
-        print(*values, file=self.stdout)
+        """Print a result (always, ``--quiet`` or not)."""
+        console.echo(" ".join(str(v) for v in values), self.stdout)
+
+    def say(self, text: str) -> None:
+        """Say what is happening or what was done: to the log file always, and to stdout
+        unless ``--quiet`` or ``--json`` (whose stdout holds the JSON result only)."""
+        log.info("%s", text)
+        if not (self.quiet or self.json_output):
+            console.echo(text, self.stdout)
+
+    def print_json(self, document: Any) -> None:
+        """Print ``document`` as one line of JSON (the result under ``--json``)."""
+        console.echo(json.dumps(document, ensure_ascii=False, sort_keys=True), self.stdout)
 
     def close(self) -> None:
         if self._spark is not None and self._owns_spark:
@@ -151,11 +176,18 @@ def _produce(args: argparse.Namespace, ctx: Context) -> int:
         # Validate before creating, so a bad file leaves no empty topic behind.
         logtable.validate_records(records, n, labels)
         logtable.create_topic(ctx.warehouse, args.topic, n)
-        ctx.print(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
+        created = True
+        ctx.say(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
     result = logtable.append_records(spark, ctx.warehouse, args.topic, records, labels=labels)
-    ctx.print(f"appended {result.total} record{'s' if result.total != 1 else ''} to {args.topic}")
+    if ctx.json_output:
+        ranges = {str(p): {"start": s, "end": e} for p, (s, e) in sorted(result.ranges.items())}
+        ctx.print_json(
+            {"topic": args.topic, "created": created, "records": result.total, "partitions": ranges}
+        )
+        return 0
+    ctx.say(f"appended {result.total} record{'s' if result.total != 1 else ''} to {args.topic}")
     for p, (start, end) in sorted(result.ranges.items()):
-        ctx.print(f"  partition {p}: {end - start} (offsets {start}..{end - 1})")
+        ctx.say(f"  partition {p}: {end - start} (offsets {start}..{end - 1})")
     return 0
 
 
@@ -305,21 +337,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error argparse already printed
         return e.code if isinstance(e.code, int) else 2
+    run_log = logfile.start(args.command)
     ctx = Context(
         Warehouse(args.warehouse), master=args.master, quiet=args.quiet, json_output=args.json
     )
+    if not (ctx.quiet or ctx.json_output) and _is_terminal(ctx.stderr):
+        console.enable(ctx.stderr)
+    log.info("lakestate %s", " ".join(sys.argv[1:] if argv is None else argv))
     try:
-        return COMMANDS[args.command].run(args, ctx)
-    except (ValueError, StreamsException) as e:
-        print(f"lakestate {args.command}: error: {e}", file=ctx.stderr)
-        return 1
+        try:
+            return COMMANDS[args.command].run(args, ctx)
+        finally:
+            ctx.close()
     except BrokenPipeError:  # e.g. `lakestate consume t | head`
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
+        log.warning("interrupted", exc_info=True)
+        print(f"lakestate {args.command}: interrupted\nfull log: {run_log.path}", file=ctx.stderr)
         return 130
+    except Exception as e:  # one line for a person; the traceback goes to the log file
+        message = message_of(e)
+        log.error("lakestate %s failed: %s", args.command, message, exc_info=True)
+        print(f"lakestate {args.command}: error: {message}", file=ctx.stderr)
+        print(f"full log: {run_log.path}", file=ctx.stderr)
+        return 1
     finally:
-        ctx.close()
+        console.disable()
+        logfile.stop()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

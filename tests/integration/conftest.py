@@ -25,6 +25,12 @@ def spark() -> Iterator[object]:
     stop_spark()
 
 
+@pytest.fixture(autouse=True)
+def _log_dir(tmp_path, monkeypatch) -> None:
+    """The CLI's log files (lakestate.logfile) go to the test's directory, not ./logs."""
+    monkeypatch.setenv("LAKESTATE_LOG_DIR", str(tmp_path / "logs"))
+
+
 @pytest.fixture
 def warehouse(tmp_path) -> Warehouse:
     """An empty warehouse in the test's temporary directory."""

@@ -75,9 +75,21 @@ def run(args: argparse.Namespace, ctx) -> int:
         master=ctx.master,
         lock_wait_s=args.wait,
         until_timestamp=until,
-        say=ctx.print,
+        say=ctx.say,
     )
-    ctx.print(
+    if ctx.json_output:
+        ctx.print_json(
+            {
+                "batches": len(result.batches),
+                "records": result.records,
+                "caught_up": result.caught_up,
+                "busy": result.busy,
+                "transport": result.transport,
+                "per_batch": result.figures,
+            }
+        )
+        return 0
+    ctx.say(
         f"ran {len(result.batches)} batch(es), {result.records} records"
         + (", caught up" if result.caught_up else "")
         + (", another run was active" if result.busy else "")
@@ -379,9 +391,20 @@ def compact(args: argparse.Namespace, ctx) -> int:
         from lakestate.app import load_app
 
         name = load_app(name).name
-    result = compact_app(ctx.warehouse, name, args.store, say=ctx.print)
+    result = compact_app(ctx.warehouse, name, args.store, say=ctx.say)
     done = result.committed
-    ctx.print(
+    if ctx.json_output:
+        ctx.print_json(
+            {
+                "app": name,
+                "store_tasks": len(result.tasks),
+                "compacted": len(done),
+                "rows_before": sum(t.rows_before for t in done),
+                "rows_after": sum(t.rows_after for t in done),
+            }
+        )
+        return 0
+    ctx.say(
         f"app {name}: compacted {len(done)} of {len(result.tasks)} store task(s), "
         f"{sum(t.rows_before for t in done)} rows -> {sum(t.rows_after for t in done)}"
     )
@@ -413,8 +436,19 @@ def maintain(args: argparse.Namespace, ctx) -> int:
 
         name = load_app(name).name
     retention = timedelta(hours=args.retention_hours)
-    optimized, vacuumed = maintenance.maintain(ctx.warehouse, name, retention, say=ctx.print)
-    ctx.print(
+    optimized, vacuumed = maintenance.maintain(ctx.warehouse, name, retention, say=ctx.say)
+    if ctx.json_output:
+        ctx.print_json(
+            {
+                "app": name,
+                "tables": len(optimized),
+                "files_before": sum(t.files_before for t in optimized),
+                "files_after": sum(t.files_after for t in optimized),
+                "files_vacuumed": sum(len(t.deleted) for t in vacuumed),
+            }
+        )
+        return 0
+    ctx.say(
         f"app {name}: {len(optimized)} table(s), "
         f"{sum(t.files_before for t in optimized)} -> {sum(t.files_after for t in optimized)} "
         f"files, {sum(len(t.deleted) for t in vacuumed)} file(s) vacuumed"

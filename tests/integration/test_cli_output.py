@@ -1,0 +1,201 @@
+"""What a person sees on the terminal, through the installed ``lakestate`` command (the
+venv's console script, run bare from another directory): Spark's and Ivy's output goes to
+the invocation's log file, a failing record is one error line naming it plus the log's path
+(the traceback is in the log), ``--quiet`` prints nothing and ``--json`` one JSON result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from engine_helpers import APPS, produce
+
+pytestmark = pytest.mark.integration
+
+LAKESTATE = Path(sys.executable).parent / "lakestate"
+
+# inprocess_max_records per transport: 0 is always Spark.
+TRANSPORTS = {"spark": 0, "in_process": 10**9}
+
+FAILING_APP = """
+import lakestate as ls
+
+
+def check(value):
+    if value["amount"] == 13:
+        raise ValueError("amount 13 is unlucky")
+    return value
+
+
+b = ls.StreamsBuilder()
+(
+    b.stream("events")
+    .map_values(check)
+    .group_by_key()
+    .count(ls.Materialized.as_("counts"))
+    .to_stream()
+    .to("counts-out")
+)
+app = ls.App("fails", b.build(), {{"lakestate.inprocess.max.records": {limit}}})
+"""
+
+
+def _events(n: int, bad_offset: int | None = None) -> list[dict]:
+    return [
+        {
+            "key": f"k{i % 3}",
+            "value": {"amount": 13 if i == bad_offset else 1 + i % 4},
+            "timestamp": 1_000 + i,
+        }
+        for i in range(n)
+    ]
+
+
+def _lakestate(cwd: Path, log_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LAKESTATE_LOG_DIR": str(log_dir)}
+    env.pop("LAKESTATE_SPARK_MASTER", None)
+    return subprocess.run(
+        [str(LAKESTATE), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def _rows(path: Path) -> int:
+    if not (path / "_delta_log").is_dir():
+        return 0
+    return DeltaTable(str(path)).to_pyarrow_table().num_rows
+
+
+def _logs(log_dir: Path) -> list[Path]:
+    return sorted(log_dir.glob("lakestate-*.log"))
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_a_failing_record_is_one_error_line_and_the_log_path(
+    spark, warehouse, tmp_path, transport
+):
+    produce(spark, warehouse, "events", _events(20, bad_offset=11), partitions=1)
+    app = tmp_path / "fails.py"
+    app.write_text(FAILING_APP.format(limit=TRANSPORTS[transport]))
+    log_dir = tmp_path / "logs"
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+
+    proc = _lakestate(
+        cwd, log_dir, "--warehouse", warehouse.root, "run", str(app),
+        "--state-dir", str(tmp_path / "state"), "--master", "local[2]",
+    )  # fmt: skip
+
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    where = "in Spark" if transport == "spark" else "in this process, no Spark"
+    assert proc.stdout.splitlines() == [
+        f"transport: {where} (20 records pending; lakestate.inprocess.max.records "
+        f"{TRANSPORTS[transport]})"
+    ]
+    error, full_log = proc.stderr.splitlines()
+    assert error.startswith(
+        "lakestate run: error: app fails: batch of tasks 0_0 failed and committed nothing: "
+    ), error
+    for part in (
+        "node KSTREAM-MAPVALUES-0000000001",
+        "topic 'events' partition 0 offset 11",
+        "key='k2'",
+        "ValueError: amount 13 is unlucky",
+    ):
+        assert part in error, (part, error)
+    [log] = _logs(log_dir)
+    assert full_log == f"full log: {log}"
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text
+    assert 'raise ValueError("amount 13 is unlucky")' in text  # the app's own frame
+    if transport == "spark":
+        assert "PythonException" in text and "log4j" in text  # Spark's own output
+    # Nothing committed: no progress row, no output record.
+    apps = Path(warehouse.root) / "apps" / "fails"
+    assert _rows(apps / "_progress") == 0
+    assert _rows(Path(warehouse.root) / "topics" / "counts-out") == 0
+
+
+def test_a_run_through_spark_prints_only_lakestate_lines(spark, warehouse, tmp_path):
+    """Spark starts (Ivy resolves the Delta jars, log4j warns): the terminal shows
+    lakestate's lines only, and ``--json`` makes them one JSON document."""
+    produce(spark, warehouse, "events", _events(30), partitions=1)
+    app = tmp_path / "counts_spark.py"
+    source = (APPS / "counts.py").read_text()
+    app.write_text(
+        source.replace(
+            '{"statestore.uncommitted.max.records": 100_000}',
+            '{"statestore.uncommitted.max.records": 100_000, "lakestate.inprocess.max.records": 0}',
+        )
+    )
+    assert app.read_text() != source
+    log_dir = tmp_path / "logs"
+    common = ["--warehouse", warehouse.root, "--master", "local[2]"]
+    state = ["--state-dir", str(tmp_path / "state")]
+
+    proc = _lakestate(tmp_path, log_dir, *common, "run", str(app), *state, "--json")
+
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    [line] = proc.stdout.splitlines()
+    result = json.loads(line)
+    assert result["transport"] == "spark"
+    assert (result["batches"], result["records"], result["caught_up"]) == (1, 30, False)
+    [batch] = result["per_batch"]
+    assert batch["tasks"] == {"0_0": 1} and batch["records"] == 30
+    [log] = _logs(log_dir)
+    text = log.read_text()
+    assert "log4j" in text and "io.delta#delta-spark" in text  # log4j's and Ivy's output
+    assert "transport: in Spark (30 records pending" in text  # lakestate's lines too
+
+
+def test_quiet_and_json(spark, warehouse, tmp_path):
+    produce(spark, warehouse, "events", _events(30), partitions=1)
+    log_dir = tmp_path / "logs"
+    common = ["--warehouse", warehouse.root]
+    run = ["run", str(APPS / "counts.py"), "--state-dir", str(tmp_path / "state")]
+
+    quiet = _lakestate(tmp_path, log_dir, *common, "--quiet", *run, "--max-records", "10")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+    as_json = _lakestate(
+        tmp_path, log_dir, *common, *run, "--json", "--max-records", "10", "--until-caught-up"
+    )
+    assert as_json.returncode == 0 and as_json.stderr == ""
+    [line] = as_json.stdout.splitlines()
+    result = json.loads(line)
+    assert {k: result[k] for k in ("batches", "records", "caught_up", "busy", "transport")} == {
+        "batches": 2,
+        "records": 20,
+        "caught_up": True,
+        "busy": False,
+        "transport": "in_process",
+    }
+    assert [(b["tasks"], b["records"], b["replayed"]) for b in result["per_batch"]] == [
+        ({"0_0": 2}, 10, []),
+        ({"0_0": 3}, 10, []),
+    ]
+    assert all(b["output_records"] > 0 and b["seconds"] >= 0 for b in result["per_batch"])
+
+    plain = _lakestate(tmp_path, log_dir, *common, *run)
+    assert plain.returncode == 0 and plain.stderr == ""
+    assert plain.stdout.splitlines() == [
+        "caught up: no new input",
+        "ran 0 batch(es), 0 records, caught up",
+    ]
+
+    # Errors still show under --quiet, on stderr, with the log's path.
+    missing = _lakestate(tmp_path, log_dir, *common, "--quiet", "run", str(tmp_path / "no.py"))
+    assert missing.returncode == 1 and missing.stdout == ""
+    error, full_log = missing.stderr.splitlines()
+    assert error.startswith("lakestate run: error: ") and "no.py" in error, error
+
+    logs = _logs(log_dir)
+    assert len(logs) == 4  # one per invocation
+    assert Path(full_log.removeprefix("full log: ")) in logs
+    quiet_log = next(p for p in logs if "--quiet run" in p.read_text())
+    assert "batch 0_0:1: 10 records" in quiet_log.read_text()  # said to the log, not printed

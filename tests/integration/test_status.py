@@ -12,6 +12,7 @@ import json
 import random
 import subprocess
 import sys
+from typing import Any
 
 from engine_helpers import APPS, produce, topic_rows
 from lakestate.app import load_app
@@ -23,13 +24,14 @@ from lakestate.testing import TopologyTestDriver
 PARTITIONS = 3
 
 
-def _status(warehouse, state_dir, app: str, *extra: str) -> tuple[dict, str]:
-    """``lakestate --json status`` in a fresh process: the document, and whether pyspark
-    was imported (it must not be)."""
+def _status(warehouse, state_dir, app: str, as_json: bool = True) -> tuple[Any, str]:
+    """``lakestate --json status`` (or plain ``status``) in a fresh process: the document
+    (or the text), and its stderr, which says whether pyspark was imported (it must not be)."""
+    options = ["--json"] if as_json else []
     code = (
         "import sys; from lakestate.cli import main; "
-        f"rc = main(['--warehouse', {warehouse.root!r}, '--json', 'status', {app!r}, "
-        f"'--state-dir', {str(state_dir)!r}, *{list(extra)!r}]); "
+        f"rc = main(['--warehouse', {warehouse.root!r}, *{options!r}, 'status', {app!r}, "
+        f"'--state-dir', {str(state_dir)!r}]); "
         "print('PYSPARK', 'pyspark' in sys.modules, file=sys.stderr); sys.exit(rc)"
     )
     proc = subprocess.run(
@@ -40,7 +42,7 @@ def _status(warehouse, state_dir, app: str, *extra: str) -> tuple[dict, str]:
         cwd=state_dir.parent,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout), proc.stderr
+    return (json.loads(proc.stdout) if as_json else proc.stdout), proc.stderr
 
 
 def _driver_metrics(app_file: str, records: list[dict]) -> dict[int, dict]:
@@ -136,6 +138,21 @@ def test_dedup_status_shows_totals_over_every_batch_and_tasks_that_never_ran(
     # By name, without the module: the same tasks (the idle one from its topic's partitions).
     by_name, _ = _status(warehouse, state, "dedup")
     assert by_name == doc
+
+    # The same as text: a row per task and input, a row per task and operator or store.
+    text, _ = _status(warehouse, state, "dedup", as_json=False)
+    lines = [line.split() for line in text.splitlines()]
+    assert text.startswith("app dedup: 3 tasks in 1 sub-topologies, lag 4; last batch")
+    assert ["0_2", "-", "-", "-", "events[2]", "0", "4", "4", "-"] in lines
+    for p in (0, 1):
+        (node_name, node), (store_name, store) = (
+            *tasks[f"0_{p}"]["metrics"]["nodes"].items(),
+            *tasks[f"0_{p}"]["metrics"]["stores"].items(),
+        )
+        forwarded, duplicates = node["dedup-records-forwarded"], node["dedup-duplicates-dropped"]
+        assert [f"0_{p}", node_name, str(forwarded), "-", str(duplicates), "-", "-", "-"] in lines
+        size = str(store["dedup-store-size"])
+        assert [f"0_{p}", store_name, "(store)", "-", "-", "-", "-", size, "-"] in lines
 
 
 def test_windowed_status_equals_the_driver_per_operator(spark, warehouse, tmp_path):

@@ -5,16 +5,16 @@ imported, so every action runs in a fresh interpreter with the test's environmen
 its result as JSON to the file given last::
 
     python tests/e2e/airflow_actions.py describe OUT.json
-    python tests/e2e/airflow_actions.py render DAG_ID PARAMS_JSON OUT.json
-    python tests/e2e/airflow_actions.py spark-command DAG_ID OUT.json
+    python tests/e2e/airflow_actions.py render DAG_ID PARAMS_JSON RUN_TYPE UNTIL_ISO OUT.json
+    python tests/e2e/airflow_actions.py master DAG_ID OUT.json
     python tests/e2e/airflow_actions.py test DAG_ID RUN_CONF_JSON OUT.json
+    python tests/e2e/airflow_actions.py test-backfill DAG_ID RUN_CONF_JSON START END OUT.json
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ def _param(param: Any) -> dict[str, Any]:
 
 def describe() -> dict[str, Any]:
     """Every DAG of the DAGs folder, with what the tests check."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from lakestate.airflow.operator import LakestateRunOperator
 
     bag = _dagbag()
     dags: dict[str, Any] = {}
@@ -49,26 +49,28 @@ def describe() -> dict[str, Any]:
             info: dict[str, Any] = {
                 "task_id": task.task_id,
                 "class": f"{type(task).__module__}.{type(task).__qualname__}",
-                "is_spark_submit": isinstance(task, SparkSubmitOperator),
+                "is_lakestate_run": isinstance(task, LakestateRunOperator),
                 "retries": task.retries,
-                "pre_execute_hook": repr(task._pre_execute_hook),
                 "downstream": sorted(task.downstream_task_ids),
             }
-            if isinstance(task, SparkSubmitOperator):
+            if isinstance(task, LakestateRunOperator):
                 info.update(
-                    application=task.application,
-                    application_args=task.application_args,
-                    conf=task.conf,
-                    env_vars=task.env_vars,
-                    packages=task.packages,
-                    name=task.name,
-                    conn_id=task._conn_id,
+                    app_path=task.app_path,
+                    app=task.app,
+                    warehouse=task.warehouse,
+                    state_dir=task.state_dir,
+                    conn_id=task.conn_id,
+                    default_master=task.default_master,
+                    env=task.env,
+                    python=task.python,
+                    command=task.command(["--until-caught-up"], "local[2]"),
                 )
             tasks.append(info)
         dags[dag_id] = {
             "fileloc": dag.fileloc,
             "max_active_runs": dag.max_active_runs,
             "catchup": dag.catchup,
+            "is_paused_upon_creation": dag.is_paused_upon_creation,
             "schedule": repr(dag.timetable),
             "tags": sorted(dag.tags),
             "params": {name: _param(dag.params.get_param(name)) for name in dag.params},
@@ -81,45 +83,102 @@ def describe() -> dict[str, Any]:
     }
 
 
-def render(dag_id: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The Spark task's application_args rendered with the DAG's Params, overridden by
-    ``params`` (as a run's conf overrides them), and validated like a trigger would."""
+def render(dag_id: str, params: dict[str, Any], run_type: str, until: str) -> dict[str, Any]:
+    """The ``lakestate run`` options of a run of ``run_type`` with the DAG's Params,
+    overridden by ``params`` (as a run's conf overrides them, validated as a trigger would),
+    and cut at ``until`` (ISO; empty: none)."""
+    from datetime import datetime
+
+    from lakestate.airflow.operator import run_arguments
+
     dag = _dag(dag_id)
-    task = dag.tasks[0]
     resolved = copy.deepcopy(dag.params)
     resolved.update(params)  # validates each value against its Param's schema
-    context = {"params": resolved.validate()}
-    return {"application_args": task.render_template(task.application_args, context)}
+    arguments = run_arguments(
+        resolved.validate(),
+        run_type=run_type,
+        conf=params,
+        until=datetime.fromisoformat(until) if until else None,
+    )
+    return {"arguments": arguments}
 
 
-def spark_command(dag_id: str) -> dict[str, Any]:
-    """The spark-submit command the Spark task's hook would run, after its pre_execute hook
-    (which provides the default connection when none is defined)."""
+def master(dag_id: str) -> dict[str, Any]:
+    """The Spark master the DAG's task would give ``lakestate run``."""
+    from lakestate.airflow.operator import spark_master
+
     task = _dag(dag_id).tasks[0]
-    env_var = f"AIRFLOW_CONN_{task._conn_id.upper()}"
-    before = os.environ.get(env_var)
-    if task._pre_execute_hook is not None:
-        task._pre_execute_hook({})
-    hook = task._get_hook()
-    return {
-        "conn_env_before": before,
-        "conn_env_after": os.environ.get(env_var),
-        "master": hook._connection["master"],
-        "command": hook._build_spark_submit_command(task.application),
-    }
+    return {"master": spark_master(task.conn_id, task.default_master)}
 
 
-def run_test(dag_id: str, run_conf: dict[str, Any]) -> dict[str, Any]:
-    """One real run of the DAG with ``dag.test``; the run's and the tasks' final states."""
+def _as_backfill_runs(start: str, end: str) -> None:
+    """Make ``dag.test`` create its run as the scheduler creates a backfill's runs: run type
+    ``backfill`` and the data interval ``[start, end)`` (dag.test creates manual runs only;
+    no scheduler runs here, so the run's task still runs in this process)."""
+    from datetime import datetime
+
+    import airflow.models.dagrun as dagrun_module
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    interval = (datetime.fromisoformat(start), datetime.fromisoformat(end))
+
+    def create(*, dag, run_id, logical_date, data_interval, run_after, conf, triggered_by,
+               triggering_user_name, start_date, session):  # fmt: skip
+        from sqlalchemy import select
+
+        # As dag.test's own helper does: a run of the same logical date is replaced.
+        for old in session.scalars(
+            select(dagrun_module.DagRun).where(
+                dagrun_module.DagRun.dag_id == dag.dag_id,
+                dagrun_module.DagRun.logical_date == interval[0],
+            )
+        ):
+            session.delete(old)
+        session.commit()
+        return dag.create_dagrun(
+            run_id=DagRunType.BACKFILL_JOB.generate_run_id(suffix=interval[0].isoformat()),
+            logical_date=interval[0],
+            data_interval=interval,
+            run_after=interval[1],
+            conf=conf,
+            run_type=DagRunType.BACKFILL_JOB,
+            state=DagRunState.RUNNING,
+            triggered_by=triggered_by,
+            triggering_user_name=triggering_user_name,
+            start_date=start_date,
+            session=session,
+        )
+
+    dagrun_module.get_or_create_dagrun = create
+
+
+def run_test(
+    dag_id: str, run_conf: dict[str, Any], logical_date: str | None = None
+) -> dict[str, Any]:
+    """One real run of the DAG with ``dag.test``; the run's and the tasks' final states,
+    and the path of each task's log."""
+    from datetime import datetime
+
     dag = _dag(dag_id)
-    dag_run = dag.test(run_conf=run_conf)
+    if logical_date is None:
+        dag_run = dag.test(run_conf=run_conf)
+    else:
+        dag_run = dag.test(run_conf=run_conf, logical_date=datetime.fromisoformat(logical_date))
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
     with create_session() as session:
         dr = session.get(DagRun, dag_run.id)
-        tis = {ti.task_id: str(ti.state) for ti in dr.get_task_instances(session=session)}
-        return {"run_id": dr.run_id, "state": str(dr.state), "conf": dr.conf, "task_states": tis}
+        tis = dr.get_task_instances(session=session)
+        return {
+            "run_id": dr.run_id,
+            "run_type": str(dr.run_type),
+            "data_interval": [str(dr.data_interval_start), str(dr.data_interval_end)],
+            "state": str(dr.state),
+            "conf": dr.conf,
+            "task_states": {ti.task_id: str(ti.state) for ti in tis},
+        }
 
 
 def main(argv: list[str]) -> int:
@@ -127,11 +186,14 @@ def main(argv: list[str]) -> int:
     if action == "describe":
         result = describe()
     elif action == "render":
-        result = render(args[0], json.loads(args[1]))
-    elif action == "spark-command":
-        result = spark_command(args[0])
+        result = render(args[0], json.loads(args[1]), args[2], args[3])
+    elif action == "master":
+        result = master(args[0])
     elif action == "test":
         result = run_test(args[0], json.loads(args[1]))
+    elif action == "test-backfill":
+        _as_backfill_runs(args[2], args[3])
+        result = run_test(args[0], json.loads(args[1]), logical_date=args[2])
     else:
         raise SystemExit(f"unknown action {action!r}")
     Path(out).write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")

@@ -1,16 +1,18 @@
 """The DAGs folder parses in a real Airflow, and the demo DAG has the shape the design asks for:
-scheduled micro-batches without overlapping runs, by default until caught up within a time
-budget, trigger Params, one SparkSubmitOperator task on local[*] unless a Spark connection says
-otherwise; beside it, the demo app's maintenance DAG (compact -> optimize -> vacuum)."""
+scheduled micro-batches without overlapping scheduled runs, unpaused when created, by default
+until caught up within a time budget, trigger Params (rewind guarded by a confirmation), one
+task running ``lakestate run`` in a subprocess with Spark on local[*] unless a Spark
+connection says otherwise; beside it, the demo app's maintenance DAG (compact -> optimize ->
+vacuum)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from lakestate.engine.spark import DELTA_CONF, delta_maven_coordinates
-from lakestate.engine.submit import build_parser
+from lakestate.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,9 +40,9 @@ def test_clicks_dags_run_the_clicks_app(described: dict) -> None:
     dag = described["dags"]["lakestate_clicks"]
     assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "clicks.py"
     (task,) = dag["tasks"]
-    assert task["is_spark_submit"], task["class"]
-    assert task["application_args"][0] == str(REPO / "jobs" / "clicks.py")
-    assert task["name"] == "clicks"
+    assert task["is_lakestate_run"], task["class"]
+    assert task["app_path"] == str(REPO / "jobs" / "clicks.py")
+    assert task["app"] == "clicks"
     maintenance = described["dags"]["lakestate_clicks_maintenance"]
     assert Path(maintenance["fileloc"]).resolve() == REPO / "dags" / "clicks_maintenance.py"
     assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
@@ -50,9 +52,9 @@ def test_orders_dags_run_the_orders_app(described: dict) -> None:
     dag = described["dags"]["lakestate_orders"]
     assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "orders.py"
     (task,) = dag["tasks"]
-    assert task["is_spark_submit"], task["class"]
-    assert task["application_args"][0] == str(REPO / "jobs" / "orders.py")
-    assert task["name"] == "orders"
+    assert task["is_lakestate_run"], task["class"]
+    assert task["app_path"] == str(REPO / "jobs" / "orders.py")
+    assert task["app"] == "orders"
     maintenance = described["dags"]["lakestate_orders_maintenance"]
     assert Path(maintenance["fileloc"]).resolve() == REPO / "dags" / "orders_maintenance.py"
     assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
@@ -66,9 +68,24 @@ def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
     assert "lakestate" in dag["tags"]
 
 
+def test_every_lakestate_dag_is_unpaused_when_created(described: dict) -> None:
+    lakestate_dags = {i: d for i, d in described["dags"].items() if "lakestate" in d["tags"]}
+    assert {DEMO_DAG, MAINTENANCE_DAG} <= set(lakestate_dags)
+    assert {i: d["is_paused_upon_creation"] for i, d in lakestate_dags.items()} == {
+        i: False for i in lakestate_dags
+    }
+
+
 def test_demo_dag_params(described: dict) -> None:
     params = described["dags"][DEMO_DAG]["params"]
-    assert set(params) == {"max_batches", "max_records", "until_caught_up", "time_budget_s"}
+    assert set(params) == {
+        "max_batches",
+        "max_records",
+        "until_caught_up",
+        "time_budget_s",
+        "rewind",
+        "confirm_rewind",
+    }
     # By default a run processes until caught up, within a budget under the 5-minute interval.
     assert params["until_caught_up"]["default"] is True
     assert params["until_caught_up"]["schema"]["type"] == "boolean"
@@ -80,122 +97,115 @@ def test_demo_dag_params(described: dict) -> None:
     assert params["max_batches"]["schema"]["minimum"] == 1
     assert params["max_records"]["default"] is None
     assert set(params["max_records"]["schema"]["type"]) == {"null", "integer"}
+    # A rewind is off unless asked for, and asks for the app's name.
+    assert params["rewind"]["default"] is False
+    assert params["rewind"]["schema"]["type"] == "boolean"
+    assert params["confirm_rewind"]["default"] == ""
+    assert "demo" in params["confirm_rewind"]["description"]
     for name, param in params.items():
         assert param["description"], f"Param {name} has no description"
 
 
-def test_demo_dag_runs_one_spark_submit(described: dict) -> None:
+def test_demo_dag_runs_lakestate_run_in_a_subprocess(described: dict) -> None:
     (task,) = described["dags"][DEMO_DAG]["tasks"]
-    assert task["is_spark_submit"], task["class"]
-    assert Path(task["application"]) == REPO / "lib" / "lakestate" / "engine" / "submit.py"
-    assert Path(task["application"]).is_file()
-    assert task["application_args"][0] == str(REPO / "jobs" / "demo.py")
-    assert task["name"] == "demo"
+    assert task["task_id"] == "run_batches"
+    assert task["is_lakestate_run"], task["class"]
+    assert task["app_path"] == str(REPO / "jobs" / "demo.py")
+    assert task["app"] == "demo"
     assert task["conn_id"] == "spark_default"
-    assert task["packages"] == delta_maven_coordinates()
-    conf = task["conf"]
-    for key, value in DELTA_CONF.items():
-        assert conf[key] == value
-    assert conf["spark.jars.ivy"]
-    assert Path(conf["spark.pyspark.python"]).is_file()
-    assert "spark.master" not in conf  # spark-submit's --master, from the connection
-    env = task["env_vars"]
+    assert task["default_master"] == "local[*]"
+    assert Path(task["python"]) == Path(sys.executable)  # the Python running Airflow
+    command = task["command"]
+    assert command[:3] == [task["python"], "-m", "lakestate.cli"]
+    # What the task runs is the lakestate CLI's own `run`, with the DAG's paths.
+    args = build_parser().parse_args(command[3:])
+    assert (args.command, args.app, args.master) == ("run", task["app_path"], "local[2]")
+    assert args.warehouse == task["warehouse"] and args.state_dir == task["state_dir"]
+    env = task["env"]
     assert Path(env["LAKESTATE_WAREHOUSE"]).is_absolute()
-    assert Path(env["LAKESTATE_STATE_DIR"]).is_absolute()
-    assert env["PYSPARK_PYTHON"] == conf["spark.pyspark.python"]
+    assert env["LAKESTATE_WAREHOUSE"] == task["warehouse"]
+    assert env["LAKESTATE_STATE_DIR"] == task["state_dir"]
+    assert Path(env["PYSPARK_PYTHON"]).is_file()
     assert str(REPO / "lib") in env["PYTHONPATH"].split(":")
     assert task["retries"] == 0
+
+
+SCHEDULED = ["--until-caught-up", "--time-budget", "240", "--wait", "240"]
 
 
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        (
-            {},
-            [
-                "--max-batches=none",
-                "--max-records=none",
-                "--until-caught-up=true",
-                "--time-budget=240",
-            ],
-        ),
+        ({}, SCHEDULED),
         (
             {"max_batches": 3, "max_records": 500, "until_caught_up": False},
-            [
-                "--max-batches=3",
-                "--max-records=500",
-                "--until-caught-up=false",
-                "--time-budget=240",
-            ],
+            ["--max-batches", "3", "--time-budget", "240", "--max-records", "500",
+             "--wait", "240"],
         ),
         (
             {"max_batches": 3, "until_caught_up": False, "time_budget_s": None},
-            [
-                "--max-batches=3",
-                "--max-records=none",
-                "--until-caught-up=false",
-                "--time-budget=none",
-            ],
+            ["--max-batches", "3", "--wait", "inf"],
         ),
         (
             {"max_batches": 3, "time_budget_s": 60},
-            [
-                "--max-batches=none",
-                "--max-records=none",
-                "--until-caught-up=true",
-                "--time-budget=60",
-            ],
+            ["--until-caught-up", "--time-budget", "60", "--wait", "60"],
         ),
     ],
-)
-def test_params_render_to_submit_arguments(airflow_env, params, expected) -> None:
-    rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params))["application_args"]
-    assert rendered[1:5] == expected
-    args = build_parser().parse_args(rendered)
-    assert args.app == str(REPO / "jobs" / "demo.py")
+)  # fmt: skip
+@pytest.mark.parametrize("run_type", ["scheduled", "manual"])
+def test_params_render_to_run_options(airflow_env, params, expected, run_type) -> None:
+    rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params), run_type, "")
+    assert rendered["arguments"] == expected
+    args = build_parser().parse_args(["run", "jobs/demo.py", *rendered["arguments"]])
     until_caught_up = params.get("until_caught_up", True)
+    assert args.until_caught_up is until_caught_up
     assert args.max_batches == (None if until_caught_up else params.get("max_batches", 1))
     assert args.max_records == params.get("max_records")
-    assert args.until_caught_up is until_caught_up
     assert args.time_budget == params.get("time_budget_s", 240)
-    assert args.warehouse and args.state_dir
+    assert args.until_timestamp is None
 
 
 @pytest.mark.parametrize(
-    "params", [{"max_batches": 0}, {"max_records": "many"}, {"time_budget_s": 0}]
+    ("params", "expected_budget"), [({}, None), ({"time_budget_s": 90, "max_batches": 2}, 90)]
+)
+def test_a_backfill_run_processes_up_to_its_interval_end(
+    airflow_env, params, expected_budget
+) -> None:
+    end = "2026-11-20T10:05:00+00:00"
+    rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params), "backfill", end)
+    args = build_parser().parse_args(["run", "jobs/demo.py", *rendered["arguments"]])
+    assert args.until_timestamp == "1795169100000"  # the data interval's end, in ms
+    assert args.until_caught_up is True and args.max_batches is None
+    # The Params' default budget does not bound a backfill run; its conf's does.
+    assert args.time_budget == expected_budget
+    assert args.wait == float("inf")  # backfill runs queue behind each other
+
+
+@pytest.mark.parametrize(
+    "params", [{"max_batches": 0}, {"max_records": "many"}, {"time_budget_s": 0}, {"rewind": "x"}]
 )
 def test_invalid_params_are_rejected(airflow_env, params) -> None:
     with pytest.raises(AssertionError, match="ParamValidationError"):
-        airflow_env.run("render", DEMO_DAG, json.dumps(params))
-
-
-def test_submit_accepts_lakestate_run_arguments() -> None:
-    args = build_parser().parse_args(
-        ["jobs/demo.py", "--max-batches", "2", "--max-records", "10", "--until-caught-up"]
-    )
-    assert (args.max_batches, args.max_records, args.until_caught_up) == (2, 10, True)
-    assert build_parser().parse_args(["jobs/demo.py"]).until_caught_up is False
-    assert build_parser().parse_args(["jobs/demo.py"]).time_budget is None
-    assert build_parser().parse_args(["jobs/demo.py", "--time-budget", "90"]).time_budget == 90
+        airflow_env.run("render", DEMO_DAG, json.dumps(params), "manual", "")
 
 
 def test_default_master_is_local_without_a_connection(airflow_env) -> None:
-    result = airflow_env.run("spark-command", DEMO_DAG, env={"AIRFLOW_CONN_SPARK_DEFAULT": None})
-    assert result["conn_env_before"] is None
+    result = airflow_env.run("master", DEMO_DAG, env={"AIRFLOW_CONN_SPARK_DEFAULT": None})
     assert result["master"] == "local[*]"
-    command = result["command"]
-    assert command[command.index("--master") + 1] == "local[*]"
-    assert command[command.index("--packages") + 1] == delta_maven_coordinates()
 
 
-def test_a_defined_connection_chooses_the_master(airflow_env) -> None:
-    result = airflow_env.run(
-        "spark-command",
-        DEMO_DAG,
-        env={"AIRFLOW_CONN_SPARK_DEFAULT": "spark://spark-master:7077?deploy-mode=client"},
-    )
-    assert result["master"] == "spark://spark-master:7077"
-    assert result["conn_env_after"] == result["conn_env_before"]  # left alone
+@pytest.mark.parametrize(
+    ("connection", "master"),
+    [
+        ('{"conn_type": "spark", "host": "local[2]"}', "local[2]"),
+        ("spark://spark-master:7077?deploy-mode=client", "spark://spark-master:7077"),
+        ('{"conn_type": "spark", "host": "k8s://https://k8s.example:6443"}',
+         "k8s://https://k8s.example:6443"),
+    ],
+)  # fmt: skip
+def test_a_defined_connection_chooses_the_master(airflow_env, connection, master) -> None:
+    result = airflow_env.run("master", DEMO_DAG, env={"AIRFLOW_CONN_SPARK_DEFAULT": connection})
+    assert result["master"] == master
 
 
 def test_maintenance_dag_shape(described: dict) -> None:
@@ -210,7 +220,7 @@ def test_maintenance_dag_shape(described: dict) -> None:
     assert tasks["compact"]["downstream"] == ["optimize"]
     assert tasks["optimize"]["downstream"] == ["vacuum"]
     assert tasks["vacuum"]["downstream"] == []
-    assert not any(t["is_spark_submit"] for t in tasks.values())  # no Spark
+    assert not any(t["is_lakestate_run"] for t in tasks.values())  # Python tasks
 
 
 def test_maintenance_dag_params(described: dict) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,106 @@ def test_demo_dag_counts_positive_events_per_user(airflow, tmp_path: Path) -> No
         file=sys.stderr,
     )
     assert os.path.isdir(warehouse / "topics" / demo.OUTPUT_TOPIC)
+
+
+# -- failures, backfills and rewinds --------------------------------------------------------
+
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)  # two 5-minute intervals: [T0, T1), [T1, T2)
+T1 = T0 + timedelta(minutes=5)
+T2 = T1 + timedelta(minutes=5)
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _counts(env: dict[str, str], cwd: Path) -> dict[str, int]:
+    """The demo app's final count per user, from its sink topic (the last update of each
+    key, in partition/offset order)."""
+    out = _lakestate(env, cwd, "consume", "event-counts")
+    final: dict[str, int] = {}
+    for r in sorted(
+        (json.loads(line) for line in out.splitlines() if line.strip()),
+        key=lambda r: (r["partition"], r["offset"]),
+    ):
+        final[r["key"]] = r["value"]
+    return final
+
+
+def test_a_failed_run_ends_its_task_log_with_the_lakestate_error(airflow, tmp_path: Path) -> None:
+    """``airflow dags test`` of the demo DAG against a warehouse without its input topic:
+    the task fails, and its log ends with the CLI's one error line (no Spark stack trace)."""
+    env = airflow.environ(
+        {
+            "LAKESTATE_WAREHOUSE": str(tmp_path / "warehouse"),
+            "LAKESTATE_STATE_DIR": str(tmp_path / "state"),
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "dags", "test", DEMO_DAG],
+        env=env,
+        cwd=airflow.home,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "DagRun failed" in out, out[-5000:]
+    # The task's log is what `dags test` prints up to the end of the task.
+    task_log = out[: out.index("[DAG TEST] end task")].splitlines()
+    error = "lakestate run: error: app demo: input topic 'events' of sub-topology 0 does not exist"
+    # Its last lines: the exception naming the error (then Airflow's own framing lines).
+    tail = "\n".join(task_log[-6:])
+    assert f"AirflowException: {error}" in tail, "\n".join(task_log[-40:])
+    assert "Py4J" not in out and "at org.apache" not in out
+
+
+def test_backfill_runs_process_their_intervals_and_a_rewind_is_guarded(
+    airflow, tmp_path: Path
+) -> None:
+    """Backfill runs (run type ``backfill``, as ``airflow backfill create`` makes them;
+    driven here by ``dag.test`` without a scheduler) process the records stamped before
+    their interval's end; again, a no-op. A rewind without the app's name as confirmation
+    fails before changing anything; with it, the app's sinks and state go back to before the
+    interval and the run reprocesses it."""
+    warehouse, state_dir = tmp_path / "warehouse", tmp_path / "state"
+    env = airflow.environ(
+        {"LAKESTATE_WAREHOUSE": str(warehouse), "LAKESTATE_STATE_DIR": str(state_dir)}
+    )
+    # 40 events of 4 users, 20 in each interval, in time order, amounts all positive.
+    events = [
+        {"key": f"u{i % 4}", "value": {"amount": 1 + i % 3}, "timestamp": _ms(T0) + i * 15_000}
+        for i in range(40)
+    ]
+    assert {e["timestamp"] < _ms(T1) for e in events} == {True, False}
+    input_file = tmp_path / "events.jsonl"
+    input_file.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    _lakestate(env, tmp_path, "produce", "events", str(input_file), "--partitions", "2")
+    first = Counter(e["key"] for e in events if e["timestamp"] < _ms(T1))
+    every = Counter(e["key"] for e in events)
+
+    def backfill(start: datetime, end: datetime, conf: dict | None = None) -> dict:
+        return airflow.run(
+            "test-backfill", DEMO_DAG, json.dumps(conf or {}), start.isoformat(),
+            end.isoformat(), env=env, timeout=900,
+        )  # fmt: skip
+
+    result = backfill(T0, T1)
+    assert result["run_type"] == "backfill"
+    assert result["state"] == "success", f"{result}\n{airflow.task_logs()[-20000:]}"
+    assert _counts(env, tmp_path) == dict(first)
+    batches = _batches(warehouse)
+
+    # A wrong confirmation: the run fails before touching anything.
+    result = backfill(T1, T2, {"rewind": True, "confirm_rewind": "yes"})
+    assert result["state"] == "failed"
+    assert _batches(warehouse) == batches and _counts(env, tmp_path) == dict(first)
+
+    result = backfill(T1, T2)
+    assert result["state"] == "success"
+    assert _counts(env, tmp_path) == dict(every)
+
+    # Rewind to before [T1, T2), reprocess up to T2: the same counts again, not doubled.
+    result = backfill(T1, T2, {"rewind": True, "confirm_rewind": "demo"})
+    assert result["state"] == "success", f"{result}\n{airflow.task_logs()[-20000:]}"
+    assert _counts(env, tmp_path) == dict(every)

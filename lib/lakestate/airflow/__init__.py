@@ -1,8 +1,7 @@
 """Airflow integration: ``make_dag("jobs/APP.py")`` turns an app into a scheduled DAG,
 ``make_maintenance_dag("jobs/APP.py")`` into its table-maintenance DAG.
 
-Importing this package imports Airflow and the Spark provider; the rest of lakestate does not
-need them.
+Importing this package imports Airflow; the rest of lakestate does not need it.
 """
 
 from lakestate.airflow.dag_factory import make_dag, make_maintenance_dag

@@ -223,6 +223,8 @@ def test_an_unknown_handler_or_a_dead_letter_topic_that_is_an_input_is_refused(s
         with pytest.raises(StreamsException, match=needle):
             prepare(App(app.name, app.topology, config), wh)
     assert not os.path.exists(wh.app_path(app.name))
+    topics = os.listdir(os.path.dirname(wh.topic_path("events")))
+    assert [t for t in topics if not t.startswith(".")] == ["events"]
 
 
 # -- exactly once under SIGKILL, with the dead-letter topic -----------------------------------

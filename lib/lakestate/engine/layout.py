@@ -71,6 +71,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     tables and progress table if they do not exist yet. Everything goes through delta-rs:
     no JVM."""
     check_format(warehouse, app.name)
+    dead_letters = _dead_letter_topic_name(app)  # refused before anything is created
     topology = app.topology
     inputs: dict[int, list[str]] = {}
     task_counts: dict[int, int] = {}
@@ -121,8 +122,8 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     for topic in global_topics:
         what = f"the topic {topic!r} of a global table"
         partitions[topic] = _read_topic(app, warehouse, topic, what)
-    dead_letters = _dead_letter_topic(app, warehouse, inputs, global_topics, task_counts)
     if dead_letters is not None:
+        _ensure_dead_letter_topic(warehouse, dead_letters, task_counts)
         count = logtable.partitions(None, warehouse, dead_letters)
         outputs[dead_letters] = partitions[dead_letters] = count
     for name, spec in topology.stores.items():
@@ -132,34 +133,41 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions, global_topics)
 
 
-def _dead_letter_topic(
-    app: App,
-    warehouse: Warehouse,
-    inputs: dict[int, list[str]],
-    global_topics: tuple[str, ...],
-    task_counts: dict[int, int],
-) -> str | None:
-    """The app's dead-letter topic (processors/exception_handlers.py), created if missing
-    with as many partitions as the app's widest sub-topology has tasks: one more sink of
-    every task, committed in step 3 with the task's txn like the others. None when no
-    handler continues. An unknown handler is refused here, before anything is committed."""
+def _dead_letter_topic_name(app: App) -> str | None:
+    """The app's dead-letter topic (processors/exception_handlers.py); None when no handler
+    continues. An unknown handler, or a dead-letter topic the app reads, is refused."""
     try:
         topic = ExceptionHandlers.from_config(app.config, app.name).dead_letter_topic
     except StreamsException as exc:
         raise StreamsException(f"app {app.name}: {exc}") from None
     if topic is None:
         return None
-    read = {t for names in inputs.values() for t in names} | set(global_topics)
+    topology = app.topology
+    read = {t for sub in topology.subtopologies for t in sub.source_topics}
+    read |= {
+        internal_topic_name(app.name, t)
+        for sub in topology.subtopologies
+        for t in sub.repartition_sources
+    }
+    read |= {g.topic for g in topology.global_tables}
     if topic in read:
         raise StreamsException(
             f"app {app.name}: the dead-letter topic {topic!r} "
             f"({DEAD_LETTER_QUEUE_TOPIC}) is one of the app's inputs; name another topic"
         )
+    return topic
+
+
+def _ensure_dead_letter_topic(
+    warehouse: Warehouse, topic: str, task_counts: dict[int, int]
+) -> None:
+    """Create the dead-letter topic if missing, with as many partitions as the app's widest
+    sub-topology has tasks. It is one more sink of every task: committed in step 3 with the
+    task's txn like the others."""
     if logtable.topic_exists(None, warehouse, topic):
         _check_columns(warehouse, topic)
     else:
         logtable.create_topic(warehouse, topic, max(task_counts.values(), default=1))
-    return topic
 
 
 def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:

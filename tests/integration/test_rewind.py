@@ -344,3 +344,72 @@ def test_rewind_of_an_app_with_a_global_table(spark, tmp_path):
     assert sum("behind the rewind" in line for line in runs) == 2, runs
     assert topic_rows(spark, wh, "priced") == expected
     assert _local(state, "global_join") == _local(tmp_path / "never-state", "global_join")
+
+
+def _split_input(spark, root: Path) -> Warehouse:
+    """Partition 0 stamped early; partition 1's second half late (from 5,000)."""
+    wh = Warehouse(root)
+    logtable.create_topic(wh, "events", 2)
+    records = [
+        {
+            "key": f"k{i % 5}",
+            "value": {"user": f"u{i % 3}", "amount": 1 + i % 3},
+            "timestamp": (5_000 if p == 1 and i >= 15 else 1_000) + i,
+            "partition": p,
+        }
+        for p in (0, 1)
+        for i in range(30)
+    ]
+    logtable.append_records(spark, wh, "events", records)
+    return wh
+
+
+def _run_task(wh: Warehouse, state: Path, task: str, fault: str | None = None) -> None:
+    """One batch of one task in its own process and state directory (another instance)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    if fault:
+        env["LAKESTATE_FAULT"] = fault
+    code = (
+        "from lakestate.engine.runner import run_app; "
+        f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, state_dir={str(state)!r}, "
+        f"max_records={MAX_RECORDS}, max_batches=1, tasks=[{task!r}], "
+        f"inprocess_max_records={IN_PROCESS})"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
+    )
+    assert proc.returncode == (-9 if fault else 0), proc.stderr[-3000:]
+
+
+def _unordered(spark, wh: Warehouse) -> tuple:
+    """Sinks without offsets (two instances append in another order than one) and state."""
+    sinks = tuple(
+        sorted((p, k, json.dumps(v), ts) for p, _o, k, v, ts in topic_rows(spark, wh, t))
+        for t in TOPICS["counts"]
+    )
+    return sinks + tuple(state_rows(spark, wh, "counts", s) for s in STORES["counts"])
+
+
+def test_interleaved_instances_rewind_to_the_latest_point_every_table_holds(spark, tmp_path):
+    """Tasks run by two instances: 0_0's batch 2 is recorded (progress) before 0_1's, but
+    its tables are written after (a crash, then a replay). The point (0_0 at 2, 0_1 at 1)
+    is the latest before stream time 4,000, but the sinks hold 0_1's batch 2 before 0_0's:
+    no version holds exactly it, so the rewind goes to the point before, where every table
+    can be restored; reprocessing then equals never rewinding."""
+    never = _split_input(spark, tmp_path / "never")
+    _run(never, tmp_path / "never-state", "counts")
+    expected = _unordered(spark, never)
+
+    wh = _split_input(spark, tmp_path / "wh")
+    a, b = tmp_path / "a", tmp_path / "b"
+    _run_task(wh, a, "0_0")
+    _run_task(wh, b, "0_1")
+    _run_task(wh, a, "0_0", fault="after_progress@2")
+    _run_task(wh, b, "0_1")
+    _run_task(wh, a, "0_0")  # the replay of 0_0's batch 2
+    result = rewind(wh, "counts", before_stream_time=4_000, state_dir=str(a), say=_quiet)
+    assert {str(t.task): t.batch for t in result.plan.tasks} == {"0_0": 1, "0_1": 1}
+    assert "the latest point every table can be restored to" in result.plan.target_text
+    for state, task in ((a, "0_0"), (b, "0_1")):
+        _run(wh, state, "counts", tasks=[task])
+    assert _unordered(spark, wh) == expected

@@ -142,7 +142,7 @@ def test_dedup_status_shows_totals_over_every_batch_and_tasks_that_never_ran(
     # The same as text: a row per task and input, a row per task and operator or store.
     text, _ = _status(warehouse, state, "dedup", as_json=False)
     lines = [line.split() for line in text.splitlines()]
-    assert text.startswith("app dedup: 3 tasks in 1 sub-topologies, lag 4; last batch")
+    assert text.startswith("app dedup: 3 tasks in 1 sub-topologies, lag 4, dropped-records 0;")
     assert ["0_2", "-", "-", "-", "events[2]", "0", "4", "4", "-"] in lines
     for p in (0, 1):
         (node_name, node), (store_name, store) = (

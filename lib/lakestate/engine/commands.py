@@ -287,10 +287,11 @@ def status(args: argparse.Namespace, ctx) -> int:
     if not found.tasks:
         return 0
     newest = max(found.tasks, key=lambda t: t.committed_at_ms or -1)
+    dropped = sum(t.metrics.get("task", {}).get("dropped-records", 0) for t in found.tasks)
     subs = len({t.task.subtopology for t in found.tasks})
     ctx.print(
         f"app {name}: {len(found.tasks)} tasks in {subs} sub-topologies, lag "
-        f"{sum(t.lag for t in found.tasks)}; "
+        f"{sum(t.lag for t in found.tasks)}, dropped-records {dropped:g}; "
         + (
             f"last batch committed at {format_time(newest.committed_at_ms)} UTC (task "
             f"{newest.task}, batch {newest.batch})"

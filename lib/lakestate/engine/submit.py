@@ -1,9 +1,11 @@
 """spark-submit entry point: ``spark-submit lib/lakestate/engine/submit.py jobs/APP.py [options]``.
 
 Takes the arguments of ``lakestate run`` minus ``--master`` (spark-submit's own ``--master``
-decides) and calls ``lakestate.engine.runner.run_app``. For templated callers (the Airflow DAG
-factory) the options also take explicit values: ``--max-batches=none``,
-``--max-records=none``, ``--until-caught-up=false``, ``--time-budget=none``.
+decides) and calls ``lakestate.engine.runner.run_app``: for a driver that must run where
+spark-submit puts it (a cluster's deploy mode). The Airflow DAGs run ``lakestate run``
+itself (``lakestate.airflow.operator``). For templated callers the options also take
+explicit values: ``--max-batches=none``, ``--max-records=none``, ``--until-caught-up=false``,
+``--time-budget=none``, ``--wait=none``.
 """
 
 import os
@@ -44,6 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="start no new batch after this many seconds (default: no budget)",
     )
+    p.add_argument(
+        "--wait",
+        type=_optional_seconds,
+        metavar="SECONDS",
+        help="wait up to this long for another run of the app (default: the time budget)",
+    )
+    p.add_argument(
+        "--until-timestamp",
+        metavar="MS|ISO",
+        help="cut each input partition at its first record stamped at or after this time",
+    )
     p.add_argument("--warehouse", metavar="DIR")
     p.add_argument("--state-dir", metavar="DIR")
     return p
@@ -68,8 +81,10 @@ def _adopt_submit_master() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _adopt_submit_master()
+    from lakestate.engine.cutoff import parse_timestamp
     from lakestate.engine.runner import run_app  # lazily: the file imports without Spark
 
+    until = None if args.until_timestamp is None else parse_timestamp(args.until_timestamp)
     run_app(
         args.app,
         warehouse=args.warehouse,
@@ -78,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         max_records=args.max_records,
         until_caught_up=args.until_caught_up,
         time_budget_s=args.time_budget,
+        lock_wait_s=args.wait,
+        until_timestamp=until,
     )
     return 0
 

@@ -208,18 +208,48 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-messages", type=int, metavar="N", help="stop after N records (in output order)"
     )
+    p.add_argument(
+        "--engine",
+        choices=("arrow", "spark"),
+        default="arrow",
+        help="arrow (default): read through delta-rs in this process, no JVM; spark: read "
+        "with Spark",
+    )
 
 
 def _consume(args: argparse.Namespace, ctx: Context) -> int:
+    """Print the topic's records as JSON lines, partition by partition in offset order."""
     from lakestate.io import logtable
 
-    spark = ctx.spark
-    if not logtable.topic_exists(spark, ctx.warehouse, args.topic):
+    if not logtable.topic_exists(None, ctx.warehouse, args.topic):
         raise ValueError(f"topic {args.topic!r} does not exist in {ctx.warehouse.root}")
-    df = logtable.read_topic(spark, ctx.warehouse, args.topic, partitions=args.partition)
-    if args.max_messages is not None:
-        df = df.limit(max(args.max_messages, 0))
-    for r in logtable.iter_records(df):
+    n = logtable.partitions(None, ctx.warehouse, args.topic)
+    wrong = sorted({p for p in args.partition or () if not 0 <= p < n})
+    if wrong:
+        raise ValueError(
+            f"topic {args.topic!r} has {n} partition{'s' if n != 1 else ''} (0..{n - 1}); "
+            f"no partition {', '.join(map(str, wrong))}"
+        )
+    limit = None if args.max_messages is None else max(args.max_messages, 0)
+    if args.engine == "spark":
+        df = logtable.read_topic(ctx.spark, ctx.warehouse, args.topic, partitions=args.partition)
+        records = logtable.iter_records(df if limit is None else df.limit(limit))
+    else:
+        records = (
+            logtable.LogRecord(
+                r["partition"],
+                r["offset"],
+                r["timestamp"],
+                logtable.decode_json(r["key"]),
+                logtable.decode_json(r["value"]),
+                logtable.decode_json(r["headers"]),
+            )
+            for table in logtable.read_partitions_arrow(
+                ctx.warehouse, args.topic, args.partition, limit
+            )
+            for r in table.to_pylist()
+        )
+    for r in records:
         out: dict[str, Any] = {
             "partition": r.partition,
             "offset": r.offset,
@@ -253,9 +283,16 @@ COMMANDS: dict[str, Command] = {
         run=commands.run,
     ),
     "sql": Command(
-        help="run Spark SQL over every topic and state table of the warehouse",
+        help="run Spark SQL over every topic and state table of the warehouse (in process "
+        "with DuckDB; --engine spark on Spark)",
         configure=commands.sql_args,
         run=commands.sql,
+    ),
+    "describe": Command(
+        help="an app's sub-topologies, tasks, topics (partitions, end offsets), stores "
+        "(kind, SQL views, changelogs) and config; or a topic's partitions and end offsets",
+        configure=commands.describe_args,
+        run=commands.describe,
     ),
     "status": Command(
         help="every task of an app: committed, end and local offsets, lag, last batch, "

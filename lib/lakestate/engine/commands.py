@@ -673,7 +673,7 @@ def _run_dag(ctx, dag_id: str) -> None:
         raise StreamsException(f"the demo DAG run failed; see {log_path}")
 
 
-def _show_counts(ctx, demo_module) -> None:
+def _show_counts(ctx, demo_module, engine: str = "duckdb") -> None:
     from lakestate.engine.inspect import view_name
 
     ctx.print(f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}:")
@@ -682,6 +682,7 @@ def _show_counts(ctx, demo_module) -> None:
         f"SELECT partition, offset, key, value FROM "
         f"{view_name(demo_module.OUTPUT_TOPIC)} ORDER BY timestamp DESC, offset DESC "
         "LIMIT 10",
+        engine=engine,
     )
     for row in out.dicts():
         ctx.print(
@@ -690,11 +691,11 @@ def _show_counts(ctx, demo_module) -> None:
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
     text = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
     ctx.print(f'demo: lakestate sql "{text}"')
-    for row in query(ctx, text).dicts():
+    for row in query(ctx, text, engine=engine).dicts():
         ctx.print(f"  {row['key']}\t{row['count']}\t(task {row['task']})")
 
 
-def _show_clicks(ctx, clicks) -> None:
+def _show_clicks(ctx, clicks, engine: str = "duckdb") -> None:
     """The clicks app's final results, alerts, dropped late records and open windows."""
     from lakestate.engine.inspect import app_pin, format_time, view_name
 
@@ -713,7 +714,7 @@ def _show_clicks(ctx, clicks) -> None:
         f"{clicks.FINAL_TOPIC!r}), the last 10:"
     )
     ctx.print(f'  lakestate sql "{query}"')
-    for row in _rows(ctx, query):
+    for row in _rows(ctx, query, engine):
         ctx.print(f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks} clicks")
     limit = int(clicks.ALERT_INTERVAL.total_seconds() // 60)
     ctx.print(
@@ -721,7 +722,9 @@ def _show_clicks(ctx, clicks) -> None:
         f"{clicks.ALERT_TOPIC!r}):"
     )
     alerts = _rows(
-        ctx, f"SELECT timestamp, value FROM {view_name(clicks.ALERT_TOPIC)} ORDER BY timestamp"
+        ctx,
+        f"SELECT timestamp, value FROM {view_name(clicks.ALERT_TOPIC)} ORDER BY timestamp",
+        engine,
     )
     for row in alerts:
         alert = json.loads(row.value)
@@ -748,14 +751,14 @@ def _show_clicks(ctx, clicks) -> None:
     )
     ctx.print("demo: windows still open, emitted once their task's stream time passes end + grace:")
     ctx.print(f'  lakestate sql "{query}"')
-    for row in _rows(ctx, query):
+    for row in _rows(ctx, query, engine):
         ctx.print(
             f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks_so_far} clicks so far, final "
             f"once stream time reaches {hhmm(row.final_at)}"
         )
 
 
-def _show_orders(ctx, orders) -> None:
+def _show_orders(ctx, orders, engine: str = "duckdb") -> None:
     """The orders app's enriched orders (late ones with a tier other than the customer's
     current one) and SQL over the customers' version history."""
     from lakestate.engine.inspect import format_time, view_name
@@ -780,13 +783,13 @@ def _show_orders(ctx, orders) -> None:
         f"(topic {orders.OUTPUT_TOPIC!r}), the last 10:"
     )
     ctx.print(f'  lakestate sql "{query}"')
-    for row in _rows(ctx, query):
+    for row in _rows(ctx, query, engine):
         ctx.print(
             f"  {row.order_id} at {hhmm(row.timestamp)}: {row.customer} was {row.tier} "
             f"(now {json.loads(row.tier_now)})"
         )
     customers = _rows(
-        ctx, f"SELECT key FROM {history} GROUP BY key ORDER BY count(*) DESC, key LIMIT 1"
+        ctx, f"SELECT key FROM {history} GROUP BY key ORDER BY count(*) DESC, key LIMIT 1", engine
     )
     if not customers:
         return
@@ -799,14 +802,14 @@ def _show_orders(ctx, orders) -> None:
         f"demo: the tier history of {json.loads(customer.key)} (the versioned store's SQL view):"
     )
     ctx.print(f'  lakestate sql "{query}"')
-    for row in _rows(ctx, query):
+    for row in _rows(ctx, query, engine):
         until = "now" if row.valid_to is None else hhmm(row.valid_to)
         tier = "deleted" if row.tier is None else json.loads(row.tier)
         ctx.print(f"  {tier}\tfrom {hhmm(row.valid_from)} until {until}")
 
 
-def _rows(ctx, text: str) -> list:
-    """The rows of a demo's query (the default engine: no JVM), by attribute."""
+def _rows(ctx, text: str, engine: str = "duckdb") -> list:
+    """The rows of a demo's query, by attribute (the default engine: no JVM)."""
     from types import SimpleNamespace
 
-    return [SimpleNamespace(**row) for row in query(ctx, text).dicts()]
+    return [SimpleNamespace(**row) for row in query(ctx, text, engine=engine).dicts()]

@@ -73,6 +73,7 @@ __all__ = [
     "ends_metadata",
     "iter_records",
     "partitions",
+    "read_partitions_arrow",
     "read_range",
     "read_topic",
     "table_properties",
@@ -470,6 +471,35 @@ def read_range(
     condition = reduce(lambda a, b: a | b, conditions) if conditions else F.lit(False)
     df = df.where(condition)
     return df.orderBy("partition", "offset") if ordered else df
+
+
+def read_partitions_arrow(
+    warehouse: Warehouse,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    limit: int | None = None,
+) -> Iterator[pa.Table]:
+    """The records of ``topic`` as Arrow tables (``LOG_ARROW_SCHEMA``'s columns), one per
+    partition in partition order (of ``partitions`` only, when given), each in offset
+    order, at most ``limit`` records in all; read by delta-rs, no Spark. Offsets being
+    dense from 0, a partition's first n records are those below offset n, so a limit
+    reads no more than it returns (and files the Parquet statistics rule out)."""
+    import pyarrow.dataset as ds
+
+    dataset = delta_commits.open_table(_path(warehouse, topic)).to_pyarrow_dataset()
+    n = _read_partitions(None, warehouse, topic)
+    remaining = limit
+    for p in sorted(set(range(n) if partitions is None else partitions)):
+        if remaining is not None and remaining <= 0:
+            return
+        condition = ds.field("partition") == p
+        if remaining is not None:
+            condition = condition & (ds.field("offset") < remaining)
+        rows = dataset.to_table(filter=condition).sort_by("offset")
+        if remaining is not None:
+            rows = rows.slice(0, remaining)
+            remaining -= rows.num_rows
+        yield rows.select(LOG_ARROW_SCHEMA.names)
 
 
 def decode_json(text: str | None) -> Any:

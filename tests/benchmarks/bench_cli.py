@@ -1,0 +1,100 @@
+"""The read-only commands in a fresh process, as a person runs them: `lakestate sql`,
+`consume` and `describe` on their default engine (DuckDB / delta-rs, no JVM) against
+`--engine spark`, over the demo app's warehouse after a run.
+
+    python tests/benchmarks/bench_cli.py [--records N] [--repeat R] [--keep DIR]
+
+Builds a warehouse (the demo app's sample events, 2 partitions, run until caught up in the
+driver), then times each command R times in a fresh `python -m lakestate.cli` process
+(wall seconds, the median and the best) and prints the ratio of the default engine's
+median to Spark's, with the load average before and after. The target: each read command
+under 2 s on the default engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+COMMANDS = {
+    "sql (store view)": [
+        "sql",
+        "SELECT key, value AS count FROM demo__event_counts_store ORDER BY value DESC",
+    ],
+    "sql (topic, JSON)": [
+        "sql",
+        "SELECT get_json_object(value, '$.user') AS user, count(*) AS n FROM events GROUP BY 1",
+    ],
+    "consume (100 records)": ["consume", "event-counts", "--max-messages", "100"],
+    "consume (whole topic)": ["consume", "event-counts"],
+    "describe": ["describe", "jobs/demo.py"],
+}
+# Commands with a Spark path (describe has none).
+SPARK = {"sql (store view)", "sql (topic, JSON)", "consume (100 records)", "consume (whole topic)"}
+
+
+def build(warehouse: Path, state: Path, records: int) -> None:
+    """The demo app's warehouse: sample events, one run until caught up."""
+    sys.path.insert(0, str(REPO / "lib"))
+    from lakestate.app import load_module
+    from lakestate.engine.runner import run_app
+    from lakestate.engine.spark import get_spark, stop_spark
+    from lakestate.io import logtable
+    from lakestate.warehouse import Warehouse
+
+    wh = Warehouse(warehouse)
+    demo = load_module(REPO / "jobs" / "demo.py")
+    spark = get_spark("local[2]")
+    logtable.create_topic(wh, demo.INPUT_TOPIC, 2)
+    sample = [{"key": k, "value": v, "timestamp": t} for k, v, t in demo.sample_events(records)]
+    logtable.append_records(spark, wh, demo.INPUT_TOPIC, sample)
+    stop_spark()
+    run_app(str(REPO / "jobs" / "demo.py"), warehouse=wh.root, state_dir=str(state),
+            until_caught_up=True, say=lambda _: None)
+
+
+def timed(args: list[str], warehouse: Path) -> float:
+    env = dict(os.environ, LAKESTATE_WAREHOUSE=str(warehouse), PYTHONPATH=str(REPO / "lib"))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "lakestate.cli", *args], cwd=REPO, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"lakestate {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=10_000, help="sample events (10,000)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command (3)")
+    parser.add_argument("--keep", metavar="DIR", help="build the warehouse in DIR (kept)")
+    args = parser.parse_args()
+    root = Path(args.keep or tempfile.mkdtemp(prefix="bench_cli_"))
+    warehouse = root / "warehouse"
+    if not (warehouse / "apps" / "demo").is_dir():
+        build(warehouse, root / "state", args.records)
+    print(f"warehouse {warehouse} ({args.records} events), load average before "
+          f"{os.getloadavg()[0]:.2f}")
+    print(f"{'command':24} {'default s (best)':>18} {'--engine spark s':>18} {'ratio':>7}")
+    for name, command in COMMANDS.items():
+        fast = [timed(command, warehouse) for _ in range(args.repeat)]
+        slow = ([timed([*command, "--engine", "spark"], warehouse) for _ in range(args.repeat)]
+                if name in SPARK else [])
+        f, s = statistics.median(fast), statistics.median(slow) if slow else None
+        print(f"{name:24} {f:9.2f} ({min(fast):5.2f}) "
+              + (f"{s:9.2f} ({min(slow):5.2f}) {f / s:7.3f}" if s else f"{'-':>18} {'-':>7}")
+              + f"   load {os.getloadavg()[0]:.2f}")
+    print(f"load average after {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""`lakestate sql`'s two engines give the same rows: DuckDB in process (the default: the
+views over Arrow datasets read by delta-rs, the query transpiled from Spark SQL) and Spark.
+
+One warehouse from real runs of apps with every store kind (key-value, dedup, window,
+session, suppression buffers in memory and on disk, versioned), one of them compacted and
+run again (snapshot rows and a tail), then the same queries on both engines: every SQL
+query of README.md and of the demo printers (engine/commands.py), every view and changelog
+of the warehouse as a whole, and Spark functions users write (JSON, time, casts,
+aggregates, joins, window functions). Rows are compared as multisets of plain values
+(``result.plain``: Spark's bytearray and Row as DuckDB's bytes and dict), floats within
+1e-9; an ORDER BY query's rows also in order, by the columns it sorts on.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from engine_helpers import APPS, produce
+from lakestate.app import load_module
+from lakestate.cli import Context
+from lakestate.engine import commands, compaction
+from lakestate.engine.inspect import CHANGELOG_SUFFIX, view_name
+from lakestate.engine.runner import run_app
+from lakestate.io import logtable
+from lakestate.query.result import plain
+from lakestate.warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+README = Path(__file__).resolve().parents[2] / "README.md"
+MIN = 60_000
+
+
+def _events(n: int, start: int = 0) -> list[dict]:
+    """Events 20 s apart (hours of them: hourly windows close), amounts 0-3."""
+    return [
+        {
+            "key": f"k{i % 7}",
+            "value": {"user": f"u{i % 5}", "amount": i % 4, "txn": f"txn-{i % 50}"},
+            "timestamp": 1_000_000 + i * 20_000 - (7_000 if i % 9 == 0 else 0),
+        }
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def wh(spark, tmp_path_factory) -> Warehouse:
+    root = tmp_path_factory.mktemp("engines")
+    wh = Warehouse(root / "warehouse")
+
+    def run(path, **kwargs) -> None:
+        kwargs.setdefault("until_caught_up", True)
+        run_app(str(path), warehouse=wh.root, state_dir=str(root / "state"), say=lambda _: None,
+                **kwargs)
+
+    produce(spark, wh, "events", _events(300), partitions=2)
+    run(JOBS / "demo.py", max_records=60)
+    compaction.compact(wh, "demo")  # snapshot rows ...
+    logtable.append_records(spark, wh, "events", _events(200, start=300))
+    run(JOBS / "demo.py", max_records=60)  # ... and a tail after them
+    for app in ("alerts.py", "dedup.py", "windowed.py"):
+        run(APPS / app, max_records=150)
+    produce(spark, wh, "payments", [
+        {"key": f"p{i % 3}", "value": {"txn": f"txn-{i % 60}", "amount": i}, "timestamp": i * 1000}
+        for i in range(120)
+    ], partitions=2)
+    run(APPS / "payments.py")
+    tiers = [(42, "silver", 0), (7, "bronze", 1), (42, "gold", 10), (42, "platinum", 20),
+             (42, "silver-plus", 5), (7, None, 12)]
+    produce(spark, wh, "tier-updates",
+            [{"key": k, "value": v, "timestamp": m * MIN} for k, v, m in tiers], partitions=1)
+    run(APPS / "versioned_tiers.py", max_records=2)
+    clicks = load_module(JOBS / "clicks.py")
+    produce(spark, wh, clicks.INPUT_TOPIC,
+            [{"key": k, "value": v, "timestamp": t} for k, v, t in clicks.sample_clicks(400)],
+            partitions=2)
+    run(JOBS / "clicks.py", max_records=100)
+    orders = load_module(JOBS / "orders.py")
+    produce(spark, wh, orders.CUSTOMERS_TOPIC,
+            [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(20)],
+            partitions=2)
+    logtable.create_topic(wh, orders.INPUT_TOPIC, 2)
+    run(JOBS / "orders.py")  # the tier history first, as the demo loads it
+    produce(spark, wh, orders.INPUT_TOPIC,
+            [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_orders(300, 20)],
+            partitions=2)
+    run(JOBS / "orders.py")
+    return wh
+
+
+def _readme_queries() -> list[str]:
+    """Every SQL query of README.md: the ```sql blocks' statements and `lakestate sql`'s
+    argument in the ```bash blocks (a time T made a number)."""
+    text = README.read_text()
+    found = []
+    for block in re.findall(r"```sql\n(.*?)```", text, re.S):
+        statement: list[str] = []
+        for line in block.splitlines() + ["--"]:
+            if line.startswith("--"):
+                if statement:
+                    found.append(" ".join(statement))
+                statement = []
+            elif line.strip():
+                statement.append(line.strip())
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for q in re.findall(r'lakestate sql "((?:[^"\\]|\\.)*)"', block):
+            found.append(q.replace('\\"', '"'))
+    return [q.replace(" T ", " 660000 ").replace("> T)", "> 660000)") for q in found]
+
+
+# Spark functions and SQL users write, beyond the README's.
+EXTRA = [
+    "SELECT task, count(*) AS n, sum(CAST(value AS BIGINT)) AS total, max(ts) AS newest "
+    "FROM demo__event_counts_store GROUP BY task",
+    "SELECT key, value, row_number() OVER (PARTITION BY task ORDER BY key) AS rn, "
+    "sum(CAST(value AS BIGINT)) OVER (PARTITION BY task) AS task_total FROM demo__event_counts_store",
+    "SELECT partition, offset, get_json_object(value, '$') AS whole, "
+    "get_json_object(value, '$.user') AS user, get_json_object(value, '$.missing') AS missing, "
+    "get_json_object(key, '$.x') AS not_an_object, get_json_object('not json', '$.a') AS bad, "
+    "timestamp_millis(timestamp) AS at, timestamp_seconds(timestamp DIV 1000) AS at_s "
+    "FROM events ORDER BY partition, offset",
+    "SELECT get_json_object(value, '$.amount') AS amount, count(*) AS n FROM events "
+    "WHERE get_json_object(value, '$.amount') >= 2 GROUP BY 1",
+    "SELECT value FROM event_counts WHERE value >= 20",
+    "SELECT e.key, count(*) AS n FROM events e LEFT JOIN unique_events u "
+    "ON u.key = e.key AND u.timestamp = e.timestamp WHERE u.key IS NULL GROUP BY e.key",
+    "SELECT key, window_start, window_end, value FROM windowed__window_counts "
+    "ORDER BY window_start DESC, key LIMIT 5",
+    "SELECT get_json_object(key, '$.key') AS k, value, prior_value, buffer_time "
+    "FROM windowed__final_spilled_store",
+    "SELECT key, window_start, window_end, value FROM windowed__sessions WHERE value > 2",
+    "SELECT dedup_id, ts, offset FROM dedup__seen_keys",
+    "SELECT * FROM tiers__per_tier",
+    "SELECT count(*) AS rows, count(DISTINCT task) AS tasks, max(batch_id) AS last, "
+    "sum(CASE WHEN snapshot_through IS NULL THEN 0 ELSE 1 END) AS snapshot_rows "
+    "FROM demo__event_counts_store__changelog",
+    "SELECT key, coalesce(value, 'deleted') AS value, nvl(valid_to, -1) AS until, "
+    "if(valid_to IS NULL, 'latest', 'older') AS which FROM tiers__tiers",
+]
+
+
+def _views(wh: Warehouse) -> list[str]:
+    """SELECT * of every view: every topic, every store's state and changelog."""
+    names = [view_name(t) for t in wh.list_topics()]
+    for table in wh.list_state_tables():
+        name = view_name(f"{table.app}__{table.store}")
+        names += [name, name + CHANGELOG_SUFFIX]
+    return [f"SELECT * FROM {n}" for n in names]
+
+
+def _order_columns(query: str, columns: list[str]) -> list[int] | None:
+    """The output columns a query's final ORDER BY sorts on (None: no ORDER BY outside a
+    window); a sort key that is no output column is left out (the rows' multiset is
+    compared anyway)."""
+    head, sep, tail = query.rpartition("ORDER BY ")
+    if not sep or ")" in tail:
+        return None
+    tail = re.sub(r"\s+LIMIT\s+\d+\s*$", "", tail, flags=re.I)
+    keys = [re.sub(r"\s+(DESC|ASC)$", "", k.strip(), flags=re.I) for k in tail.split(",")]
+    return [columns.index(k.split(".")[-1]) for k in keys if k.split(".")[-1] in columns]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def _key(row: tuple) -> tuple:
+    return tuple(round(v, 6) if isinstance(v, float) else repr(v) for v in row)
+
+
+def _compare(ctx: Context, query: str, batch: int | None = None) -> int:
+    fast = commands.query(ctx, query, batch, engine="duckdb")
+    slow = commands.query(ctx, query, batch, engine="spark")
+    assert len(fast.columns) == len(slow.columns), (query, fast.columns, slow.columns)
+    if " AS " in query.upper() or query.startswith("SELECT *"):
+        assert [c.lower() for c in fast.columns] == [c.lower() for c in slow.columns], query
+    rows_fast = [tuple(plain(v) for v in r) for r in fast.rows]
+    rows_slow = [tuple(plain(v) for v in r) for r in slow.rows]
+    assert Counter(map(_key, rows_fast)) == Counter(map(_key, rows_slow)), query
+    for r_fast, r_slow in zip(sorted(rows_fast, key=_key), sorted(rows_slow, key=_key),
+                              strict=True):
+        assert all(map(_same, r_fast, r_slow)), (query, r_fast, r_slow)
+    order = _order_columns(query, list(slow.columns))
+    if order:
+        assert [tuple(r[i] for i in order) for r in rows_fast] == [
+            tuple(r[i] for i in order) for r in rows_slow
+        ], query
+    return len(rows_fast)
+
+
+def test_readme_queries_give_spark_s_rows(spark, wh):
+    queries = _readme_queries()
+    assert len(queries) >= 9, queries
+    ctx = Context(wh)
+    counts = {q: _compare(ctx, q) for q in queries}
+    assert sum(1 for n in counts.values() if n) >= 6, counts  # most queries have rows
+
+
+def test_demo_printers_print_the_same_on_both_engines(spark, wh):
+    """The demo's printers (what `lakestate demo` shows after its DAG run) print the same
+    lines through DuckDB (their default: no Spark) as through Spark."""
+    printed = {}
+    for engine in ("duckdb", "spark"):
+        out = io.StringIO()
+        ctx = Context(wh, stdout=out)
+        commands._show_counts(ctx, load_module(JOBS / "demo.py"), engine)
+        commands._show_clicks(ctx, load_module(JOBS / "clicks.py"), engine)
+        commands._show_orders(ctx, load_module(JOBS / "orders.py"), engine)
+        printed[engine] = out.getvalue().splitlines()
+    assert printed["duckdb"] == printed["spark"]
+    lines = printed["duckdb"]
+    assert sum(1 for line in lines if line.startswith("  partition ")) == 10
+    assert any(" clicks so far, final once " in line for line in lines)
+    assert any(line.startswith("  order-") for line in lines)
+
+
+def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
+    apps = [load_module(JOBS / "demo.py").app, load_module(JOBS / "clicks.py").app,
+            load_module(JOBS / "orders.py").app] + [
+        load_module(APPS / f).app
+        for f in ("alerts.py", "dedup.py", "windowed.py", "payments.py", "versioned_tiers.py")
+    ]
+    tables = {(t.app, t.store) for t in wh.list_state_tables()}
+    kinds = {
+        spec.kind
+        for app in apps
+        for name, spec in app.topology.stores.items()
+        if (app.name, name) in tables
+    }
+    assert kinds >= {"timestamped_key_value", "dedup", "window", "session",
+                     "suppression_buffer", "versioned"}, kinds
+    ctx = Context(wh)
+    counts = {q: _compare(ctx, q) for q in _views(wh)}
+    assert all(counts.values()), [q for q, n in counts.items() if not n]
+
+
+def test_spark_functions_and_sql_give_spark_s_rows(spark, wh):
+    ctx = Context(wh)
+    for q in EXTRA:
+        _compare(ctx, q)
+
+
+def test_a_pinned_batch_gives_spark_s_rows(spark, wh):
+    ctx = Context(wh)
+    assert _compare(ctx, "SELECT key, value, batch_id FROM windowed__window_counts", batch=2)
+    _compare(ctx, "SELECT * FROM windowed__final_store", batch=2)
+
+
+def test_errors_name_what_is_wrong(spark, wh):
+    ctx = Context(wh)
+    with pytest.raises(ValueError, match="no_such_view"):
+        commands.query(ctx, "SELECT * FROM no_such_view")
+    with pytest.raises(ValueError, match="applies to one app"):
+        commands.query(ctx, "SELECT * FROM events", batch=1)

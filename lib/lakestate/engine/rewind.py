@@ -229,6 +229,7 @@ def rewind(
     before_stream_time: int | None = None,
     resume: bool = False,
     state_dir: str | None = None,
+    lock_wait_s: float = 0.0,
     confirm: Callable[[RewindPlan], bool] | None = None,
     say: Callable[[str], None] = print,
 ) -> RewindResult:
@@ -238,8 +239,9 @@ def rewind(
     so that its next runs reprocess from there. Exactly one of the two, unless ``resume``
     (complete an interrupted rewind only). An interrupted rewind is always completed first.
 
-    Holds the app's lock on this instance (``state_dir``: its state directory; runs of the
-    app on other instances must be stopped: they are fenced, not waited for). ``confirm``
+    Holds the app's lock on this instance (``state_dir``: its state directory), waiting up
+    to ``lock_wait_s`` seconds for a run holding it (``math.inf``: as long as it takes);
+    runs of the app on other instances must be stopped: they are fenced, not waited for. ``confirm``
     is called with the plan before anything changes (False: nothing is done). Raises
     RewindRefused before changing anything when it cannot be done; returns ``noop`` when
     the app is already at the target. Crash-safe: after a crash, runs and readers of the
@@ -257,9 +259,12 @@ def rewind(
     if app not in wh.list_apps():
         known = ", ".join(wh.list_apps()) or "none"
         raise ValueError(f"no app {app!r} in warehouse {wh.root} (apps: {known})")
-    with instance_lock(state_dir_of(state_dir), app) as held:
-        if held is False:  # instance_lock that yields whether it got the lock
-            raise StreamsException(f"app {app} is running on this instance: rewind it when idle")
+    with instance_lock(state_dir_of(state_dir), app, lock_wait_s, say) as held:
+        if not held:
+            raise StreamsException(
+                f"app {app} is running on this instance: it was not rewound (wait for the run "
+                "to end, or give the rewind a lock wait)"
+            )
         resumed = None
         intent = rewind_intent.read(wh, app)
         if intent is not None:

@@ -362,7 +362,10 @@ def plan_rewind(
                 )
             )
         if interleaved:
-            target_text += f" (the latest point every table can be restored to: {interleaved[0]})"
+            target_text += (
+                " (the latest point every table can be restored to: a later one holds "
+                f"batches on both sides of it in {interleaved[0]})"
+            )
         return RewindPlan(app, target_text, version, tuple(tasks), tuple(restores))
     raise RewindRefused(f"app {app}: no point of its history can be restored ({interleaved})")
 

@@ -5,7 +5,7 @@ batch)`` SIGKILL the current process, the hardest crash there is: no cleanup, no
 Points, in commit order (``commit.py``'s steps): after_progress, after_sink:<topic>,
 after_changelog:<store>, after_tables (that is, before the local commit), mid_local_commit
 (after the first task's local commit); mid_restore (after a restore's first write, before
-its batch marker); and compaction's own points.
+its batch marker); and compaction's and rewind's own points (engine/rewind.py).
 ``<batch>`` is the lowest task batch of the batch being committed (for mid_restore: the
 batch restored).
 Unset in production; reading one environment variable is its only cost.

@@ -105,9 +105,10 @@ def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
             say=said.append,
         )
     transports = {line for line in said if line.startswith("transport:")}
-    # Every progress row, but for when and by which run it was written.
+    # Every progress row (metric totals included), but for when and by which run it was
+    # written.
     rows = delta_commits.open_table(wh.progress_path(app_name)).to_pyarrow_table()
-    same = [c for c in rows.column_names if c not in ("run_id", "at_ms", "metrics")]
+    same = [c for c in rows.column_names if c not in ("run_id", "at_ms")]
     recorded = sorted(tuple(r.values()) for r in rows.select(same).to_pylist())
     tables = {t: topic_rows(spark, wh, t) for t in out_topics}
     state_of = {

@@ -9,7 +9,9 @@ partition, and what the sinks hold."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -17,9 +19,10 @@ from typing import Any
 from engine_helpers import APPS, produce, topic_rows
 from lakestate.app import load_app
 from lakestate.engine.runner import run_app
-from lakestate.io import logtable
+from lakestate.io import delta_commits, logtable
 from lakestate.io.partitioner import partition_for
 from lakestate.testing import TopologyTestDriver
+from lakestate.warehouse import Warehouse
 
 PARTITIONS = 3
 
@@ -210,3 +213,61 @@ def test_an_app_that_never_ran_lists_the_tasks_its_module_knows(spark, warehouse
         assert inp["committed"] == 0 and inp["lag"] == inp["end"] == ends[t["partition"]] > 0
     by_name, _ = _status(warehouse, state, "regroup")
     assert by_name == {"app": "regroup", "tasks": [], "unresolved_subtopologies": []}
+
+
+def _progress_metrics(warehouse, app: str) -> dict[tuple[str, int], dict]:
+    """Every progress row's metrics, by task and batch."""
+    rows = delta_commits.open_table(warehouse.progress_path(app)).to_pyarrow_table().to_pylist()
+    return {(r["task"], r["batch_id"]): json.loads(r["metrics"]) for r in rows}
+
+
+def _killed_run(warehouse, state_dir, fault: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    if fault:
+        env["LAKESTATE_FAULT"] = fault
+    code = (
+        "from lakestate.engine.runner import run_app; "
+        f"run_app({str(APPS / 'dedup.py')!r}, warehouse={warehouse.root!r}, "
+        f"state_dir={str(state_dir)!r}, max_records=20, until_caught_up=True)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_totals_do_not_count_a_replayed_batch_twice(spark, tmp_path):
+    """SIGKILL at each commit step of a dedup app's batches (the recorded batch replayed,
+    staged transactions applied, a wiped local store restored), then a run to the end: every
+    progress row's totals equal an uninterrupted run's, batch by batch, and the driver's."""
+    rng = random.Random(17)
+    records = [
+        {"key": f"k{rng.randrange(15)}", "value": {"n": i}, "timestamp": 1_000 + i * 900}
+        for i in range(200)
+    ]
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, PARTITIONS)
+    assert _killed_run(reference, tmp_path / "reference-state", None).returncode == 0
+
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, PARTITIONS)
+    state = tmp_path / "state"
+    for fault in (
+        "after_progress@2",
+        "after_sink:unique-events@2",
+        "after_changelog:seen-keys@2",
+        "after_tables@3",
+        "mid_local_commit@4",
+    ):
+        proc = _killed_run(wh, state, fault)
+        assert proc.returncode == -9, (fault, proc.returncode, proc.stderr[-3000:])
+        if fault == "after_sink:unique-events@2":
+            shutil.rmtree(state / "dedup" / "0_0")  # restored from the changelog next run
+    proc = _killed_run(wh, state, None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    got, want = _progress_metrics(wh, "dedup"), _progress_metrics(reference, "dedup")
+    assert len(got) > 3 * PARTITIONS and got == want
+    doc, _ = _status(wh, state, "dedup")
+    driver = _driver_metrics("dedup.py", records)
+    for task in doc["tasks"]:
+        assert _scoped(task) == driver[task["partition"]]

@@ -49,10 +49,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
   echo "$want" > "$stamp"
 fi
+# The `lakestate` command is the project's console script ([project.scripts]):
+# .venv/bin/lakestate, bare on the PATH after `source .venv/bin/activate`.
+if [ ! -x .venv/bin/lakestate ]; then
+  .venv/bin/python -m pip install -q --no-deps -e .
+fi
 
 if [ -x scripts/fetch_jars.sh ]; then
   scripts/fetch_jars.sh
 fi
 # Kafka Streams itself, for the conformance suite (tests/conformance): built once into .cache.
 scripts/fetch_kstreams.sh >/dev/null
-echo "setup: ready ($(.venv/bin/python -c 'import lakestate, pyspark, delta; print("lakestate ok, pyspark", pyspark.__version__)'))"
+echo "setup: ready ($(.venv/bin/python -c 'import lakestate, pyspark, delta; print("lakestate ok, pyspark", pyspark.__version__)')); the command: .venv/bin/lakestate, or \`lakestate\` after \`source .venv/bin/activate\`"

@@ -132,7 +132,9 @@ def _open_bar(description: str, total: int | float | None) -> tuple[Any, Any]:
             )
             _display.start()
         _open += 1
-        return _display, _display.add_task(description, total=total)
+        task = _display.add_task(description, total=total)
+        _display.refresh()  # shown at once, not at the next tick
+        return _display, task
 
 
 def _close_bar(display: Any, task: Any) -> None:

@@ -199,3 +199,61 @@ def test_quiet_and_json(spark, warehouse, tmp_path):
     assert Path(full_log.removeprefix("full log: ")) in logs
     quiet_log = next(p for p in logs if "--quiet run" in p.read_text())
     assert "batch 0_0:1: 10 records" in quiet_log.read_text()  # said to the log, not printed
+
+
+def _on_a_terminal(cwd: Path, log_dir: Path, *args: str) -> tuple[int, str]:
+    """Run ``lakestate`` with stdout and stderr on a pseudo-terminal: its exit code and all
+    it wrote there."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "LAKESTATE_LOG_DIR": str(log_dir), "COLUMNS": "120", "TERM": "xterm"}
+    proc = subprocess.Popen(
+        [str(LAKESTATE), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        stdout=slave, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=900), b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_on_a_terminal_only(spark, warehouse, tmp_path):
+    """A restore, a run's records and a compaction draw bars on a terminal; --quiet and a
+    pipe draw none."""
+    produce(spark, warehouse, "events", _events(30), partitions=1)
+    log_dir = tmp_path / "logs"
+    common = ["--warehouse", warehouse.root]
+    state = tmp_path / "state"
+    run = ["run", str(APPS / "counts.py"), "--state-dir", str(state), "--max-records", "10"]
+    code, first = _on_a_terminal(tmp_path, log_dir, *common, *run)
+    assert code == 0, first
+    assert "counts: records" in first  # the run's bar
+    assert "ran 1 batch(es), 10 records" in first
+
+    # The local state lost: the next run restores it, with a bar per store.
+    import shutil
+
+    shutil.rmtree(state)
+    code, second = _on_a_terminal(tmp_path, log_dir, *common, *run)
+    assert code == 0, second
+    assert "restore counts task 0_0 counts: rows" in second
+    assert "task 0_0: restored" in second
+
+    code, compacted = _on_a_terminal(tmp_path, log_dir, *common, "compact", "counts")
+    assert code == 0, compacted
+    assert "compact counts: store tasks" in compacted
+
+    code, quiet = _on_a_terminal(tmp_path, log_dir, *common, "--quiet", *run)
+    assert (code, quiet) == (0, "")
+    piped = _lakestate(tmp_path, log_dir, *common, *run)
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert "records" in piped.stdout and "counts: records" not in piped.stdout

@@ -47,6 +47,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from lakestate import console
 from lakestate.engine import faults
 from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.engine.inspect import app_pin
@@ -133,6 +134,7 @@ def compact(
     pin = app_pin(warehouse, app)
     owners = pin.writers
     done: list[TaskCompaction] = []
+    work: list[tuple[str, str, list[tuple[TaskId, int]]]] = []
     for table in tables:
         path = warehouse.changelog_path(app, table.store)
         subs = owners.get(path, set())
@@ -145,11 +147,15 @@ def compact(
             say(f"{app}/{table.store}: no batch wrote it yet, nothing to compact")
             continue
         (sub,) = subs
-        for task, through in sorted(pin.batches.items()):
-            if task.subtopology == sub:
-                result = _compact_task(path, app, table.store, task, through)
+        tasks = [(t, through) for t, through in sorted(pin.batches.items()) if t.subtopology == sub]
+        work.append((path, table.store, tasks))
+    with console.progress(f"compact {app}: store tasks", sum(len(w[2]) for w in work)) as bar:
+        for path, store_name, tasks in work:
+            for task, through in tasks:
+                result = _compact_task(path, app, store_name, task, through)
                 say(_describe(app, result))
                 done.append(result)
+                bar.advance()
     return CompactionResult(app, tuple(done))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from lakestate import console
 from lakestate.engine import changelog, faults, local, progress
 from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
@@ -264,17 +265,23 @@ def restore(
         for name in layout.stores_of(task.subtopology):
             kind = layout.app.topology.stores[name].kind
             path = layout.changelog_path(name)
-            if columnar_restore(kind) is not None:
-                keys, values = changelog.read_live(path, task.partition, committed.batch_id)
-                total += load(store, kind, name, keys, values, committed.batch_id)
-                continue
-            entries = list(changelog.read_state(path, task.partition, committed.batch_id).items())
-            for start in range(0, len(entries), RESTORE_CHUNK):
-                with store.new_transaction() as txn:
-                    changelog.restore_into(txn, kind, name, entries[start : start + RESTORE_CHUNK])
-                    txn.commit()
-                faults.maybe_fail("mid_restore", committed.batch_id)
-            total += len(entries)
+            with console.progress(f"restore {app} task {task} {name}: rows") as bar:
+                if columnar_restore(kind) is not None:
+                    keys, values = changelog.read_live(path, task.partition, committed.batch_id)
+                    bar.update(total=len(keys))
+                    total += load(store, kind, name, keys, values, committed.batch_id, bar)
+                    continue
+                state = changelog.read_state(path, task.partition, committed.batch_id)
+                entries = list(state.items())
+                bar.update(total=len(entries))
+                for start in range(0, len(entries), RESTORE_CHUNK):
+                    chunk = entries[start : start + RESTORE_CHUNK]
+                    with store.new_transaction() as txn:
+                        changelog.restore_into(txn, kind, name, chunk)
+                        txn.commit()
+                    bar.advance(len(chunk))
+                    faults.maybe_fail("mid_restore", committed.batch_id)
+                total += len(entries)
         _finish(store, layout, task, committed, [])
     finally:
         store.close()
@@ -286,23 +293,35 @@ def restore(
 
 
 def load(
-    store: StateStore, kind: str, name: str, raw_keys: Any, raw_values: Any, batch_id: int
+    store: StateStore,
+    kind: str,
+    name: str,
+    raw_keys: Any,
+    raw_values: Any,
+    batch_id: int,
+    bar: console.Bar | None = None,
 ) -> int:
     """Fill store ``name`` of a wiped local store from its live changelog rows (Arrow
     arrays, one row per key): the entries the kind derives from them (``restore_columns``),
-    sorted, loaded straight into the store (``bulk_load``). Returns the number of rows."""
+    sorted, loaded straight into the store (``bulk_load``). Returns the number of rows.
+    ``bar``: advanced by the rows as they load."""
     restore_columns = columnar_restore(kind)
     if restore_columns is None:
         raise ValueError(f"store kind {kind!r} restores through transactions only")
     keys, values = restore_columns(raw_keys, raw_values)
     order = pc.sort_indices(keys)  # bytewise, RocksDB's order
     keys, values = keys.take(order), values.take(order)
-    store.bulk_load(
-        name,
-        (
-            (keys.slice(start, LOAD_CHUNK).to_pylist(), values.slice(start, LOAD_CHUNK).to_pylist())
-            for start in range(0, len(keys), LOAD_CHUNK)
-        ),
-    )
+    # A kind may derive more entries than rows (an index beside its data): the bar counts
+    # rows, in proportion.
+    per_entry = len(raw_keys) / len(keys) if len(keys) else 0.0
+    bar = bar or console.Bar()
+
+    def chunks():
+        for start in range(0, len(keys), LOAD_CHUNK):
+            chunk = keys.slice(start, LOAD_CHUNK), values.slice(start, LOAD_CHUNK)
+            yield chunk[0].to_pylist(), chunk[1].to_pylist()
+            bar.advance(len(chunk[0]) * per_entry)
+
+    store.bulk_load(name, chunks())
     faults.maybe_fail("mid_restore", batch_id)
     return len(raw_keys)

@@ -265,35 +265,64 @@ def rewind(
                 f"app {app} is running on this instance: it was not rewound (wait for the run "
                 "to end, or give the rewind a lock wait)"
             )
-        resumed = None
-        intent = rewind_intent.read(wh, app)
-        if intent is not None:
-            resumed = RewindPlan.from_json(intent["plan"])
-            say(f"completing the interrupted rewind of app {app} to {resumed.target_text}")
-            _carry_out(wh, resumed, say)
-        elif resume:
-            say(f"app {app} is not mid-rewind: nothing to resume")
-        if resume:
-            return RewindResult(app, None, noop=resumed is None, resumed=resumed)
-        plan = plan_rewind(wh, app, to_batch=to_batch, before_stream_time=before_stream_time)
-        if plan.noop:
-            for line in plan.describe():
-                say(line)
-            return RewindResult(app, plan, noop=True, resumed=resumed)
-        if confirm is not None and not confirm(plan):
-            return RewindResult(app, plan, declined=True, resumed=resumed)
-        rewind_intent.write(
-            wh,
-            app,
-            {
-                "plan": plan.to_json(),
-                "target_text": plan.target_text,
-                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            },
-        )
-        faults.maybe_fail(FAULT_AFTER_INTENT, 0)
-        _carry_out(wh, plan, say)
-        return RewindResult(app, plan, resumed=resumed)
+        # Every table the app writes stays locked until the rewind is done: no maintenance
+        # rewrite and no append on this machine (a produce into a sink, say) comes between
+        # the plan's checks and the restores.
+        with _tables_locked(wh, app):
+            return _rewind_locked(wh, app, to_batch, before_stream_time, resume, confirm, say)
+
+
+def _rewind_locked(
+    wh: Warehouse,
+    app: str,
+    to_batch: int | None,
+    before_stream_time: int | None,
+    resume: bool,
+    confirm: Callable[[RewindPlan], bool] | None,
+    say: Callable[[str], None],
+) -> RewindResult:
+    resumed = None
+    intent = rewind_intent.read(wh, app)
+    if intent is not None:
+        resumed = RewindPlan.from_json(intent["plan"])
+        say(f"completing the interrupted rewind of app {app} to {resumed.target_text}")
+        _carry_out(wh, resumed, say)
+    elif resume:
+        say(f"app {app} is not mid-rewind: nothing to resume")
+    if resume:
+        return RewindResult(app, None, noop=resumed is None, resumed=resumed)
+    plan = plan_rewind(wh, app, to_batch=to_batch, before_stream_time=before_stream_time)
+    if plan.noop:
+        for line in plan.describe():
+            say(line)
+        return RewindResult(app, plan, noop=True, resumed=resumed)
+    if confirm is not None and not confirm(plan):
+        return RewindResult(app, plan, declined=True, resumed=resumed)
+    rewind_intent.write(
+        wh,
+        app,
+        {
+            "plan": plan.to_json(),
+            "target_text": plan.target_text,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    )
+    faults.maybe_fail(FAULT_AFTER_INTENT, 0)
+    _carry_out(wh, plan, say)
+    return RewindResult(app, plan, resumed=resumed)
+
+
+@contextlib.contextmanager
+def _tables_locked(warehouse: Warehouse, app: str) -> Iterator[None]:
+    """Hold the maintenance lock of every table the app writes, and a topic's append lock
+    (in path order, each table's maintenance lock first, as compaction takes them)."""
+    topics = warehouse.topics_dir().rstrip("/") + "/"
+    with contextlib.ExitStack() as stack:
+        for path in _app_tables(warehouse, app):
+            stack.enter_context(table_lock(path))
+            if path.startswith(topics):
+                stack.enter_context(logtable.append_lock(warehouse, path[len(topics) :]))
+        yield
 
 
 # -- planning -------------------------------------------------------------------------------

@@ -205,16 +205,13 @@ class LakestateRunOperator(BaseOperator):
 
     def _rewind(self, start: datetime) -> None:
         from lakestate.engine.rewind import rewind
-        from lakestate.engine.runner import instance_lock
 
-        # rewind takes the app's lock without waiting: wait for a run under way first.
-        with instance_lock(self.state_dir, self.app, math.inf, self.log.info):
-            pass
         result = rewind(
             self.warehouse,
             self.app,
             before_stream_time=_ms(start),
             state_dir=self.state_dir,
+            lock_wait_s=math.inf,  # as a backfill run, after a run under way
             say=self.log.info,
         )
         if result.noop:

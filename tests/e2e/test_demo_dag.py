@@ -225,3 +225,37 @@ def test_backfill_runs_process_their_intervals_and_a_rewind_is_guarded(
     result = backfill(T1, T2, {"rewind": True, "confirm_rewind": "demo"})
     assert result["state"] == "success", f"{result}\n{airflow.task_logs()[-20000:]}"
     assert _counts(env, tmp_path) == dict(every)
+
+
+def test_a_run_that_finds_the_app_running_waits_and_succeeds(airflow, tmp_path: Path) -> None:
+    """A DAG run started while another run of the app holds its lock (held here by the
+    test, as a run under way does) waits for it, then processes the input: green."""
+    from lakestate.engine.runner import instance_lock
+
+    warehouse, state_dir = tmp_path / "warehouse", tmp_path / "state"
+    env = airflow.environ(
+        {"LAKESTATE_WAREHOUSE": str(warehouse), "LAKESTATE_STATE_DIR": str(state_dir)}
+    )
+    events = [{"key": f"u{i % 3}", "value": {"amount": 1}, "timestamp": i} for i in range(12)]
+    input_file = tmp_path / "events.jsonl"
+    input_file.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    _lakestate(env, tmp_path, "produce", "events", str(input_file), "--partitions", "2")
+
+    out, result_file = tmp_path / "dag-test.out", tmp_path / "dag-test.json"
+    actions = Path(__file__).with_name("airflow_actions.py")
+    with instance_lock(str(state_dir), "demo"), open(out, "w", encoding="utf-8") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(actions), "test", DEMO_DAG, "{}", str(result_file)],
+            env=env, cwd=airflow.home, stdout=sink, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for _ in range(6000):  # a bound for a broken run, not a timing assertion
+            said = out.read_text(encoding="utf-8", errors="replace")
+            if "app demo is running on this instance" in said or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert "waiting up to 240s for it to finish" in said, said[-5000:]
+    assert proc.wait(timeout=900) == 0, out.read_text(errors="replace")[-5000:]
+    result = json.loads(result_file.read_text(encoding="utf-8"))
+    assert result["state"] == "success", out.read_text(errors="replace")[-5000:]
+    assert "the other run of app demo finished" in out.read_text(errors="replace")
+    assert _counts(env, tmp_path) == {"u0": 4, "u1": 4, "u2": 4}

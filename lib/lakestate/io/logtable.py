@@ -755,10 +755,17 @@ def append_records(
             columns["key"].append(key_text)
             columns["value"].append(value_text)
             columns["headers"].append(headers_text)
-        return spark.createDataFrame(_arrow_table(columns), schema=_log_schema()).coalesce(1)
-
-    return append_frame(
-        spark, warehouse, topic, build, counts, txn_app_id=txn_app_id, txn_version=txn_version
+        metadata = {ENDS_METADATA_KEY: {str(p): e for p, e in sorted(next_offset.items())}}
+        txns = {txn_app_id: txn_version} if txn_app_id is not None else None
+        version = delta_commits.append(
+            table, _arrow_table(columns), "", {}, metadata, extra_txns=txns
+        )
+        remember_ends(warehouse, topic, version, next_offset)
+    return AppendResult(
+        topic,
+        {p: (ends[p], next_offset[p]) for p in sorted(ends) if next_offset[p] > ends[p]},
+        skipped=False,
+        version=version,
     )
 
 

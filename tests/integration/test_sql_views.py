@@ -109,14 +109,16 @@ def test_cli_status_shows_every_task_its_batch_and_lag(spark, tmp_path, capsys):
     produce(spark, wh, "events", events(40, seed=34), partitions=2)
     _run(wh, tmp_path / "s", max_batches=1)
     capsys.readouterr()
-    args = ["status", "counts", "--warehouse", wh.root, "--state-dir", str(tmp_path / "s")]
+    args = ["--json", "status", "counts", "--warehouse", wh.root, "--state-dir", str(tmp_path / "s")]
     assert main(args) == 0
-    lines = capsys.readouterr().out.splitlines()
-    rows = [line.split("\t") for line in lines if line.startswith("0_")]
-    assert sorted(r[0] for r in rows) == ["0_0", "0_1"]
-    for _task, batch, topic, _p, committed, end, lag, _t, local in rows:
-        assert (batch, topic, committed, local) == ("1", "events", "10", "10")
-        assert int(lag) == int(end) - 10 > 0
+    doc = json.loads(capsys.readouterr().out)
+    tasks = {t["task"]: t for t in doc["tasks"]}
+    assert sorted(tasks) == ["0_0", "0_1"]
+    for t in tasks.values():
+        assert t["last_batch"] == 1
+        (read,) = t["inputs"]
+        assert (read["topic"], read["committed"], read["local_offset"]) == ("events", 10, 10)
+        assert read["lag"] == read["end"] - 10 > 0
 
 
 # A store's changelog written batch by batch as the engine writes it (the progress row, the

@@ -80,12 +80,19 @@ def test_wiped_local_state_between_batches_changes_nothing(spark, tmp_path):
 
 
 def _readme_query() -> str:
-    """The open-windows query of README.md's SQL section, verbatim."""
+    """The open-windows query of README.md's SQL section (over the clicks demo's buffer,
+    30 s of grace), pointed at the test app's buffer (10 minutes of grace)."""
     text = (APPS.parents[2] / "README.md").read_text()
-    # README has other SQL blocks (versioned tables): the one over the final-counts buffer.
+    # README has other SQL blocks (versioned tables): the one over the final-results buffer.
     blocks = [b.split("```", 1)[0] for b in text.split("```sql\n")[1:]]
-    (query,) = [b for b in blocks if "alerts__final_counts_store" in b]
-    return query
+    (query,) = [b for b in blocks if "clicks__final_clicks_store" in b]
+    assert "buffer_time + 30000" in query
+    return (
+        query.replace("clicks__final_clicks_store", "alerts__final_counts_store")
+        .replace("buffer_time + 30000", "buffer_time + 600000")
+        .strip()
+        .rstrip(";")
+    )
 
 
 def test_final_results_and_the_open_windows_query(spark, tmp_path):

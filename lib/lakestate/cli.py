@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -411,5 +412,22 @@ def _is_terminal(stream: IO[str]) -> bool:
         return False
 
 
+def entrypoint() -> None:
+    """The ``lakestate`` command (and ``python -m lakestate.cli``): ``main()``, then an exit
+    that skips the interpreter's teardown once the output is flushed.
+
+    pyarrow's dataset scanner, behind delta-rs reads, can leave C++ threads that abort the
+    process (``terminate called without an active exception``, exit 134) while Python tears
+    down, after the command's work is done (apache/arrow#34314)."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing left to flush to
+            pass
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entrypoint()

@@ -131,9 +131,12 @@ def test_dedup_status_shows_totals_over_every_batch_and_tasks_that_never_ran(
         assert task["last_batch"] == max(b.get(f"0_{p}", 0) for b in result.batches)
         assert task["last_commit_at"] > 0 and task["stream_time"] > 0
         assert _scoped(task) == driver[p]
-        (node,) = task["metrics"]["nodes"].values()
+        nodes = task["metrics"]["nodes"]
+        (node,) = [m for n, m in nodes.items() if n.startswith("KSTREAM-DEDUPLICATE-")]
+        (source,) = [m for n, m in nodes.items() if n.startswith("KSTREAM-SOURCE-")]
         forwarded = sum(1 for r in out if r[0] == p)
-        assert node["dedup-records-forwarded"] == forwarded
+        assert node["dedup-records-forwarded"] == node["forward-total"] == forwarded
+        assert source == {"forward-total": mine}
         assert node["dedup-duplicates-dropped"] == mine - forwarded > 0
         assert task["metrics"]["stores"]["seen-keys"]["dedup-store-size"] > 0
         assert task["metrics"]["task"] == {"dropped-records": 0}
@@ -148,12 +151,14 @@ def test_dedup_status_shows_totals_over_every_batch_and_tasks_that_never_ran(
     assert text.startswith("app dedup: 3 tasks in 1 sub-topologies, lag 4, dropped-records 0;")
     assert ["0_2", "-", "-", "-", "events[2]", "0", "4", "4", "-"] in lines
     for p in (0, 1):
-        (node_name, node), (store_name, store) = (
-            *tasks[f"0_{p}"]["metrics"]["nodes"].items(),
-            *tasks[f"0_{p}"]["metrics"]["stores"].items(),
-        )
+        nodes = tasks[f"0_{p}"]["metrics"]["nodes"]
+        ((node_name, node),) = [(n, m) for n, m in nodes.items() if "DEDUPLICATE" in n]
+        ((source_name, source),) = [(n, m) for n, m in nodes.items() if "SOURCE" in n]
+        ((store_name, store),) = tasks[f"0_{p}"]["metrics"]["stores"].items()
         forwarded, duplicates = node["dedup-records-forwarded"], node["dedup-duplicates-dropped"]
         assert [f"0_{p}", node_name, str(forwarded), "-", str(duplicates), "-", "-", "-"] in lines
+        read = str(source["forward-total"])
+        assert [f"0_{p}", source_name, read, "-", "-", "-", "-", "-"] in lines
         size = str(store["dedup-store-size"])
         assert [f"0_{p}", store_name, "(store)", "-", "-", "-", "-", size, "-"] in lines
 

@@ -94,12 +94,47 @@ def test_a_task_reports_its_counts_since_it_opened_and_rolls_back_with_an_abort(
     task.commit({})
     task.process("in", 1, Record(None, "v", 2))
     task.abort()
-    (node,) = task.metrics.report()["counts"]["nodes"]
-    assert node.startswith("KSTREAM-AGGREGATE-")
+    nodes = task.metrics.report()["counts"]["nodes"]
+    (source,) = [n for n in nodes if n.startswith("KSTREAM-SOURCE-")]
+    (node,) = [n for n in nodes if n.startswith("KSTREAM-AGGREGATE-")]
+    # The committed record only: the source forwarded it, the aggregation dropped it.
     assert task.metrics.report() == {
-        "counts": {"nodes": {node: {"dropped-records": 1}}},
+        "counts": {"nodes": {source: {"forward-total": 1}, node: {"dropped-records": 1}}},
         "values": {},
     }
+
+
+def test_each_node_counts_what_it_forwards_the_same_in_chunks_and_one_by_one():
+    b = StreamsBuilder()
+    (
+        b.stream("in")
+        .filter(lambda k, v: v % 3 != 0)
+        .map_values(lambda v: v * 2)
+        .group_by_key()
+        .count(Materialized.as_("c"))
+        .to_stream()
+        .to("out")
+    )
+    topology = b.build()
+    records = [Record(f"k{i % 4}", i, 10 + i) for i in range(30)]
+    passed = sum(1 for i in range(30) if i % 3 != 0)
+    totals = []
+    for chunked in (True, False):
+        task = Task(topology, 0, 0, in_memory_store("0_0"), {}, "app")
+        if chunked:
+            assert task.process_chunk("in", list(range(30)), records)
+        else:
+            for offset, record in enumerate(records):
+                task.process("in", offset, record)
+        task.commit({})
+        counts = task.metrics.report()["counts"]["nodes"]
+        by_kind = {n.split("-")[1]: c.get("forward-total", 0) for n, c in counts.items()}
+        totals.append(by_kind)
+    chunks, one_by_one = totals
+    assert chunks == one_by_one
+    # Source: every record; filter: those it keeps; map_values and the count: one each.
+    assert chunks["SOURCE"] == 30
+    assert chunks["FILTER"] == chunks["MAPVALUES"] == chunks["AGGREGATE"] == passed
 
 
 def test_the_driver_gives_metrics_by_scope_and_by_name():
@@ -110,10 +145,13 @@ def test_the_driver_gives_metrics_by_scope_and_by_name():
         for ts in (1_000, 2_000, 30_000):
             source.pipe_input("k", "v", timestamp=ts)
         scoped = d.scoped_metrics()
-        (node,) = scoped["nodes"]
+        (node,) = [n for n in scoped["nodes"] if n.startswith("KSTREAM-DEDUPLICATE-")]
+        (source,) = [n for n in scoped["nodes"] if n.startswith("KSTREAM-SOURCE-")]
         assert scoped["nodes"][node] == {
             "dedup-records-forwarded": 2,
             "dedup-duplicates-dropped": 1,
+            "forward-total": 2,
         }
+        assert scoped["nodes"][source] == {"forward-total": 3}
         assert scoped["stores"] == {"seen": {"dedup-store-size": 1}}
         assert d.metrics() == flat(scoped)

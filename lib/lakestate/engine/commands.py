@@ -252,7 +252,7 @@ def status_args(p: argparse.ArgumentParser) -> None:
 
 # Status's metric columns: per column, the metrics it shows (the first a scope has).
 _STATUS_COLUMNS = {
-    "forwarded": ("dedup-records-forwarded", "suppression-emit-total"),
+    "forwarded": ("dedup-records-forwarded", "suppression-emit-total", "forward-total"),
     "dropped": ("dropped-records",),
     "duplicates": ("dedup-duplicates-dropped",),
     "late": ("late-record-drop-total", "dedup-late-records-forwarded"),
@@ -351,7 +351,10 @@ def _metric_row(task, level: str, scope: str, named: dict) -> tuple[str, ...]:
         name = next((n for n in names if n in named), None)
         mark = "~" if name == _LOCAL_KEYS else ""
         cells.append("-" if name is None else f"{mark}{named[name]:g}")
-        shown.add(name)
+        if name is not None:
+            # A column's figures are one figure by other names (a dedup node's forward-total
+            # is its dedup-records-forwarded): the one shown stands for all.
+            shown.update(names)
     other = ", ".join(
         f"{k}={v:g}" for k, v in sorted(named.items()) if k not in shown and k != _LOCAL_KEYS
     )

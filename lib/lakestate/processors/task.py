@@ -31,6 +31,9 @@ from lakestate.state.serde import checked_json_text
 from lakestate.task_id import TaskId
 from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
 
+#: Per node, the records it forwarded downstream (Kafka's processor-node metric of that name).
+FORWARD_TOTAL = "forward-total"
+
 NO_STREAM_TIME = -1
 
 
@@ -97,6 +100,11 @@ class _NodeContext:
         self._children = children
 
     @property
+    def node(self) -> str:
+        """The name of the node this context belongs to."""
+        return self._node
+
+    @property
     def task_id(self) -> int:
         return self._task.partition
 
@@ -113,6 +121,7 @@ class _NodeContext:
         return self._task.application_id
 
     def forward(self, record: Record, child: str | None = None) -> None:
+        self._task.metrics.add(NODES, self._node, FORWARD_TOTAL)
         targets = self._children if child is None else [child]
         for name in targets:
             self._task.process_at(name, record)
@@ -278,6 +287,9 @@ class Task:
         try:
             for processor in chain:
                 chunk = processor.process_chunk(chunk)
+                # What a node forwards, as its forward() calls count it one record at a time.
+                if chunk.records:
+                    self.metrics.add(NODES, processor.context.node, FORWARD_TOTAL, len(chunk.records))
         except Exception:
             # Nothing was written to the stores yet (finish_chunk does that): undo the rest.
             del self._output[output_mark:]

@@ -64,13 +64,16 @@ class Instance:
         return {"name": self.name, "queue": self.queue, "capacity": self.capacity}
 
 
-def instances_of(app: App) -> list[Instance]:
+def instances_of(app: App, state_root: str | os.PathLike[str] | None = None) -> list[Instance]:
     """The app's instances in config order; the implicit ``default`` one when
     ``lakestate.instances`` is absent. StreamsException naming the app, the instance and
-    the key for a bad entry (unknown key, bad or duplicate name, capacity < 1 ...)."""
+    the key for a bad entry (unknown key, bad or duplicate name, capacity < 1 ...).
+    ``state_root``: where instances without a ``state_dir`` keep theirs (``<root>/<name>``;
+    the implicit instance: the root itself); default env ``LAKESTATE_STATE_DIR``, else
+    ``./state`` (the DAG factory gives its own, resolved where the DAG is parsed)."""
     raw = app.config.get(INSTANCES_KEY)
     if raw is None:
-        return [Instance(DEFAULT_INSTANCE, DEFAULT_INSTANCE, local.state_dir_of(None))]
+        return [Instance(DEFAULT_INSTANCE, DEFAULT_INSTANCE, local.state_dir_of(state_root))]
     where = f"app {app.name}: config {INSTANCES_KEY!r}"
     if not isinstance(raw, list | tuple) or not raw:
         raise StreamsException(
@@ -79,14 +82,14 @@ def instances_of(app: App) -> list[Instance]:
         )
     found: list[Instance] = []
     for i, entry in enumerate(raw):
-        instance = _parse(where, i, entry)
+        instance = _parse(where, i, entry, state_root)
         if any(other.name == instance.name for other in found):
             raise StreamsException(f"{where}: instance {instance.name!r} is named twice")
         found.append(instance)
     return found
 
 
-def _parse(where: str, i: int, entry: Any) -> Instance:
+def _parse(where: str, i: int, entry: Any, state_root: str | os.PathLike[str] | None) -> Instance:
     if not isinstance(entry, Mapping):
         raise StreamsException(f"{where}: entry {i} must be a dict with a 'name', got {entry!r}")
     name = entry.get("name")
@@ -114,8 +117,7 @@ def _parse(where: str, i: int, entry: Any) -> Instance:
     if state_dir is not None and (not isinstance(state_dir, str | os.PathLike) or not state_dir):
         raise StreamsException(f"{what}: key 'state_dir' must be a directory, got {state_dir!r}")
     if state_dir is None:
-        base = os.environ.get(local.STATE_DIR_ENV) or local.DEFAULT_STATE_DIR
-        state_dir = Path(base) / name
+        state_dir = Path(local.state_dir_of(state_root)) / name
     return Instance(name, queue, str(Path(state_dir).resolve()), master, capacity)
 
 

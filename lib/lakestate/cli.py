@@ -324,6 +324,12 @@ COMMANDS: dict[str, Command] = {
         configure=commands.rewind_args,
         run=commands.rewind,
     ),
+    "rebalance": Command(
+        help="compute the app's next assignment of tasks to its instances when the instances "
+        "or their lags changed (or --force), put it in force, print old and new (no Spark)",
+        configure=commands.rebalance_args,
+        run=commands.rebalance,
+    ),
     "demo": Command(
         help="produce sample events, run the demo DAG through Airflow, print the results",
         configure=commands.demo_args,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -51,6 +51,9 @@ SCHEMA = pa.schema(
         pa.field("instances", pa.string()),  # JSON [{"name", "queue", "capacity"}]
         pa.field("reason", pa.string()),
         pa.field("at_ms", pa.int64()),
+        # JSON {instance: lag or null}: each client's lag for the task that the generation
+        # was computed from (what the next rebalance compares its caught-up sets with)
+        pa.field("lags", pa.string()),
     ]
 )
 
@@ -62,13 +65,15 @@ class ConcurrentRebalanceError(StreamsException):
 @dataclass(frozen=True)
 class Generation:
     """Generation ``number`` of an app's assignment: the assignment, the instances it was
-    computed for (``{"name", "queue", "capacity"}`` each), why, and when (epoch ms)."""
+    computed for (``{"name", "queue", "capacity"}`` each), why, when (epoch ms), and the
+    lags it was computed from (per instance, per task; None: no store)."""
 
     number: int
     assignment: Assignment
     instances: tuple[dict[str, Any], ...]
     reason: str
     at_ms: int
+    lags: dict[str, dict[TaskId, int | None]] = field(default_factory=dict)
 
     @property
     def instance_names(self) -> list[str]:
@@ -81,6 +86,10 @@ class Generation:
             "reason": self.reason,
             "at_ms": self.at_ms,
             "instances": list(self.instances),
+            "lags": {
+                i: {str(t): lag for t, lag in sorted(by_task.items())}
+                for i, by_task in sorted(self.lags.items())
+            },
             "probing_rebalance_needed": a.probing_rebalance_needed,
             "tasks": {
                 str(t): {
@@ -116,10 +125,12 @@ def write_generation(
     instances: Iterable[Any],
     reason: str,
     at_ms: int | None = None,
+    lags: Mapping[str, Mapping[TaskId, int | None]] | None = None,
 ) -> int:
     """Write ``assignment`` as the app's next generation (the latest + 1; 1 for the first)
     in one commit; returns its number. ``instances``: ``engine.instances.Instance``s (or
-    dicts ``{"name", "queue", "capacity"}``). ConcurrentRebalanceError when another
+    dicts ``{"name", "queue", "capacity"}``); ``lags``: the clients' lags it was computed
+    from (per instance, per task). ConcurrentRebalanceError when another
     rebalance wrote that generation meanwhile (this one writes nothing)."""
     if reason not in REASONS:
         raise ValueError(f"unknown generation reason {reason!r} (one of {', '.join(REASONS)})")
@@ -146,6 +157,10 @@ def write_generation(
             "instances": described,
             "reason": reason,
             "at_ms": at_ms,
+            "lags": json.dumps(
+                {i: by_task.get(t) for i, by_task in sorted((lags or {}).items())},
+                sort_keys=True,
+            ),
         }
         for t in sorted(assignment.active)
     ]
@@ -179,12 +194,17 @@ def _generation(number: int, rows: list[Mapping[str, Any]]) -> Generation:
         warmup={t: frozenset(r["warmup"] or ()) for t, r in tasks.items() if r["warmup"]},
         probing_rebalance_needed=bool(first["probing_rebalance_needed"]),
     )
+    lags: dict[str, dict[TaskId, int | None]] = {}
+    for task, r in tasks.items():
+        for instance, lag in json.loads(r.get("lags") or "{}").items():
+            lags.setdefault(instance, {})[task] = lag
     return Generation(
         number,
         assignment,
         tuple(json.loads(first["instances"])),
         first["reason"],
         first["at_ms"],
+        lags,
     )
 
 

@@ -548,6 +548,79 @@ def rewind(args: argparse.Namespace, ctx) -> int:
     return 0
 
 
+def rebalance_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "app",
+        help="the app's module (jobs/demo.py) or its name (defined by a module in ./jobs): its "
+        "config names the instances",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="compute the next generation even when nothing changed (it is written only if "
+        "it differs)",
+    )
+
+
+def rebalance(args: argparse.Namespace, ctx) -> int:
+    """The app's next assignment generation, when its instances or their lags changed or a
+    probing rebalance is due (engine/rebalance.py); prints the old and the new assignment
+    per task and each instance's lag. No Spark."""
+    from lakestate.engine.describe import find_app
+    from lakestate.engine.rebalance import rebalance as rebalance_app
+
+    app = find_app(args.app)
+    if app is None:
+        raise ValueError(
+            f"{args.app!r} is neither an app module nor an app defined in ./jobs: rebalance "
+            "needs the app's module (its config names the instances)"
+        )
+    result = rebalance_app(app, ctx.warehouse, force=args.force, say=ctx.say)
+    if ctx.json_output:
+        ctx.print_json(result.to_json())
+        return 0
+    old, new = result.old, result.new
+    if new is None:
+        where = "no generation yet" if old is None else f"generation {old.number} stays"
+        ctx.print(f"no change ({where})")
+    else:
+        was = "" if old is None else f", was generation {old.number}"
+        ctx.print(f"generation {new.number} ({new.reason}){was}")
+    current = result.current
+    if current is None:
+        return 0
+    names = list(result.lags)
+
+    def cell(before: str, after: str) -> str:
+        return after if before == after else f"{before} -> {after}"
+
+    def roles(g, t) -> tuple[str, str, str]:
+        if g is None or t not in g.assignment.active:
+            return "-", "-", "-"
+        a = g.assignment
+        return (
+            a.active[t],
+            ",".join(sorted(a.warmup.get(t, ()))) or "-",
+            ",".join(sorted(a.standby.get(t, ()))) or "-",
+        )
+
+    lines = [("task", "active", "warmup", "standby", *(f"lag {n}" for n in names))]
+    for t in sorted(current.assignment.active):
+        before, after = roles(old if new is not None else current, t), roles(current, t)
+        lags = [result.lags[n].get(t) for n in names]
+        lines.append(
+            (
+                str(t),
+                *(cell(b, a) for b, a in zip(before, after, strict=True)),
+                *("-" if lag is None else str(lag) for lag in lags),
+            )
+        )
+    _print_table(ctx, lines)
+    if current.assignment.probing_rebalance_needed:
+        ctx.print("warmups are catching up: a probing rebalance follows (probing.rebalance.interval.ms)")
+    return 0
+
+
 def demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=int, default=1000, help="sample events to generate")
     p.add_argument(

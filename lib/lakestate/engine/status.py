@@ -115,10 +115,11 @@ class AppStatus:
 
 
 def app_status(
-    warehouse: Warehouse, app: str, state_dir: str, topology: Topology | None = None
+    warehouse: Warehouse, app: str, state_dir: str | None, topology: Topology | None = None
 ) -> AppStatus:
     """The status of every task of ``app`` (of ``topology``'s sub-topologies when given, and
-    of those its progress rows name)."""
+    of those its progress rows name). ``state_dir``: this instance's local stores; None for a
+    reader that has none (the Airflow plugin on the api-server): no local figures."""
     history, _ = progress.read_all(warehouse, app)
     inputs, global_topics = _inputs(app, topology, history)
     partitions = {t: _partitions(warehouse, t) for ts in inputs.values() for t in ts}
@@ -235,11 +236,11 @@ def _stores(warehouse: Warehouse, app: str, topology: Topology | None) -> list[s
 
 
 def _local(
-    state_dir: str, app: str, task: TaskId, stores: list[str]
+    state_dir: str | None, app: str, task: TaskId, stores: list[str]
 ) -> tuple[dict[TopicPartition, int], int | None, dict[str, int]]:
     """The offsets, the batch and the keys per store that this instance's local store of
     ``task`` holds (none when it has no store, or a run holds it open)."""
-    if not local.store_exists(state_dir, app, task):
+    if state_dir is None or not local.store_exists(state_dir, app, task):
         return {}, None, {}
     try:
         store = local.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)

@@ -567,6 +567,7 @@ def rebalance(args: argparse.Namespace, ctx) -> int:
     probing rebalance is due (engine/rebalance.py); prints the old and the new assignment
     per task and each instance's lag. No Spark."""
     from lakestate.engine.describe import find_app
+    from lakestate.engine.rebalance import NO_CHANGE
     from lakestate.engine.rebalance import rebalance as rebalance_app
 
     app = find_app(args.app)
@@ -583,6 +584,8 @@ def rebalance(args: argparse.Namespace, ctx) -> int:
     if new is None:
         where = "no generation yet" if old is None else f"generation {old.number} stays"
         ctx.print(f"no change ({where})")
+        if result.reason != NO_CHANGE:
+            ctx.say(f"computed ({result.reason}): the same assignment, nothing written")
     else:
         was = "" if old is None else f", was generation {old.number}"
         ctx.print(f"generation {new.number} ({new.reason}){was}")

@@ -49,7 +49,8 @@ AFTER_GENERATION = "rebalance_after_generation"
 class RebalanceResult:
     """What a rebalance did: the latest generation before it (``old``), the one it wrote
     (``new``; None when nothing changed), why it computed one (``reason``: a generation
-    reason, or "no change"), whether it wrote one (``changed``), the clients' lags it
+    reason; "no change" when nothing asked for one), whether it wrote one (``changed``:
+    False also when the computed assignment equals the latest), the clients' lags it
     computed with (per instance, per task; None: no store) and the tasks whose owner epoch
     it fenced (those of an unfinished earlier fence included)."""
 
@@ -137,7 +138,7 @@ def rebalance(
     computed = assign(tasks, clients, None if old is None else old.assignment, config)
     described = tuple(i.to_json() for i in configured)
     if old is not None and _same(computed, old.assignment) and described == old.instances:
-        return RebalanceResult(old, None, NO_CHANGE, False, lags, fenced)
+        return RebalanceResult(old, None, reason, False, lags, fenced)
     number = generations.write_generation(warehouse, name, computed, configured, reason, now, lags)
     new = Generation(number, computed, described, reason, now, lags)
     faults.maybe_fail(AFTER_GENERATION, number)

@@ -1,0 +1,129 @@
+"""The task assignor (KIP-441's HighAvailabilityTaskAssignor, as a pure function)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from lakestate.assign.balance import balanced_target
+from lakestate.assign.movement import active_client, warmups
+from lakestate.assign.standby import standbys
+from lakestate.assign.types import Assignment, AssignorConfig, ClientState
+from lakestate.task_id import TaskId
+
+
+def _check(
+    tasks: list[TaskId],
+    clients: Mapping[str, ClientState],
+    previous: Assignment | None,
+    config: AssignorConfig,
+) -> None:
+    if not clients:
+        raise ValueError("cannot assign tasks: no clients (an app needs at least one instance)")
+    for t in tasks:
+        if not isinstance(t, TaskId):
+            raise ValueError(f"task {t!r} is not a TaskId (e.g. TaskId(0, 1) for task 0_1)")
+    for name, state in clients.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"client name {name!r} must be a non-empty string")
+        if not isinstance(state, ClientState):
+            raise ValueError(f"client {name!r}: expected a ClientState, not {type(state).__name__}")
+        cap = state.capacity
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ValueError(f"client {name!r}: capacity must be an integer >= 1, not {cap!r}")
+        for t, lag in state.lags.items():
+            if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
+                raise ValueError(
+                    f"client {name!r}, task {t}: lag must be None (no state) or an integer"
+                    f" >= 0, not {lag!r}"
+                )
+    if previous is not None and not isinstance(previous, Assignment):
+        raise ValueError(f"previous must be an Assignment or None, not {type(previous).__name__}")
+    if not isinstance(config, AssignorConfig):
+        raise ValueError(f"config must be an AssignorConfig, not {type(config).__name__}")
+
+
+def assign(
+    tasks: Iterable[TaskId],
+    clients: Mapping[str, ClientState],
+    previous: Assignment | None,
+    config: AssignorConfig,
+) -> Assignment:
+    """The next assignment of ``tasks`` over ``clients``, given the ``previous`` one.
+
+    A client is *caught up* for a task when its lag is at most ``acceptable_recovery_lag``.
+
+    1. Target (``balance.balanced_target``): every client gets within one task of its
+       capacity share; among such assignments, the one with the most tasks on caught-up
+       clients, then on their anchor (the previous warmup client, else the previous active),
+       then on clients holding state.
+    2. Active (``movement.active_client``): the target when caught up; else the previous active
+       when caught up; else the least-lagging caught-up client; if no client is caught up,
+       the least-lagging client (ties: the target, the previous active, the name). So the
+       active is caught up whenever some client is.
+    3. A task whose active is not its target is *pending*: with ``num_standby_replicas == 0``
+       the target gets a warmup (at most ``max_warmup_replicas`` in all, warmups under way
+       first); otherwise the target becomes one of its standbys. ``probing_rebalance_needed``
+       is True iff some task is pending.
+    4. Standbys (``standby.standbys``): ``min(num_standby_replicas, clients - 1)`` per task,
+       never on its active or warmup client.
+
+    Deterministic; tasks unknown to ``previous`` and previous clients that left are fine.
+    ValueError for no clients, a capacity < 1, a negative lag, or a task that is no TaskId.
+    """
+    task_list = sorted(set(tasks))
+    _check(task_list, clients, previous, config)
+    names = sorted(clients)
+    previous = previous or Assignment(active={})
+
+    def lag(t: TaskId, c: str) -> int | None:
+        return clients[c].lags.get(t)
+
+    def caught_up(t: TaskId, c: str) -> bool:
+        held = lag(t, c)
+        return held is not None and held <= config.acceptable_recovery_lag
+
+    def anchor(t: TaskId) -> str | None:
+        warming = sorted(c for c in previous.warmup.get(t, ()) if c in clients)
+        if warming:
+            return warming[0]
+        owner = previous.active.get(t)
+        return owner if owner in clients else None
+
+    target = balanced_target(
+        task_list,
+        names,
+        [clients[c].capacity for c in names],
+        caught_up,
+        lambda t, c: lag(t, c) is not None,
+        anchor,
+    )
+    active = {
+        t: active_client(t, names, target[t], previous.active.get(t), lag, caught_up)
+        for t in task_list
+    }
+    pending = [t for t in task_list if active[t] != target[t]]
+    if config.num_standby_replicas == 0:
+        warm = warmups(
+            pending,
+            target,
+            previous.warmup,
+            lambda t: sum(caught_up(t, c) for c in names),
+            config.max_warmup_replicas,
+        )
+        destination: dict[TaskId, str] = {}
+    else:
+        warm, destination = {}, {t: target[t] for t in pending}
+    standby = standbys(
+        task_list,
+        names,
+        {c: clients[c].capacity for c in names},
+        active,
+        warm,
+        destination,
+        previous.standby,
+        lag,
+        config.num_standby_replicas,
+    )
+    return Assignment(
+        active=active, standby=standby, warmup=warm, probing_rebalance_needed=bool(pending)
+    )

@@ -1,11 +1,11 @@
 # syntax=docker/dockerfile:1
 # The one image of docker-compose.yml: the official Airflow image (Airflow 3.3.2, Python 3.11)
 # plus Java 17 and lakestate installed with every pin of pyproject.toml (pyspark and
-# pyspark-client 4.2.0, delta-spark, the apache-spark provider, ...).
+# pyspark-client 4.2.0, delta-spark, the apache-spark and celery providers, ...).
 #
-# The Airflow services run spark-submit from it and the Spark master and workers run the Spark
-# bundled in the pinned pyspark wheel from it, so driver, executors and Python workers share one
-# Spark, one Python and one lakestate.
+# Every Airflow service runs from it; the Celery workers run the apps' instances, each with the
+# Spark bundled in the pinned pyspark wheel (local[*]) when a run needs Spark, so driver,
+# executors and Python workers share one Spark, one Python and one lakestate.
 #
 # Build context: the repository root (docker compose build; see .dockerignore).
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11

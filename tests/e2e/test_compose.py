@@ -4,7 +4,12 @@ No Docker engine is needed: `scripts/check_compose.sh` runs `docker compose conf
 `docker-compose config -q`) on the file with whichever the machine has, installing Debian's
 docker-compose from apt first when it has neither (about 15 s); where apt cannot (no root, no
 passwordless sudo) the two tests that need Compose are skipped with the script's message. The
-other tests read the file with PyYAML.
+other tests read the file with PyYAML, and load its Airflow settings in a real Airflow (the
+CeleryExecutor with its Redis broker, the workers' command lines).
+
+The deployment it describes: Airflow's CeleryExecutor, and a Celery worker per instance of the
+demo app (jobs/demo.py's ``lakestate.instances``: the queues are read from the app, not written
+here), each with its own state volume, all sharing the warehouse.
 """
 
 from __future__ import annotations
@@ -27,19 +32,22 @@ DOCKERFILE = ROOT / "docker" / "airflow.Dockerfile"
 
 REQUIRED_SERVICES = {
     "postgres",
+    "redis",
     "airflow-init",
     "airflow-apiserver",
     "airflow-scheduler",
     "airflow-dag-processor",
     "airflow-triggerer",
-    "spark-master",
-    "spark-worker",
+    "airflow-worker-a",
+    "airflow-worker-b",
 }
 AIRFLOW_SERVICES = sorted(s for s in REQUIRED_SERVICES if s.startswith("airflow-"))
 LONG_RUNNING_AIRFLOW = [s for s in AIRFLOW_SERVICES if s != "airflow-init"]
-SPARK_SERVICES = ["spark-master", "spark-worker"]
+WORKERS = ["airflow-worker-a", "airflow-worker-b"]
 PROJECT_FOLDERS = ["dags", "jobs", "plugins", "lib"]
 REPO = "/opt/lakestate"
+#: Airflow's default queue ([operators] default_queue): apps without instances, maintenance.
+DEFAULT_QUEUE = "default"
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +65,41 @@ def environment(service: dict) -> dict[str, str]:
     if isinstance(env, list):  # ["KEY=value", ...]
         env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
     return {k: str(v) for k, v in env.items()}
+
+
+def command(service: dict) -> str:
+    cmd = service["command"]
+    return cmd if isinstance(cmd, str) else " ".join(cmd)
+
+
+def named_volumes(service: dict) -> dict[str, str]:
+    """Named-volume mounts of a service as {container path: volume name}."""
+    result = {}
+    for volume in service.get("volumes") or []:
+        source, target = (
+            (volume.get("source", ""), volume["target"])
+            if isinstance(volume, dict)
+            else volume.split(":")[:2]
+        )
+        if source and not source.startswith((".", "/")):
+            result[target.rstrip("/")] = source
+    return result
+
+
+def worker_queues(service: dict) -> list[str]:
+    """The queues of an ``airflow celery worker`` service (``--queues A,B``)."""
+    args = command(service).split()
+    assert args[:2] == ["celery", "worker"], args
+    return args[args.index("--queues") + 1].split(",")
+
+
+def demo_instances(state_root: str) -> list:
+    """jobs/demo.py's instances, their state dirs under ``state_root``."""
+    sys.path.insert(0, str(ROOT / "lib"))
+    from lakestate.app import load_app
+    from lakestate.engine.instances import instances_of
+
+    return instances_of(load_app(ROOT / "jobs" / "demo.py"), state_root)
 
 
 def mounts(service: dict) -> dict[str, str]:
@@ -157,93 +200,156 @@ def test_project_folders_are_mounted_into_airflow(services, name):
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == f"{REPO}/plugins"
 
 
-@pytest.mark.parametrize("name", AIRFLOW_SERVICES + SPARK_SERVICES)
-def test_warehouse_and_state_are_shared_by_airflow_and_spark(services, name):
-    """Delta tables, and the tasks' local stores (written by the workers, recovered by the
-    driver in the scheduler), are at the same paths in every container."""
+@pytest.mark.parametrize("name", AIRFLOW_SERVICES)
+def test_the_warehouse_is_shared(services, name):
+    """Delta tables, what the instances share, are at the same path in every container."""
     service = services[name]
     bind = mounts(service)
     env = environment(service)
     assert bind.get(f"{REPO}/warehouse") == "warehouse", f"{name} does not mount ./warehouse"
     assert env["LAKESTATE_WAREHOUSE"] == f"{REPO}/warehouse"
-    assert bind.get(f"{REPO}/state") == "state", f"{name} does not mount ./state"
-    assert env["LAKESTATE_STATE_DIR"] == f"{REPO}/state"
     assert bind.get(REPO) == ".", f"{name} does not mount the checkout (the editable lakestate)"
+
+
+def test_a_celery_worker_per_instance_of_the_demo_app(compose, services):
+    """Each instance of jobs/demo.py has its queue consumed by one worker of its own; that
+    worker keeps the instance's state dir on a named volume no other service mounts; one
+    worker also consumes Airflow's default queue (apps without instances, maintenance)."""
+    workers = {name: s for name, s in services.items() if "celery worker" in str(s.get("command"))}
+    assert set(workers) == set(WORKERS)
+    queues = {name: worker_queues(s) for name, s in workers.items()}
+    consumed = [q for qs in queues.values() for q in qs]
+    assert len(consumed) == len(set(consumed)), f"a queue is consumed twice: {queues}"
+    assert DEFAULT_QUEUE in consumed
+    volumes_of: dict[str, str] = {}
+    for name, worker in workers.items():
+        env = environment(worker)
+        (instance,) = [
+            i for i in demo_instances(env["LAKESTATE_STATE_DIR"]) if i.queue in queues[name]
+        ]
+        assert set(queues[name]) - {DEFAULT_QUEUE} == {instance.queue}, queues
+        volume = named_volumes(worker).get(env["LAKESTATE_STATE_DIR"])
+        assert volume, f"{name}: no named volume at LAKESTATE_STATE_DIR"
+        assert volume in compose["volumes"], f"volume {volume} is not declared"
+        assert Path(instance.state_dir).is_relative_to(env["LAKESTATE_STATE_DIR"])
+        volumes_of[name] = volume
+        assert worker["healthcheck"]["test"], name
+        assert worker["depends_on"]["redis"]["condition"] == "service_healthy", name
+    assert len(set(volumes_of.values())) == len(workers), f"state volumes shared: {volumes_of}"
+    assert {i.queue for i in demo_instances("/state")} == {
+        q for qs in queues.values() for q in qs if q != DEFAULT_QUEUE
+    }
+    for name in LONG_RUNNING_AIRFLOW:
+        if name not in workers:
+            assert not set(named_volumes(services[name]).values()) & set(volumes_of.values()), (
+                f"{name} mounts a worker's state volume"
+            )
 
 
 @pytest.mark.parametrize("name", AIRFLOW_SERVICES)
 def test_airflow_configuration(services, name):
     env = environment(services[name])
-    assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
+    assert "@redis:6379/" in env["AIRFLOW__CELERY__BROKER_URL"]
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://")
+    assert "@postgres" in env["AIRFLOW__CELERY__RESULT_BACKEND"]
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"].lower() == "false"
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
     assert "@postgres" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-    assert env["AIRFLOW_CONN_SPARK_DEFAULT"].startswith("spark://spark-master:7077")
+    # lakestate's DAGs are unpaused when created (make_dag's is_paused_upon_creation=False).
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"].lower() == "false"
+    # Each instance runs Spark in its own worker (its stores are on the worker's disk).
+    assert "AIRFLOW_CONN_SPARK_DEFAULT" not in env
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith(
         "http://airflow-apiserver:8080/"
     )
 
 
-def test_spark_connection_resolves_to_the_master(services, tmp_path):
-    """What SparkSubmitOperator makes of the connection: spark-submit --master and deploy mode.
-    Airflow reads its configuration when imported, so this runs in its own interpreter."""
-    uri = environment(services["airflow-scheduler"])["AIRFLOW_CONN_SPARK_DEFAULT"]
+def test_celery_settings_load_in_airflow(services, tmp_path):
+    """What Airflow makes of a worker's settings: the CeleryExecutor, whose Celery app has the
+    Redis broker and the database result backend, and `airflow celery worker --queues ...`
+    as the worker's command line. Airflow reads its configuration when imported, so this
+    runs in its own interpreter."""
+    worker = services["airflow-worker-a"]
+    compose_env = environment(worker)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW"))}
-    env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW_CONN_SPARK_DEFAULT=uri)
+    env.update({k: v for k, v in compose_env.items() if k.startswith("AIRFLOW__CELERY__")})
+    env.update(
+        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW__CORE__EXECUTOR=compose_env["AIRFLOW__CORE__EXECUTOR"],
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{tmp_path / 'airflow.db'}",
+    )
     code = (
-        "import json\n"
-        "from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook\n"
-        "c = SparkSubmitHook(conn_id='spark_default')._connection\n"
-        "print(json.dumps([c['master'], c['deploy_mode']]))\n"
+        "import json, sys\n"
+        "from airflow.cli import cli_parser\n"
+        "from airflow.executors.executor_loader import ExecutorLoader\n"
+        "from airflow.providers.celery.executors.celery_executor_utils import app\n"
+        "cls, _ = ExecutorLoader.import_default_executor_cls()\n"
+        "args = cli_parser.get_parser().parse_args(sys.argv[1:])\n"
+        "print(json.dumps([cls.__name__, app.conf.broker_url, app.conf.result_backend,\n"
+        "                  args.queues, args.func.__name__]))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code, *command(worker).split()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [
-        "spark://spark-master:7077",
-        "client",
-    ]
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    executor, broker, backend, queues, func = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert executor == "CeleryExecutor"
+    assert broker == compose_env["AIRFLOW__CELERY__BROKER_URL"]
+    assert backend == compose_env["AIRFLOW__CELERY__RESULT_BACKEND"]
+    assert queues.split(",") == worker_queues(worker)
+    assert "worker" in func
 
 
 def test_airflow_3_commands(services):
-    def command(name):
-        cmd = services[name]["command"]
-        return cmd if isinstance(cmd, str) else " ".join(cmd)
-
-    assert command("airflow-apiserver") == "api-server"
-    assert command("airflow-scheduler") == "scheduler"
-    assert command("airflow-dag-processor") == "dag-processor"
-    assert command("airflow-triggerer") == "triggerer"
-    init = command("airflow-init")
+    assert command(services["airflow-apiserver"]) == "api-server"
+    assert command(services["airflow-scheduler"]) == "scheduler"
+    assert command(services["airflow-dag-processor"]) == "dag-processor"
+    assert command(services["airflow-triggerer"]) == "triggerer"
+    init = command(services["airflow-init"])
     assert "airflow db migrate" in init
     assert "airflow users create" in init
     assert "--role Admin" in init
 
 
 def test_healthchecks_and_startup_order(services):
-    for name in ["postgres", "spark-master", "spark-worker", *LONG_RUNNING_AIRFLOW]:
+    for name in ["postgres", "redis", *LONG_RUNNING_AIRFLOW]:
         assert services[name].get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
     for name in LONG_RUNNING_AIRFLOW:
         deps = services[name]["depends_on"]
         assert deps["postgres"]["condition"] == "service_healthy", name
+        assert deps["redis"]["condition"] == "service_healthy", name
         assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
     assert services["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    assert services["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    for name in WORKERS:  # tasks call the API server's Execution API
+        assert services[name]["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
 
 
-def test_spark_runs_from_the_airflow_image(services):
-    """Driver (spark-submit in Airflow) and workers share Spark, Python and pyspark exactly."""
+def test_one_image_for_every_airflow_service(services):
+    """Scheduler, API server and workers run the same Airflow, lakestate and Spark."""
     image = services["airflow-scheduler"]["image"]
     build = services["airflow-scheduler"]["build"]
-    for name in [*AIRFLOW_SERVICES, *SPARK_SERVICES]:
+    for name in AIRFLOW_SERVICES:
         assert services[name]["image"] == image, name
         assert services[name]["build"] == build, name
     assert build["dockerfile"] == "docker/airflow.Dockerfile"
-    assert "org.apache.spark.deploy.master.Master" in " ".join(services["spark-master"]["command"])
-    worker = " ".join(services["spark-worker"]["command"])
-    assert "org.apache.spark.deploy.worker.Worker" in worker
-    assert "spark://spark-master:7077" in worker
+
+
+def test_airflow_init_owns_the_state_volumes(compose, services):
+    """The workers run as AIRFLOW_UID: airflow-init hands their state volumes to it."""
+    init = services["airflow-init"]
+    mounted = named_volumes(init)
+    script = command(init)
+    for worker in WORKERS:
+        target = environment(services[worker])["LAKESTATE_STATE_DIR"]
+        volume = named_volumes(services[worker])[target]
+        (path,) = [p for p, v in mounted.items() if v == volume]
+        assert path in script.split("chown", 1)[1], f"airflow-init does not chown {volume}"
 
 
 def test_image_matches_the_pins(compose):
@@ -261,3 +367,4 @@ def test_image_matches_the_pins(compose):
     assert "openjdk-${JAVA_VERSION}-jre-headless" in dockerfile
     assert "ARG JAVA_VERSION=17" in dockerfile
     assert "pip install --no-cache-dir --no-deps -e /opt/lakestate" in dockerfile
+    assert pinned("apache-airflow-providers-celery")  # the executor's provider, in the image

@@ -228,9 +228,11 @@ def _read_topic(app: App, warehouse: Warehouse, topic: str, what: str) -> int:
 def _check_columns(warehouse: Warehouse, topic: str) -> None:
     table = delta_commits.open_table(warehouse.topic_path(topic))
     columns = {f.name for f in table.schema().fields}
-    missing = [f.name for f in logtable.LOG_SCHEMA.fields if f.name not in columns]
+    # The Arrow schema, not LOG_SCHEMA: that one imports pyspark (a run may need no JVM).
+    expected = logtable.LOG_ARROW_SCHEMA
+    missing = [f.name for f in expected if f.name not in columns]
     if missing:
         raise StreamsException(
             f"topic {topic!r} at {warehouse.topic_path(topic)} is not a log table: it has no "
-            f"column {', '.join(missing)} (expected {logtable.LOG_SCHEMA.simpleString()})"
+            f"column {', '.join(missing)} (expected {', '.join(f'{f.name} {f.type}' for f in expected)})"
         )

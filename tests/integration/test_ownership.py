@@ -109,6 +109,10 @@ def test_a_fence_landing_while_a_run_commits_fails_the_run(path):
     and before its commit. Epoch 0 (never fenced) included: the first fence."""
     planned = owner_epochs(path, APP, [T0])
     assert planned == {T0: 0}
+    # Never fenced: a run's commit carries the owner txn at version 0, and lands.
+    progress.record(path, APP, [_row(T1, 1)], {}, fences=owner_txns(APP, {T1: 0}))
+    assert owner_epochs(path, APP, [T1]) == {T1: 0}
+    assert delta_commits.txn_versions(DeltaTable(path), APP, [T1]) == {T1: 1}
     stale = delta_commits.open_table(path)  # the run's snapshot, checked: epoch 0
     write_fence(path, APP, {T0: 1})
     with pytest.raises(TaskMigratedException, match="oncurrent"):

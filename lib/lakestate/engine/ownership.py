@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -29,6 +30,9 @@ from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from lakestate.engine.layout import AppLayout
 
 __all__ = [
     "owner_epochs",
@@ -53,7 +57,7 @@ def _table(progress_table_or_path: DeltaTable | str) -> DeltaTable:
     return delta_commits.open_table(progress_table_or_path)
 
 
-def _path(layout_or_path: object) -> str:
+def _path(layout_or_path: AppLayout | str) -> str:
     return layout_or_path if isinstance(layout_or_path, str) else layout_or_path.progress_path
 
 
@@ -79,7 +83,10 @@ def owner_txns(app: str, epochs: Mapping[TaskId, int]) -> dict[str, int]:
 
 
 def write_fence(
-    layout_or_path: object, app: str, epochs: Mapping[TaskId, int], generation: int | None = None
+    layout_or_path: AppLayout | str,
+    app: str,
+    epochs: Mapping[TaskId, int],
+    generation: int | None = None,
 ) -> int | None:
     """Put every task of ``epochs`` at its owner epoch in one commit to ``_progress`` (no
     rows); tasks already at that epoch or later are left out (idempotent: a fence finished

@@ -9,7 +9,7 @@ A rebalance that writes generation ``g`` then *fences* it: one commit to ``_prog
 with no rows, carrying ``owner_txn_id(app, t) = g`` for every task whose active changed.
 A generation is in force once its fence landed. Every progress commit of a run carries
 the owner txns of its tasks at the epochs it planned with (``owner_txns``, passed as
-``progress.record``'s ``extra_txns``), after checking that the snapshot it commits on holds
+``progress.record``'s ``fences``), after checking that the snapshot it commits on holds
 those epochs. A fence and a batch's commit of the same task therefore cannot both land
 unnoticed: delta-rs fails the later of two concurrent commits carrying the same txn app id
 ("Concurrent transaction", whatever the versions), and a commit that starts after the fence
@@ -77,7 +77,7 @@ def owner_epochs(
 
 def owner_txns(app: str, epochs: Mapping[TaskId, int]) -> dict[str, int]:
     """The txns a run's progress commit carries for its tasks' planned owner epochs
-    (``progress.record(..., extra_txns=...)``). Epoch 0 too: a first fence landing while
+    (``progress.record(..., fences=...)``, which checks them and carries them). Epoch 0 too: a first fence landing while
     the run commits must conflict with it as well."""
     return {owner_txn_id(app, t): e for t, e in sorted(epochs.items())}
 

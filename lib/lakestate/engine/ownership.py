@@ -77,8 +77,8 @@ def owner_epochs(
 
 def owner_txns(app: str, epochs: Mapping[TaskId, int]) -> dict[str, int]:
     """The txns a run's progress commit carries for its tasks' planned owner epochs
-    (``progress.record(..., fences=...)``, which checks them and carries them). Epoch 0 too: a first fence landing while
-    the run commits must conflict with it as well."""
+    (``progress.record(..., fences=...)``, which checks them and carries them). Epoch 0
+    too: a first fence landing while the run commits must conflict with it as well."""
     return {owner_txn_id(app, t): e for t, e in sorted(epochs.items())}
 
 

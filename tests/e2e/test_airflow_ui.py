@@ -11,6 +11,12 @@ off, ``max_batches`` 1, ``max_records`` 10), so the counts must be those of each
 first 10 records, which differ from the full counts: the Params reached the engine. The
 second runs until caught up: the counts of every produced event.
 
+The lakestate plugin (plugins/lakestate_assignment.py), in the same Airflow: anonymous
+calls to its JSON and page are refused; signed in, its sidebar entry opens the page, whose
+Rebalance button puts a generation in force, and the page shows that generation's tasks and
+instances as its JSON (with a token) and the ``_assignment`` table do. Screenshots in
+``$LAKESTATE_TEST_OUTPUT/airflow-plugin/``.
+
 Scheduled runs are off (``[scheduler] use_job_schedule``): the runs are the ones triggered
 here. Screenshots of every step go to ``$LAKESTATE_TEST_OUTPUT/airflow-ui/`` (default
 ``test-output/airflow-ui/`` in the repository); on failure also the page's HTML, and the
@@ -48,9 +54,9 @@ RUN_TIMEOUT_S = 600
 TERMINAL_STATES = ("success", "failed", "upstream_failed", "skipped")
 
 
-def _output_dir() -> Path:
+def _output_dir(name: str = "airflow-ui") -> Path:
     base = Path(os.environ.get("LAKESTATE_TEST_OUTPUT") or REPO / "test-output")
-    out = base / "airflow-ui"
+    out = base / name
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("*.png"), *out.glob("*.html")]:
         old.unlink()  # this test's files from an earlier run: they would mislead
@@ -101,11 +107,13 @@ def browser_paths() -> tuple[str, str]:
     return found
 
 
-@pytest.fixture
-def demo_airflow(airflow_env, tmp_path: Path) -> Iterator[DemoAirflow]:
-    """A running Airflow on the repository's dags/ whose warehouse holds the demo's input
-    topic (60 sample events over 2 partitions); stopped, process group by group, after."""
+@pytest.fixture(scope="module")
+def demo_airflow(airflow_env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoAirflow]:
+    """A running Airflow on the repository's dags/ and plugins/ whose warehouse holds the
+    demo's input topic (60 sample events over 2 partitions), shared by this module's tests
+    (one start); stopped, process group by group, after."""
     demo = _demo_module()
+    tmp_path = tmp_path_factory.mktemp("demo_airflow")
     warehouse = tmp_path / "warehouse"
     env = airflow_env.environ(
         {
@@ -381,3 +389,131 @@ def _check_run(server: AirflowServer, run_id: str, params: dict[str, Any]) -> No
     assert {t["task_id"]: t["state"] for t in tasks["task_instances"]} == {
         "run_batches": "success"
     }, tasks
+
+
+# -- the lakestate plugin (plugins/lakestate_assignment.py) ---------------------------------
+
+PLUGIN = "/lakestate"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the redirect itself is the answer looked at
+
+
+def _http(
+    server: AirflowServer, path: str, method: str = "GET", token: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """A plain HTTP call to the api-server (no cookies; ``token`` as a bearer token):
+    status, headers and body, redirects not followed."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(
+        server.url + path, method=method, headers=headers, data=b"" if method == "POST" else None
+    )
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(req, timeout=120) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def _latest_generation(warehouse: Path) -> Any:
+    from lakestate.assign import history
+    from lakestate.warehouse import Warehouse
+
+    return history.latest(Warehouse(warehouse), "demo")
+
+
+def test_plugin_view_shows_the_assignment(
+    demo_airflow: DemoAirflow, browser_paths: tuple[str, str], tmp_path: Path
+) -> None:
+    """The plugin refuses anonymous calls (JSON 401, the page sends to the login form, a
+    rebalance writes nothing); a signed-in user opens it from the UI's sidebar, requests a
+    rebalance with its button (the UI's session), and sees the generation the rebalance put
+    in force, each task's active, warmups and standbys and the instances, as the JSON (with
+    a token from /auth/token) and the _assignment table say."""
+    from lakestate.app import load_app
+    from lakestate.engine.instances import instances_of
+
+    server = demo_airflow.server
+    out_dir = _output_dir("airflow-plugin")
+    before = _latest_generation(demo_airflow.warehouse)
+
+    # Anonymous: nothing is shown and nothing is done.
+    for path in (f"{PLUGIN}/api/apps", f"{PLUGIN}/api/apps/demo/assignment"):
+        code, _, body = _http(server, path)
+        assert code == 401, (path, code, body[:500])
+    code, _, body = _http(server, f"{PLUGIN}/api/apps/demo/rebalance", method="POST")
+    assert code == 401, (code, body[:500])
+    code, headers, _ = _http(server, f"{PLUGIN}/?app=demo")
+    assert code in (302, 303, 307) and "/auth/login" in headers.get("location", ""), (code, headers)
+    code, _, _ = _http(server, f"{PLUGIN}/api/apps/demo/assignment", token="not-a-token")
+    assert code in (401, 403), code
+    after = _latest_generation(demo_airflow.warehouse)
+    assert (after and after.number) == (before and before.number), "an anonymous rebalance ran"
+
+    browser = Browser(*browser_paths, out_dir=out_dir, profile_dir=tmp_path / "chromium-profile")
+    try:
+        _login(browser, server)
+        # The sidebar's entry opens the page inside the UI (an iframe of /lakestate/).
+        browser.click(f"a[href$='/plugin/{PLUGIN.strip('/')}']")
+        frame = browser.element("iframe")
+        assert frame.get_attribute("src").rstrip("/").endswith(PLUGIN), frame.get_attribute("src")
+        browser.driver.switch_to.frame(frame)
+        browser.element("section[data-app=demo] p.generation")
+        browser.shot("plugin-before-rebalance")
+        browser.click("section[data-app=demo] button.rebalance")
+
+        def generation_shown() -> str | None:
+            shown = browser.element("section[data-app=demo] p.generation")
+            return shown.get_attribute("data-generation") or None
+
+        generation = int(browser.wait("a generation on the page", generation_shown, 300))
+        rows = browser.driver.find_elements(By.CSS_SELECTOR, "section[data-app=demo] tr[data-task]")
+        page_tasks = {
+            r.get_attribute("data-task"): r.find_element(By.CSS_SELECTOR, "td.active").text
+            for r in rows
+        }
+        page_instances = [
+            r.get_attribute("data-instance")
+            for r in browser.driver.find_elements(
+                By.CSS_SELECTOR, "section[data-app=demo] table.instances tr[data-instance]"
+            )
+        ]
+        browser.driver.execute_script(
+            "document.querySelector('section[data-app=demo]').scrollIntoView()"
+        )
+        browser.driver.switch_to.default_content()
+        browser.shot("plugin-after-rebalance")
+        browser.driver.get(f"{server.url}{PLUGIN}/?app=demo")  # the page itself, full size
+        browser.element("section[data-app=demo] table.tasks")
+        browser.shot("plugin-page")
+    except Exception as exc:
+        saved = browser.save_page("failure")
+        raise AssertionError(
+            f"{type(exc).__name__}: {exc}\nbrowser: {browser.driver.current_url}; saved "
+            f"{', '.join(str(p) for p in saved)} (screenshots in {out_dir})\n"
+            f"--- Airflow logs ---\n{server.logs()}"
+        ) from exc
+    finally:
+        browser.quit()
+
+    # The page, the JSON (a token, as API users get one) and the table agree.
+    token = server.token()
+    code, _, body = _http(server, f"{PLUGIN}/api/apps/demo/assignment", token=token)
+    assert code == 200, body[:500]
+    view = json.loads(body)
+    latest = _latest_generation(demo_airflow.warehouse)
+    assert latest is not None and view["generation"] == generation == latest.number
+    expected = {str(t): owner for t, owner in latest.assignment.active.items()}
+    assert page_tasks == expected == {t["task"]: t["active"] for t in view["tasks"]}
+    assert sorted(expected) == ["0_0", "0_1"]  # the demo's input has 2 partitions
+    configured = [i.name for i in instances_of(load_app(REPO / "jobs" / "demo.py"))]
+    assert latest.instance_names == configured
+    assert page_instances[: len(configured)] == configured
+    assert set(expected.values()) <= set(configured)
+    code, _, body = _http(server, f"{PLUGIN}/api/apps", token=token)
+    assert code == 200 and "demo" in {a["app"] for a in json.loads(body)["apps"]}, body[:500]
+    shots = sorted(p.name for p in out_dir.glob("*.png"))
+    print(f"\nplugin: generation {generation}; screenshots in {out_dir}: {shots}", file=sys.stderr)

@@ -37,7 +37,15 @@ def run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="local state directory (default: env LAKESTATE_STATE_DIR, else ./state)",
+        help="local state directory (default: the instance's; without instances configured: "
+        "env LAKESTATE_STATE_DIR, else ./state)",
+    )
+    p.add_argument(
+        "--instance",
+        metavar="NAME",
+        help="run as this instance of the app (its config's lakestate.instances; default: "
+        "the first): process the tasks it owns, bring its warmups and standbys up to date, "
+        "report its lags",
     )
     p.add_argument(
         "--wait",
@@ -76,6 +84,7 @@ def run(args: argparse.Namespace, ctx) -> int:
         lock_wait_s=args.wait,
         until_timestamp=until,
         say=ctx.say,
+        instance=args.instance,
     )
     if ctx.json_output:
         ctx.print_json(
@@ -86,6 +95,8 @@ def run(args: argparse.Namespace, ctx) -> int:
                 "busy": result.busy,
                 "transport": result.transport,
                 "per_batch": result.figures,
+                "instance": result.instance,
+                "warmed": result.warmed,
             }
         )
         return 0

@@ -40,12 +40,19 @@ import pyarrow.compute as pc
 
 from lakestate.engine import changelog, faults, local, progress
 from lakestate.engine.layout import AppLayout
+from lakestate.errors import TaskMigratedException
 from lakestate.io import delta_commits, logtable
 from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
 
 # Tables of one batch committed at once (step 3).
 COMMIT_THREADS = 4
+
+
+class BatchRefused(TaskMigratedException):
+    """The batch's progress commit failed (another run committed one of its task batches
+    first, or a fence moved): nothing of the batch was committed, its staged transactions
+    are discarded."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +90,13 @@ def commit_batch(
     replayed: set[TaskId],
     state_dir: str,
     isolation: IsolationLevel,
+    fences: Mapping[str, int] | None = None,
 ) -> None:
     """Steps 2-4 for the task batches ``results`` (step 1 done); ``rows`` is the processing
-    output (kind ``out`` and ``state`` rows of every task)."""
+    output (kind ``out`` and ``state`` rows of every task). ``fences``: txn versions the
+    progress commit checks and carries (``progress.record``). A progress commit that fails
+    (TaskMigratedException: another run got there first, or a fence moved) discards the
+    batch's staged transactions: nothing of the batch is left anywhere."""
     app = layout.app.name
     batches = {r.task: r.batch_id for r in results}
     identity = {
@@ -95,32 +106,18 @@ def commit_batch(
     }
     at = progress.now_ms()
 
+    first = min(batches.values())
+    faults.maybe_fail("before_progress", first)
+
     # 2. Record progress (the fence).
     fresh = [r for r in results if r.task not in replayed]
     if fresh:
-        progress.record(
-            layout.progress_path,
-            app,
-            [
-                progress.TaskProgress(
-                    r.task,
-                    r.batch_id,
-                    run_id,
-                    at,
-                    r.ranges,
-                    r.offsets,
-                    r.stream_time,
-                    r.records,
-                    tables_of(layout, r),
-                    r.metrics,
-                    r.processor_metadata,
-                )
-                for r in results
-                if r.task not in replayed
-            ],
-            identity,
-        )
-    first = min(batches.values())
+        try:
+            _record(layout, run_id, results, replayed, identity, at, fences)
+        except TaskMigratedException as exc:
+            for r in results:
+                local.discard_staged(state_dir, app, r.task)
+            raise BatchRefused(str(exc)) from exc
     faults.maybe_fail("after_progress", first)
 
     # 3. Commit the tables, at once.
@@ -153,6 +150,41 @@ def commit_batch(
             store.close()
         if index == 0:
             faults.maybe_fail("mid_local_commit", first)
+
+
+def _record(
+    layout: AppLayout,
+    run_id: str,
+    results: list[TaskResult],
+    replayed: set[TaskId],
+    identity: dict,
+    at: int,
+    fences: Mapping[str, int] | None,
+) -> None:
+    """Step 2: the progress rows of the task batches not being replayed."""
+    progress.record(
+        layout.progress_path,
+        layout.app.name,
+        [
+            progress.TaskProgress(
+                r.task,
+                r.batch_id,
+                run_id,
+                at,
+                r.ranges,
+                r.offsets,
+                r.stream_time,
+                r.records,
+                tables_of(layout, r),
+                r.metrics,
+                r.processor_metadata,
+            )
+            for r in results
+            if r.task not in replayed
+        ],
+        identity,
+        fences=fences,
+    )
 
 
 def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:

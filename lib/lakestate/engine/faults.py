@@ -2,21 +2,41 @@
 
 ``LAKESTATE_FAULT=<point>`` (optionally ``<point>@<batch>``) makes ``maybe_fail(point,
 batch)`` SIGKILL the current process, the hardest crash there is: no cleanup, no flush.
-Points, in commit order (``commit.py``'s steps): after_progress, after_sink:<topic>,
+Points, in commit order (``commit.py``'s steps): before_progress (the batch processed and
+staged, nothing committed), progress_checked (the progress commit's checks done, its
+commit not yet made), after_progress, after_sink:<topic>,
 after_changelog:<store>, after_tables (that is, before the local commit), mid_local_commit
 (after the first task's local commit); mid_restore (after a restore's first write, before
 its batch marker); and compaction's and rewind's own points (engine/rewind.py).
 ``<batch>`` is the lowest task batch of the batch being committed (for mid_restore: the
 batch restored).
 Unset in production; reading one environment variable is its only cost.
+
+``hook(point, fn)``: in this process, also call ``fn(batch)`` at ``point`` (a test's way
+to make something happen between two steps, e.g. a rebalance's fence before a progress
+commit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Callable, Iterator
 
 ENV = "LAKESTATE_FAULT"
+_HOOKS: dict[str, Callable[[int], None]] = {}
+
+
+@contextlib.contextmanager
+def hook(point: str, fn: Callable[[int], None]) -> Iterator[None]:
+    """Call ``fn(batch)`` whenever ``maybe_fail(point, batch)`` is reached, while in the
+    block."""
+    _HOOKS[point] = fn
+    try:
+        yield
+    finally:
+        _HOOKS.pop(point, None)
 
 
 def active() -> bool:
@@ -25,6 +45,10 @@ def active() -> bool:
 
 
 def maybe_fail(point: str, batch_id: int) -> None:
+    if _HOOKS:
+        fn = _HOOKS.get(point)
+        if fn is not None:
+            fn(batch_id)
     wanted = os.environ.get(ENV)
     if not wanted:
         return

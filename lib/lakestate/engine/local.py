@@ -68,14 +68,16 @@ def stage(
     batch_id: int,
     writes: list[Write],
     offsets: Mapping[TopicPartition, int],
+    run_id: str | None = None,
 ) -> None:
-    """Durably stage a task's transaction for ``batch_id`` (write, fsync, rename)."""
+    """Durably stage a task's transaction for ``batch_id`` (write, fsync, rename), with the
+    ``run_id`` whose progress row records the batch (``staged_run_id``)."""
     path = _staged_path(state_dir, app, task_id, batch_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         pickle.dump(
-            {"batch_id": batch_id, "writes": writes, "offsets": dict(offsets)},
+            {"batch_id": batch_id, "writes": writes, "offsets": dict(offsets), "run_id": run_id},
             f,
             protocol=pickle.HIGHEST_PROTOCOL,
         )
@@ -112,6 +114,19 @@ def apply_staged(
         txn.put(namespace, key, value)
         txn.commit(staged["offsets"])
     path.unlink(missing_ok=True)
+
+
+def staged_run_id(
+    state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int
+) -> str | None:
+    """The run id the staged transaction of ``batch_id`` was staged with (None: none, or
+    staged by a lakestate that did not record it)."""
+    path = _staged_path(state_dir, app, task_id, batch_id)
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f).get("run_id")
+    except FileNotFoundError:
+        return None
 
 
 def staged_batches(state_dir: str | Path, app: str, task_id: TaskId | str) -> list[int]:

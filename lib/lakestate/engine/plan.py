@@ -42,11 +42,14 @@ def split_global_key(key: str, global_topics: Collection[str]) -> tuple[str, int
 @dataclass(frozen=True)
 class TaskPlan:
     """Task ``task`` processes ``[start, end)`` of its partition of each topic in
-    ``ranges`` as its batch ``batch_id``."""
+    ``ranges`` as its batch ``batch_id``. ``run_id``: for a batch being replayed, the run
+    whose progress row recorded it (its staged transaction carries that id); None for a
+    new batch (the run's own)."""
 
     task: TaskId
     batch_id: int
     ranges: dict[str, tuple[int, int]]
+    run_id: str | None = None
 
     def global_ranges(self, topic: str) -> dict[int, tuple[int, int]]:
         """The ranges of global topic ``topic``, by partition."""
@@ -65,13 +68,15 @@ class TaskPlan:
 class Committed:
     """Where a task stands: its last complete batch (0: none), the next offset of each of
     its inputs, its stream time, its processors' metadata and its metrics' totals (the
-    document of its last progress row, ``lakestate.processors.metrics``)."""
+    document of its last progress row, ``lakestate.processors.metrics``); ``run_id``: the
+    run whose progress row recorded the batch (None when not read from a row)."""
 
     batch_id: int = 0
     offsets: Mapping[str, int] = field(default_factory=dict)
     stream_time: int | None = None
     processor_metadata: Mapping[str, int] = field(default_factory=dict)
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str | None = None
 
     def offset(self, topic: str) -> int:
         return self.offsets.get(topic, 0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -134,6 +134,9 @@ class BatchContext:
     isolation: IsolationLevel
     topic_partitions: dict[str, int]  # output topic -> partition count
     starts: dict[str, dict[str, int]]  # task id -> input topic -> first offset of the batch
+    # task id -> the run whose progress row records the batch, staged with it (recovery
+    # applies a staged batch only for the row of the same run)
+    run_ids: dict[str, str] = field(default_factory=dict)
 
 
 def _app(path: str) -> App:
@@ -270,7 +273,15 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
         # which is staged durably beside the store, and its output.
         prepared = task.prepare_commit(offsets)
         writes = prepared.writes()
-        local.stage(ctx.state_dir, ctx.app_name, task_id, batch_id, writes, prepared.offsets)
+        local.stage(
+            ctx.state_dir,
+            ctx.app_name,
+            task_id,
+            batch_id,
+            writes,
+            prepared.offsets,
+            ctx.run_ids.get(task_id),
+        )
         rows = _Rows(out_fields(store_kinds(app)))
         counts = _output_rows(rows, prepared.output, sub, partition, ctx)
         task.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,9 @@ import pyarrow.dataset as ds
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field, PrimitiveType
 
+from lakestate.engine import faults
 from lakestate.engine.rewind_intent import refuse_if_mid_rewind
+from lakestate.errors import TaskMigratedException
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -245,29 +248,59 @@ def _history(data: pa.Table, tasks: list[TaskId] | None) -> History:
     return History(rows)
 
 
+class FenceMoved(TaskMigratedException):
+    """The progress table's version of a fence txn is not the one the run expected:
+    ``moved`` maps each such txn id to its version now."""
+
+    def __init__(self, message: str, moved: dict[str, int]) -> None:
+        super().__init__(message)
+        self.moved = moved
+
+
 def record(
     path: str,
     app: str,
     rows: list[TaskProgress],
     metadata: dict[str, Any],
     extra_txns: dict[str, int] | None = None,
+    fences: Mapping[str, int] | None = None,
 ) -> int:
     """Commit the rows of one batch, each with its task's txn (and ``extra_txns``); returns
     the table version. TaskMigratedException when another run committed one of these task
-    batches first."""
+    batches first.
+
+    ``fences`` (txn id -> version): the versions the table must hold for those txn ids
+    (absent reads as 0), else FenceMoved and nothing is committed; the commit carries them
+    too, so a commit of one of them landing meanwhile fails this one ("Concurrent
+    transaction", TaskMigratedException). The caller gives them their meaning (an owner
+    epoch: ``engine/ownership.py``)."""
     table = delta_commits.open_table(path)
     held = delta_commits.txn_versions(table, app, [r.task for r in rows])
     taken = [r for r in rows if held[r.task] >= r.batch_id]
     if taken:
-        from lakestate.errors import TaskMigratedException
-
         raise TaskMigratedException(
             f"batch {taken[0].batch_id} of task {taken[0].task} of app {app} was committed by "
             "another run; this run stops without committing"
         )
+    fences = dict(fences or {})
+    moved = {
+        txn: now
+        for txn, expected in sorted(fences.items())
+        if (now := table.transaction_version(txn) or 0) != expected
+    }
+    if moved:
+        txn, now = next(iter(moved.items()))
+        raise FenceMoved(
+            f"app {app}: fence {txn} is at {now}, not {fences[txn]} as this run planned; "
+            "this run stops without committing",
+            moved,
+        )
     data = pa.Table.from_pylist([r.row() for r in rows], schema=SCHEMA)
     batches = {r.task: r.batch_id for r in rows}
-    return delta_commits.append(table, data, app, batches, metadata, extra_txns)
+    faults.maybe_fail("progress_checked", min(batches.values()))
+    return delta_commits.append(
+        table, data, app, batches, metadata, {**(extra_txns or {}), **fences}
+    )
 
 
 def now_ms() -> int:

@@ -55,7 +55,12 @@ def committed_of(row: TaskProgress | None) -> Committed:
     if row is None:
         return Committed()
     return Committed(
-        row.batch_id, dict(row.offsets), row.stream_time, row.processor_metadata, row.metrics
+        row.batch_id,
+        dict(row.offsets),
+        row.stream_time,
+        row.processor_metadata,
+        row.metrics,
+        row.run_id,
     )
 
 
@@ -91,7 +96,8 @@ def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
             continue
         before = history.batch(task, last.batch_id - 1)
         committed[task] = committed_of(before)
-        replays.append(TaskPlan(task, last.batch_id, _replay_ranges(last, layout.global_topics)))
+        ranges = _replay_ranges(last, layout.global_topics)
+        replays.append(TaskPlan(task, last.batch_id, ranges, last.run_id))
     return Recovered(committed, replays, dict(history.rewound))
 
 
@@ -139,19 +145,52 @@ def _bring_to(
     isolation: IsolationLevel,
     say: Callable[[str], None],
     rewound: int = 0,
-) -> None:
+) -> int:
+    """Bring the task's local store to ``committed``; returns the changelog rows (restore)
+    or keys (catch-up) it applied."""
     app = layout.app.name
     if not local.store_exists(state_dir, app, task):
         if committed.batch_id > 0:
-            restore(layout, task, committed, state_dir, isolation, say, "missing")
-        return
+            return restore(layout, task, committed, state_dir, isolation, say, "missing")
+        return 0
     store = local.open_task_store(state_dir, app, task, isolation)
     try:
-        reason = _bring_in_place(layout, task, committed, store, state_dir, say, rewound)
+        reason, n = _bring_in_place(layout, task, committed, store, state_dir, say, rewound)
     finally:
         store.close()
     if reason is not None:
-        restore(layout, task, committed, state_dir, isolation, say, reason)
+        return restore(layout, task, committed, state_dir, isolation, say, reason)
+    return n
+
+
+def warm(
+    layout: AppLayout,
+    task: TaskId,
+    state_dir: str,
+    isolation: IsolationLevel,
+    say: Callable[[str], None],
+    standing: Recovered | None = None,
+) -> int:
+    """Bring the local store of a task this instance does not own (a warmup or a standby)
+    to the task's last complete batch, as read in ``standing`` (read now when None): the
+    changelogs' catch-up, or a restore. Never a replay and never a write to Delta (an
+    incomplete batch is the owner's to finish), so it is safe while the owner commits: the
+    changelogs are append-only and the batch read at the start stays complete. Returns the
+    rows or keys applied; the task's staged transactions are dropped."""
+    if standing is None:
+        standing = where_tasks_stand(layout, [task])
+    try:
+        return _bring_to(
+            layout,
+            task,
+            standing.committed[task],
+            state_dir,
+            isolation,
+            say,
+            standing.rewound.get(task, 0),
+        )
+    finally:
+        local.discard_staged(state_dir, layout.app.name, task)
 
 
 def _bring_in_place(
@@ -162,17 +201,23 @@ def _bring_in_place(
     state_dir: str,
     say: Callable[[str], None],
     rewound: int,
-) -> str | None:
+) -> tuple[str | None, int]:
     """Bring an existing store to the committed batch without a restore if it can be done
-    (None); else why it must be restored."""
+    (None, and the keys caught up); else why it must be restored."""
     app = layout.app.name
     held_batch = local.local_batch(store) or 0
     if held_batch < rewound:
         # It may hold batches the rewind undid (and a batch staged beside it may carry the
         # id the rewind row took): only the changelogs are on the app's line.
-        return f"behind the rewind at batch {rewound}"
-    if held_batch == committed.batch_id - 1 and committed.batch_id in local.staged_batches(
-        state_dir, app, task
+        return f"behind the rewind at batch {rewound}", 0
+    # A staged batch is applied only when the progress row of that batch is the one it
+    # was processed for (same run): a fenced zombie's staged batch b+1 is never applied
+    # over the b+1 another instance committed (different ranges); the store catches up.
+    if (
+        held_batch == committed.batch_id - 1
+        and committed.batch_id in local.staged_batches(state_dir, app, task)
+        and committed.run_id is not None
+        and local.staged_run_id(state_dir, app, task, committed.batch_id) == committed.run_id
     ):
         local.apply_staged(store, state_dir, app, task, committed.batch_id)
         say(f"task {task}: applied the staged transaction of batch {committed.batch_id}")
@@ -180,18 +225,18 @@ def _bring_in_place(
     if held_batch == committed.batch_id and _same(
         _held(store, layout, task), committed, layout, task
     ):
-        return None
+        return None, 0
     if 0 < held_batch < committed.batch_id:
         try:
             n = _catch_up(layout, task, store, held_batch, committed)
         except CompactedPastError:
-            return "behind a compaction"
+            return "behind a compaction", 0
         say(
             f"task {task}: caught up from batch {held_batch} to {committed.batch_id} "
             f"from the changelogs ({n} keys)"
         )
-        return None
-    return "ahead of Delta" if held_batch > committed.batch_id else "inconsistent"
+        return None, n
+    return ("ahead of Delta" if held_batch > committed.batch_id else "inconsistent"), 0
 
 
 def _held(store: StateStore, layout: AppLayout, task: TaskId) -> dict[TopicPartition, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import os
 import sys
@@ -37,10 +38,11 @@ from pyspark.sql import functions as F
 
 from lakestate import console
 from lakestate.app import App, load_app
-from lakestate.engine import inprocess, local
+from lakestate.engine import inprocess, instance_run, local
 from lakestate.engine.commit import TaskResult, commit_batch
 from lakestate.engine.cutoff import Cutoff, format_timestamp
 from lakestate.engine.failure import message_of
+from lakestate.engine.instances import instance_of
 from lakestate.engine.layout import AppLayout, prepare
 from lakestate.engine.layout import end_offsets as layout_end_offsets
 from lakestate.engine.local import state_dir_of
@@ -55,7 +57,7 @@ from lakestate.engine.process import (
 )
 from lakestate.engine.recovery import recover, where_tasks_stand
 from lakestate.engine.routing import route_column
-from lakestate.errors import StreamsException
+from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io import logtable
 from lakestate.processors.metrics import accumulate
 from lakestate.state.base import isolation_for
@@ -65,6 +67,8 @@ from lakestate.state.constants import (
 )
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
+
+log = logging.getLogger("lakestate.engine")
 
 # What a plan is made from: end offsets per topic and partition; per task, the next offset
 # its local store holds of each global topic partition.
@@ -78,7 +82,8 @@ class RunResult:
     ``busy``: another run of the app held the instance's lock for the whole wait, and this
     one did nothing. ``transport``: ``in_process`` or ``spark`` (None: no batch to run);
     ``figures``: per batch, its tasks' batch numbers, records in and out, the tasks it
-    replayed, and its seconds."""
+    replayed, and its seconds. ``instance``: the instance the run was; ``warmed``: the
+    warmup and standby tasks it brought to their committed batch, with the lag each had."""
 
     batches: list[dict[str, int]] = field(default_factory=list)
     records: int = 0
@@ -86,6 +91,8 @@ class RunResult:
     busy: bool = False
     transport: str | None = None
     figures: list[dict[str, Any]] = field(default_factory=list)
+    instance: str | None = None
+    warmed: dict[str, int] = field(default_factory=dict)
 
 
 #: How often a run waiting for another run of its app checks the lock.
@@ -159,6 +166,7 @@ def run_app(
     lock_wait_s: float | None = None,
     until_timestamp: int | None = None,
     say: Callable[[str], None] = print,
+    instance: str | None = None,
 ) -> RunResult:
     """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
     or until no input is left (``until_caught_up``); no new batch starts once
@@ -177,11 +185,22 @@ def run_app(
     ``until_timestamp`` (epoch ms, exclusive): process each input partition, in offset
     order, up to its first record stamped at or after it (``engine/cutoff.py``), until
     caught up to that cut unless ``max_batches`` says otherwise: what a backfill of an
-    interval ending there processes."""
+    interval ending there processes.
+
+    ``instance``: the app's instance this run is (``engine/instances.py``; None: the first
+    configured, or the implicit ``default``). Its state dir (an explicit ``state_dir``
+    wins) and Spark master (an explicit ``master`` wins); it processes the tasks it owns
+    in force (``tasks`` restricts them further), then brings its warmup and standby tasks
+    up to date and reports its stores' lags (``engine/instance_run.py``). A rebalance that
+    moves one of its tasks before a batch's progress commit stops the run with
+    TaskMigratedException, nothing of the batch committed."""
     started = time.monotonic()
     app = load_app(app_path)
     wh = Warehouse(warehouse)
-    sdir = state_dir_of(state_dir)
+    member = instance_of(app, instance)
+    sdir = member.state_dir if state_dir is None else state_dir_of(state_dir)
+    master = member.master if master is None else master
+    scaled = instance_run.scaled_out(app, wh)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if lock_wait_s is None:
         lock_wait_s = time_budget_s or 0.0
@@ -190,7 +209,11 @@ def run_app(
 
     with instance_lock(sdir, app.name, lock_wait_s, say) as held:
         if not held:
-            return RunResult(busy=True)
+            if scaled:  # what the last run that held the lock saw of the stores
+                layout = prepare(app, wh)
+                roles = instance_run.roles_of(layout, member, tasks)
+                instance_run.report(layout, roles, sdir, None, _run_id())
+            return RunResult(busy=True, instance=member.name)
         spark = SparkStarter(master, f"lakestate-{app.name}")
         try:
             runner = _Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
@@ -200,14 +223,46 @@ def run_app(
                 )
             if until_timestamp is not None:
                 runner.cutoff = Cutoff(wh, until_timestamp)
-            owned = runner.owned(tasks)
+            roles = runner.roles = instance_run.roles_of(runner.layout, member, tasks)
+            if scaled:
+                say(instance_run.describe(roles))
             limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
             deadline = None if time_budget_s is None else started + time_budget_s
-            with console.progress(f"{app.name}: records", total=None) as bar:
-                runner.bar = bar
-                return runner.run(owned, limit, deadline)
+            ended = False
+            try:
+                with console.progress(f"{app.name}: records", total=None) as bar:
+                    runner.bar = bar
+                    result = runner.run(roles.active, limit, deadline)
+                result.instance = member.name
+                if scaled:
+                    warmed = instance_run.warm(runner.layout, roles, sdir, runner.isolation, say)
+                    result.warmed = {str(t): lag for t, lag in warmed.items()}
+                ended = True
+            except TaskMigratedException as exc:
+                raise instance_run.migrated(runner.layout, roles, exc) from exc
+            finally:
+                if scaled:
+                    _report(runner, roles, ended)
+            return result
         finally:
             spark.join()
+
+
+def _run_id() -> str:
+    """A run's id: where it ran, and a random part."""
+    return f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _report(runner: _Runner, roles: instance_run.Roles, ended: bool) -> None:
+    """The run's lag report, under the lock. After a run that failed, a report that fails
+    too (e.g. the app is mid-rewind) is logged, not raised: the run's own error is the one
+    to see."""
+    try:
+        instance_run.report(runner.layout, roles, runner.state_dir, runner.isolation, runner.run_id)
+    except Exception:
+        if ended:
+            raise
+        log.warning("the lag report of a failed run was not written", exc_info=True)
 
 
 class SparkStarter:
@@ -290,24 +345,13 @@ class _Runner:
         self.inprocess_max_records = inprocess.max_records(app.config)
         self.in_process = False  # chosen at the start of each run (``_choose_transport``)
         self.bar = console.Bar()  # the run's progress: records processed of those pending
-        self.run_id = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.run_id = _run_id()
+        #: the instance's roles (``instance_run.roles_of``): its tasks' planned owner epochs
+        self.roles: instance_run.Roles | None = None
         self.layout: AppLayout = prepare(app, wh)
         self.wh = wh
         #: ``run_app(until_timestamp=...)``: the inputs' ends are cut (``engine/cutoff.py``).
         self.cutoff: Cutoff | None = None
-
-    def owned(self, tasks: list[TaskId] | list[str] | None) -> list[TaskId]:
-        every = self.layout.tasks()
-        if tasks is None:
-            return every
-        wanted = sorted({t if isinstance(t, TaskId) else TaskId.parse(t) for t in tasks})
-        unknown = [str(t) for t in wanted if t not in every]
-        if unknown:
-            raise StreamsException(
-                f"app {self.app.name} has no task {', '.join(unknown)} "
-                f"(its tasks: {', '.join(str(t) for t in every)})"
-            )
-        return wanted
 
     def run(self, tasks: list[TaskId], limit: int | None, deadline: float | None) -> RunResult:
         result = RunResult()
@@ -520,6 +564,7 @@ class _Runner:
             self.isolation,
             dict(self.layout.outputs),
             {str(p.task): {topic: r[0] for topic, r in p.ranges.items()} for p in plans},
+            {str(p.task): p.run_id or self.run_id for p in plans},
         )
         try:
             if self.in_process:
@@ -533,8 +578,17 @@ class _Runner:
                 f"{message_of(exc)}"
             ) from exc  # the whole trace goes to the log file
         results = self._results(plans, committed, rows)
+        fresh = [p.task for p in plans if p.task not in replayed]
+        fences = None if self.roles is None else self.roles.fences(self.app.name, fresh)
         commit_batch(
-            self.layout, self.run_id, results, rows, replayed, self.state_dir, self.isolation
+            self.layout,
+            self.run_id,
+            results,
+            rows,
+            replayed,
+            self.state_dir,
+            self.isolation,
+            fences,
         )
         n_out = sum(n for r in results for per in r.outputs.values() for n in per.values())
         self.say(
@@ -611,7 +665,7 @@ def _from_global_starts(
             start = starts.get(key, 0)
         if end > start:
             ranges[key] = (start, end)
-    return TaskPlan(plan.task, plan.batch_id, ranges)
+    return TaskPlan(plan.task, plan.batch_id, ranges, plan.run_id)
 
 
 def _figures(results: list[TaskResult], replayed: set[TaskId], seconds: float) -> dict[str, Any]:

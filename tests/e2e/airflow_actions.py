@@ -39,7 +39,7 @@ def _param(param: Any) -> dict[str, Any]:
 
 def describe() -> dict[str, Any]:
     """Every DAG of the DAGs folder, with what the tests check."""
-    from lakestate.airflow.operator import LakestateRunOperator
+    from lakestate.airflow.operator import LakestateRebalanceOperator, LakestateRunOperator
 
     bag = _dagbag()
     dags: dict[str, Any] = {}
@@ -50,19 +50,29 @@ def describe() -> dict[str, Any]:
                 "task_id": task.task_id,
                 "class": f"{type(task).__module__}.{type(task).__qualname__}",
                 "is_lakestate_run": isinstance(task, LakestateRunOperator),
+                "is_lakestate_rebalance": isinstance(task, LakestateRebalanceOperator),
                 "retries": task.retries,
+                "queue": task.queue,
+                "upstream": sorted(task.upstream_task_ids),
                 "downstream": sorted(task.downstream_task_ids),
             }
-            if isinstance(task, LakestateRunOperator):
+            if isinstance(task, LakestateRunOperator | LakestateRebalanceOperator):
                 info.update(
                     app_path=task.app_path,
                     app=task.app,
                     warehouse=task.warehouse,
                     state_dir=task.state_dir,
-                    conn_id=task.conn_id,
-                    default_master=task.default_master,
                     env=task.env,
                     python=task.python,
+                )
+            if isinstance(task, LakestateRebalanceOperator):
+                info.update(command=task.command())
+            if isinstance(task, LakestateRunOperator):
+                info.update(
+                    instance=task.instance,
+                    master=task.master,
+                    conn_id=task.conn_id,
+                    default_master=task.default_master,
                     command=task.command(["--until-caught-up"], "local[2]"),
                 )
             tasks.append(info)
@@ -104,11 +114,11 @@ def render(dag_id: str, params: dict[str, Any], run_type: str, until: str) -> di
 
 
 def master(dag_id: str) -> dict[str, Any]:
-    """The Spark master the DAG's task would give ``lakestate run``."""
-    from lakestate.airflow.operator import spark_master
+    """The Spark master the DAG's first run task would give ``lakestate run``."""
+    from lakestate.airflow.operator import LakestateRunOperator
 
-    task = _dag(dag_id).tasks[0]
-    return {"master": spark_master(task.conn_id, task.default_master)}
+    (task, *_) = (t for t in _dag(dag_id).tasks if isinstance(t, LakestateRunOperator))
+    return {"master": task.spark_master()}
 
 
 def _as_backfill_runs(start: str, end: str) -> None:

@@ -1,9 +1,10 @@
 """The DAGs folder parses in a real Airflow, and the demo DAG has the shape the design asks for:
 scheduled micro-batches without overlapping scheduled runs, unpaused when created, by default
-until caught up within a time budget, trigger Params (rewind guarded by a confirmation), one
-task running ``lakestate run`` in a subprocess with Spark on local[*] unless a Spark
-connection says otherwise; beside it, the demo app's maintenance DAG (compact -> optimize ->
-vacuum)."""
+until caught up within a time budget, trigger Params (rewind guarded by a confirmation), a
+``rebalance`` task upstream of one task per instance of the app (jobs/demo.py has two, each
+on its own queue), each running ``lakestate run --instance NAME`` in a subprocess with Spark
+on local[*] unless a Spark connection says otherwise; an app without instances has one run
+task; beside it, the demo app's maintenance DAG (compact -> optimize -> vacuum)."""
 
 from __future__ import annotations
 
@@ -36,13 +37,38 @@ def test_every_dag_file_imports_cleanly(described: dict) -> None:
     assert MAINTENANCE_DAG in described["dags"]
 
 
+def _tasks(dag: dict) -> dict[str, dict]:
+    return {t["task_id"]: t for t in dag["tasks"]}
+
+
+def _demo_instances(state_root: str) -> list:
+    """jobs/demo.py's instances, as its config gives them (``state_root``: the DAG's)."""
+    from lakestate.app import load_app
+    from lakestate.engine.instances import instances_of
+
+    return instances_of(load_app(REPO / "jobs" / "demo.py"), state_root)
+
+
+def _assert_one_instance_dag(dag: dict, app: str) -> None:
+    """An app without instances: ``rebalance`` then one run task, ``run_batches``, on the
+    default queue, without ``--instance``, in the state root itself."""
+    tasks = _tasks(dag)
+    assert set(tasks) == {"rebalance", "run_batches"}
+    rebalance, run = tasks["rebalance"], tasks["run_batches"]
+    assert rebalance["is_lakestate_rebalance"] and run["is_lakestate_run"], tasks
+    assert rebalance["downstream"] == ["run_batches"] and run["upstream"] == ["rebalance"]
+    assert rebalance["queue"] == run["queue"] == "default"  # Airflow's default queue
+    for task in (rebalance, run):
+        assert task["app_path"] == str(REPO / "jobs" / f"{app}.py")
+        assert task["app"] == app
+    assert run["instance"] is None and "--instance" not in run["command"]
+    assert run["state_dir"] == run["env"]["LAKESTATE_STATE_DIR"] == rebalance["state_dir"]
+
+
 def test_clicks_dags_run_the_clicks_app(described: dict) -> None:
     dag = described["dags"]["lakestate_clicks"]
     assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "clicks.py"
-    (task,) = dag["tasks"]
-    assert task["is_lakestate_run"], task["class"]
-    assert task["app_path"] == str(REPO / "jobs" / "clicks.py")
-    assert task["app"] == "clicks"
+    _assert_one_instance_dag(dag, "clicks")
     maintenance = described["dags"]["lakestate_clicks_maintenance"]
     assert Path(maintenance["fileloc"]).resolve() == REPO / "dags" / "clicks_maintenance.py"
     assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
@@ -51,10 +77,7 @@ def test_clicks_dags_run_the_clicks_app(described: dict) -> None:
 def test_orders_dags_run_the_orders_app(described: dict) -> None:
     dag = described["dags"]["lakestate_orders"]
     assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "orders.py"
-    (task,) = dag["tasks"]
-    assert task["is_lakestate_run"], task["class"]
-    assert task["app_path"] == str(REPO / "jobs" / "orders.py")
-    assert task["app"] == "orders"
+    _assert_one_instance_dag(dag, "orders")
     maintenance = described["dags"]["lakestate_orders_maintenance"]
     assert Path(maintenance["fileloc"]).resolve() == REPO / "dags" / "orders_maintenance.py"
     assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
@@ -106,14 +129,54 @@ def test_demo_dag_params(described: dict) -> None:
         assert param["description"], f"Param {name} has no description"
 
 
+def test_demo_dag_rebalances_then_runs_each_instance_on_its_queue(described: dict) -> None:
+    """``rebalance`` first, on the first instance's queue; then ``run_<name>`` per instance of
+    jobs/demo.py, side by side (no dependency between them), each on its instance's queue
+    with ``--instance NAME`` and the instance's state directory (``<state root>/<name>``)."""
+    tasks = _tasks(described["dags"][DEMO_DAG])
+    rebalance = tasks.pop("rebalance")
+    root = rebalance["env"]["LAKESTATE_STATE_DIR"]
+    instances = _demo_instances(root)
+    assert len(instances) == 2 and len({i.queue for i in instances}) == 2
+    runs = {f"run_{i.name}": i for i in instances}
+    assert set(tasks) == set(runs)
+    assert rebalance["is_lakestate_rebalance"], rebalance["class"]
+    assert rebalance["upstream"] == [] and rebalance["downstream"] == sorted(runs)
+    assert rebalance["queue"] == instances[0].queue
+    assert rebalance["state_dir"] == instances[0].state_dir  # where a rewind takes the lock
+    for task_id, instance in runs.items():
+        task = tasks[task_id]
+        assert task["is_lakestate_run"], task["class"]
+        assert task["upstream"] == ["rebalance"] and task["downstream"] == []
+        assert task["queue"] == instance.queue
+        assert task["instance"] == instance.name
+        assert task["state_dir"] == instance.state_dir == str(Path(root) / instance.name)
+        args = build_parser().parse_args(task["command"][3:])
+        assert (args.command, args.instance, args.state_dir) == (
+            "run",
+            instance.name,
+            instance.state_dir,
+        )
+        assert task["env"]["LAKESTATE_STATE_DIR"] == root
+    # The rebalance task runs the lakestate CLI's own `rebalance`, with the DAG's paths.
+    command = rebalance["command"]
+    assert command[:3] == [rebalance["python"], "-m", "lakestate.cli"]
+    args = build_parser().parse_args(command[3:])
+    assert (args.command, args.app, args.warehouse) == (
+        "rebalance",
+        rebalance["app_path"],
+        rebalance["warehouse"],
+    )
+
+
 def test_demo_dag_runs_lakestate_run_in_a_subprocess(described: dict) -> None:
-    (task,) = described["dags"][DEMO_DAG]["tasks"]
-    assert task["task_id"] == "run_batches"
+    task = _tasks(described["dags"][DEMO_DAG])["run_a"]
     assert task["is_lakestate_run"], task["class"]
     assert task["app_path"] == str(REPO / "jobs" / "demo.py")
     assert task["app"] == "demo"
     assert task["conn_id"] == "spark_default"
     assert task["default_master"] == "local[*]"
+    assert task["master"] is None  # the instance configures none: the connection's
     assert Path(task["python"]) == Path(sys.executable)  # the Python running Airflow
     command = task["command"]
     assert command[:3] == [task["python"], "-m", "lakestate.cli"]
@@ -124,10 +187,56 @@ def test_demo_dag_runs_lakestate_run_in_a_subprocess(described: dict) -> None:
     env = task["env"]
     assert Path(env["LAKESTATE_WAREHOUSE"]).is_absolute()
     assert env["LAKESTATE_WAREHOUSE"] == task["warehouse"]
-    assert env["LAKESTATE_STATE_DIR"] == task["state_dir"]
+    assert Path(task["state_dir"]).parent == Path(env["LAKESTATE_STATE_DIR"])
     assert Path(env["PYSPARK_PYTHON"]).is_file()
     assert str(REPO / "lib") in env["PYTHONPATH"].split(":")
     assert task["retries"] == 0
+
+
+def test_instances_configured_by_an_app_make_its_run_tasks(airflow_env, tmp_path: Path) -> None:
+    """A DAG file made by ``make_dag`` for an app of the user's: an instance's queue
+    defaults to its name, its ``state_dir`` and ``master`` are used when given; an app whose
+    instances are badly configured is an import error naming the instance and the key."""
+    jobs, dags = tmp_path / "jobs", tmp_path / "dags"
+    jobs.mkdir()
+    dags.mkdir()
+    own_state = tmp_path / "disk-x"
+    apps = {
+        "scaled": [
+            {"name": "x", "state_dir": str(own_state), "master": "spark://m:7077", "capacity": 2},
+            {"name": "y"},
+        ],
+        "broken": [{"name": "a"}, {"name": "b", "queues": "lakestate-b"}],
+    }
+    for name, instances in apps.items():
+        (jobs / f"{name}.py").write_text(
+            "import lakestate as ls\n"
+            "builder = ls.StreamsBuilder()\n"
+            "builder.stream('in').to('out')\n"
+            f"app = ls.App({name!r}, builder.build(), {{'lakestate.instances': {instances!r}}})\n",
+            encoding="utf-8",
+        )
+    for name in ("scaled", "broken"):
+        (dags / f"{name}.py").write_text(
+            "from lakestate.airflow import make_dag\n"
+            f"dag = make_dag({str(jobs / f'{name}.py')!r})\n",
+            encoding="utf-8",
+        )
+    root = tmp_path / "state"
+    env = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "LAKESTATE_STATE_DIR": str(root)}
+    described = airflow_env.run("describe", env=env)
+    ((broken_file, error),) = described["import_errors"].items()
+    assert Path(broken_file).name == "broken.py"
+    assert "app broken" in error and "instance 'b'" in error and "'queues'" in error, error
+    tasks = _tasks(described["dags"]["lakestate_scaled"])
+    assert set(tasks) == {"rebalance", "run_x", "run_y"}
+    x, y = tasks["run_x"], tasks["run_y"]
+    assert (x["queue"], x["state_dir"], x["master"]) == ("x", str(own_state), "spark://m:7077")
+    assert (y["queue"], y["state_dir"], y["master"]) == ("y", str(root / "y"), None)
+    assert tasks["rebalance"]["queue"] == "x" and tasks["rebalance"]["state_dir"] == str(own_state)
+    # The instance's own master wins over the Spark connection (local[*] in these tests).
+    (dags / "broken.py").unlink()  # the action wants a DAGs folder without import errors
+    assert airflow_env.run("master", "lakestate_scaled", env=env)["master"] == "spark://m:7077"
 
 
 SCHEDULED = ["--until-caught-up", "--time-budget", "240", "--wait", "240"]

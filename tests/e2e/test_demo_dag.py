@@ -1,8 +1,10 @@
-"""The demo DAG, run for real: ``dag.test()`` in an isolated Airflow, whose one task
-spark-submits the engine on local[*] against a warehouse holding sample events. A run with a
-time budget spent by its first batch stops there; a run with the default Params processes
-until caught up, and the sink topic ``event-counts`` then holds, per user, the count of that
-user's events with a positive amount (jobs/demo.py's topology)."""
+"""The demo DAG, run for real: ``dag.test()`` in an isolated Airflow against a warehouse
+holding sample events: its ``rebalance`` task computes the app's first assignment generation,
+then one run task per instance of the app (jobs/demo.py has two) runs ``lakestate run
+--instance NAME``, each processing the tasks the generation gives it. A run limited to one
+batch stops there; a run with the default Params processes until caught up, and the sink topic
+``event-counts`` then holds, per user, the count of that user's events with a positive amount
+(jobs/demo.py's topology), as a one-instance run would."""
 
 from __future__ import annotations
 
@@ -49,6 +51,20 @@ def _lakestate(env: dict[str, str], cwd: Path, *args: str) -> str:
     return proc.stdout
 
 
+def _instances(state_dir: Path) -> list:
+    """jobs/demo.py's instances, their state dirs under ``state_dir``."""
+    from lakestate.app import load_app
+    from lakestate.engine.instances import instances_of
+
+    return instances_of(load_app(REPO / "jobs" / "demo.py"), state_dir)
+
+
+def _green(result: dict, state_dir: Path) -> bool:
+    """The DAG run succeeded, its rebalance task and every instance's run task too."""
+    tasks = {"rebalance", *(f"run_{i.name}" for i in _instances(state_dir))}
+    return result["state"] == "success" and result["task_states"] == dict.fromkeys(tasks, "success")
+
+
 def _batches(warehouse: Path) -> dict[str, list[int]]:
     """Per task, the batches the demo app's progress table records."""
     from lakestate.io import delta_commits
@@ -87,18 +103,14 @@ def test_demo_dag_counts_positive_events_per_user(airflow, tmp_path: Path) -> No
     budget = {"until_caught_up": False, "max_batches": 1, "max_records": 10}
     result = airflow.run("test", DEMO_DAG, json.dumps(budget), env=env, timeout=900)
     assert result["conf"] == budget
-    assert result["task_states"] == {"run_batches": "success"} and result["state"] == "success", (
-        f"{result}\n{airflow.task_logs()[-20000:]}"
-    )
+    assert _green(result, state_dir), f"{result}\n{airflow.task_logs()[-20000:]}"
     assert _batches(warehouse) == {"0_0": [1], "0_1": [1]}
 
     # The default run (what the schedule does): until caught up, within 240 s; it goes on
     # from the first run's offsets.
     result = airflow.run("test", DEMO_DAG, "{}", env=env, timeout=900)
     ran = time.monotonic()
-    assert result["task_states"] == {"run_batches": "success"} and result["state"] == "success", (
-        f"{result}\n{airflow.task_logs()[-20000:]}"
-    )
+    assert _green(result, state_dir), f"{result}\n{airflow.task_logs()[-20000:]}"
 
     out = _lakestate(env, tmp_path, "consume", demo.OUTPUT_TOPIC)
     consumed = time.monotonic()
@@ -122,6 +134,32 @@ def test_demo_dag_counts_positive_events_per_user(airflow, tmp_path: Path) -> No
         file=sys.stderr,
     )
     assert os.path.isdir(warehouse / "topics" / demo.OUTPUT_TOPIC)
+    _assert_each_instance_ran_its_actives(warehouse, state_dir)
+
+
+def _assert_each_instance_ran_its_actives(warehouse: Path, state_dir: Path) -> None:
+    """The rebalance task wrote a generation that gives every task an active among the
+    app's instances; each instance's run reported its actives as such, its stores holding
+    the committed batch (lag 0: the run was until caught up)."""
+    from lakestate.assign import history
+    from lakestate.engine import reports
+    from lakestate.warehouse import Warehouse
+
+    wh = Warehouse(str(warehouse))
+    generation = history.latest(wh, "demo")
+    assert generation is not None and generation.number >= 1
+    names = {i.name for i in _instances(state_dir)}
+    active = {str(task): owner for task, owner in generation.assignment.active.items()}
+    assert set(active) == {"0_0", "0_1"} and set(active.values()) <= names, active
+    reported = reports.latest_by_instance(wh, "demo")
+    for task, owner in active.items():
+        (report,) = [r for t, r in reported[owner].items() if str(t) == task]
+        assert (report.role, report.lag) == ("active", 0), report
+        assert report.local_batch == report.committed_batch, report
+        # Each task's store is in its owner's state dir only.
+        others = names - {owner}
+        assert (Path(state_dir) / owner / "demo" / task).is_dir()
+        assert not any((Path(state_dir) / o / "demo" / task / "db").exists() for o in others)
 
 
 # -- failures, backfills and rewinds --------------------------------------------------------
@@ -150,7 +188,8 @@ def _counts(env: dict[str, str], cwd: Path) -> dict[str, int]:
 
 def test_a_failed_run_ends_its_task_log_with_the_lakestate_error(airflow, tmp_path: Path) -> None:
     """``airflow dags test`` of the demo DAG against a warehouse without its input topic:
-    the task fails, and its log ends with the CLI's one error line (no Spark stack trace)."""
+    the first task, ``rebalance``, fails, and its log ends with the CLI's one error line (no
+    Spark stack trace); the instances' run tasks do not run."""
     env = airflow.environ(
         {
             "LAKESTATE_WAREHOUSE": str(tmp_path / "warehouse"),
@@ -168,8 +207,12 @@ def test_a_failed_run_ends_its_task_log_with_the_lakestate_error(airflow, tmp_pa
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "DagRun failed" in out, out[-5000:]
     # The task's log is what `dags test` prints up to the end of the task.
-    task_log = out[: out.index("[DAG TEST] end task")].splitlines()
-    error = "lakestate run: error: app demo: input topic 'events' of sub-topology 0 does not exist"
+    task_log = out[: out.index("[DAG TEST] end task task_id=rebalance")].splitlines()
+    assert "[DAG TEST] starting task_id=run_" not in out  # upstream failed
+    error = (
+        "lakestate rebalance: error: app demo: input topic 'events' of sub-topology 0 does not "
+        "exist"
+    )
     # Its last lines: the exception naming the error (then Airflow's own framing lines).
     tail = "\n".join(task_log[-6:])
     assert f"AirflowException: {error}" in tail, "\n".join(task_log[-40:])
@@ -228,8 +271,9 @@ def test_backfill_runs_process_their_intervals_and_a_rewind_is_guarded(
 
 
 def test_a_run_that_finds_the_app_running_waits_and_succeeds(airflow, tmp_path: Path) -> None:
-    """A DAG run started while another run of the app holds its lock (held here by the
-    test, as a run under way does) waits for it, then processes the input: green."""
+    """A DAG run started while another run of the app holds its lock on instance ``a``
+    (held here by the test, as a run under way does) waits for it on that instance, then
+    processes the input: green."""
     from lakestate.engine.runner import instance_lock
 
     warehouse, state_dir = tmp_path / "warehouse", tmp_path / "state"
@@ -243,7 +287,8 @@ def test_a_run_that_finds_the_app_running_waits_and_succeeds(airflow, tmp_path: 
 
     out, result_file = tmp_path / "dag-test.out", tmp_path / "dag-test.json"
     actions = Path(__file__).with_name("airflow_actions.py")
-    with instance_lock(str(state_dir), "demo"), open(out, "w", encoding="utf-8") as sink:
+    first = _instances(state_dir)[0]  # the rebalance task runs there: a rewind waits too
+    with instance_lock(first.state_dir, "demo"), open(out, "w", encoding="utf-8") as sink:
         proc = subprocess.Popen(
             [sys.executable, str(actions), "test", DEMO_DAG, "{}", str(result_file)],
             env=env, cwd=airflow.home, stdout=sink, stderr=subprocess.STDOUT,

@@ -4,11 +4,29 @@
 (every 5 minutes by default, one scheduled run at a time, no catch-up of missed intervals,
 unpaused when created) and on demand from the UI's trigger form (Params
 ``until_caught_up``, ``time_budget_s``, ``max_batches``, ``max_records``, ``rewind``,
-``confirm_rewind``). Its one task, ``run_batches``, is a ``LakestateRunOperator``
-(``lakestate.airflow.operator``): the lakestate CLI in a subprocess,
-``python -m lakestate.cli --master M run <repo>/jobs/APP.py --warehouse DIR --state-dir DIR
-...``, its output in the task log; no spark-submit, and no JVM at all for a run small enough
-to be processed in process (the engine decides).
+``confirm_rewind``).
+
+Its tasks (``lakestate.airflow.operator``), each the lakestate CLI in a subprocess, its
+output in the task log:
+
+- ``rebalance`` (``LakestateRebalanceOperator``): ``python -m lakestate.cli rebalance
+  <repo>/jobs/APP.py --warehouse DIR``, the app's next assignment generation when its
+  instances or their lags changed or a probing rebalance is due; then, downstream of it and
+  side by side,
+- one run task per instance of the app (``lakestate.instances`` in its config;
+  ``lakestate.engine.instances``), ``run_<name>``, on the instance's Airflow queue
+  (``queue=<instance queue>``: a Celery worker per instance, with its own local disk), each
+  ``python -m lakestate.cli --master M run <repo>/jobs/APP.py --warehouse DIR --state-dir
+  DIR --instance NAME ...``: the tasks the assignment gives that instance. The tasks are
+  made when the DAG is parsed (Airflow cannot vary a mapped task's queue), so a change to
+  the instances shows once the DAG file is parsed again. An app without instances has one
+  run task, ``run_batches``, on the default queue, with no ``--instance`` (its implicit
+  instance runs every task, as before instances existed).
+
+The rebalance task runs on the first instance's queue (any worker could: it reads and writes
+Delta tables only; a rewind run's rewind, done there, waits for a run under way on that
+instance). No spark-submit, and no JVM at all for a run small enough to be processed in
+process (the engine decides).
 
 What a run processes
     By default a run processes until caught up (``until_caught_up``): batch after batch
@@ -31,13 +49,14 @@ Backfills and rewinds
     A backfill run (``airflow backfill create``) processes the records stamped before its
     data interval's end, in offset order, until caught up to that cut: after the backfill of
     an interval, everything stamped in it has been processed once (a no-op if it was
-    before). Param ``rewind`` (with ``confirm_rewind`` = the app's name) first restores the
-    app's state and sinks to the batch before the run's data interval
-    (``lakestate.engine.rewind``), then reprocesses up to its end. See
-    ``lakestate.airflow.operator``.
+    before); every instance's run is cut there. Param ``rewind`` (with ``confirm_rewind`` =
+    the app's name) first restores the app's state and sinks to the batch before the run's
+    data interval (``lakestate.engine.rewind``, once, in the rebalance task), then every
+    instance reprocesses up to its end. See ``lakestate.airflow.operator``.
 
 The Spark master (for runs large enough to use Spark)
-    comes from the Airflow connection ``spark_conn_id`` (default ``spark_default``), read as
+    is the instance's ``master`` when its config gives one, else it comes from the Airflow
+    connection ``spark_conn_id`` (default ``spark_default``), read as
     the Spark provider reads it (``operator.spark_master``): a connection of type ``spark``
     whose host is a full master URL (``local[*]``, ``k8s://https://...``) is used as is, e.g.
     ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'``; a URI
@@ -48,7 +67,8 @@ The Spark master (for runs large enough to use Spark)
 The run's environment (on top of the worker's own)
     ``LAKESTATE_WAREHOUSE`` and ``LAKESTATE_STATE_DIR`` (the ``warehouse``/``state_dir``
     arguments, else the same env vars where the DAG is parsed, else ``<repo>/warehouse`` and
-    ``<repo>/state``), ``LAKESTATE_IVY_DIR``, ``PYTHONPATH`` with lakestate's source folder
+    ``<repo>/state``; an instance's state directory, ``--state-dir``, is its configured
+    ``state_dir``, else ``<LAKESTATE_STATE_DIR>/<name>``), ``LAKESTATE_IVY_DIR``, ``PYTHONPATH`` with lakestate's source folder
     first, ``PYSPARK_PYTHON`` (env ``PYSPARK_PYTHON`` where the DAG is parsed, else the
     Python running Airflow, ``sys.executable``), ``LAKESTATE_SPARK_CONF`` (JSON) when
     ``spark_conf`` is given, then ``env_vars``. The task's process re-parses the DAG file, so
@@ -71,6 +91,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -79,7 +100,11 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param
 
 import lakestate
-from lakestate.airflow.operator import DEFAULT_MASTER, LakestateRunOperator
+from lakestate.airflow.operator import (
+    DEFAULT_MASTER,
+    LakestateRebalanceOperator,
+    LakestateRunOperator,
+)
 from lakestate.app import load_app
 from lakestate.engine import spark as lakestate_spark
 from lakestate.warehouse import Warehouse
@@ -88,6 +113,7 @@ __all__ = [
     "DEFAULT_MASTER",
     "DEFAULT_START_DATE",
     "DEFAULT_TIME_BUDGET_S",
+    "REBALANCE_TASK_ID",
     "TASK_ID",
     "make_dag",
     "make_maintenance_dag",
@@ -96,8 +122,10 @@ __all__ = [
 
 #: A fixed date in the past: with ``catchup=False`` only the latest interval is scheduled.
 DEFAULT_START_DATE = datetime(2025, 1, 1, tzinfo=UTC)
-#: The id of the DAG's task.
+#: The id of the run task of an app without instances (one implicit instance).
 TASK_ID = "run_batches"
+#: The id of the DAG's first task, upstream of the instances' run tasks.
+REBALANCE_TASK_ID = "rebalance"
 #: A run's time budget when the schedule is not a fixed interval (a cron expression, ...).
 DEFAULT_TIME_BUDGET_S = 240
 #: The maintenance DAG's tasks, in the order they run.
@@ -221,6 +249,40 @@ def _params(
     }
 
 
+@dataclass(frozen=True)
+class InstanceRun:
+    """What an instance's run task is made of: its task id, ``--instance`` (None: the app
+    has no instances), state directory, configured Spark master (None: the connection's)
+    and queue (``{"queue": NAME}``, or ``{}``: Airflow's default queue)."""
+
+    task_id: str
+    instance: str | None
+    state_dir: str
+    master: str | None
+    queue: dict[str, str]
+
+
+def instance_runs(app: lakestate.App, state_dir: str) -> list[InstanceRun]:
+    """The run tasks of ``app``'s DAG, one per instance in config order; ``state_dir`` is
+    the state root (``LAKESTATE_STATE_DIR``). An app without ``lakestate.instances`` has one,
+    ``run_batches``, in the state root itself, as before instances existed."""
+    from lakestate.engine.instances import INSTANCES_KEY, instances_of
+
+    instances = instances_of(app, state_dir)  # a bad config is an import error of the DAG file
+    if INSTANCES_KEY not in app.config:
+        return [InstanceRun(TASK_ID, None, instances[0].state_dir, None, {})]
+    return [
+        InstanceRun(
+            task_id=f"run_{instance.name}",
+            instance=instance.name,
+            state_dir=instance.state_dir,
+            master=instance.master,
+            queue={"queue": instance.queue},
+        )
+        for instance in instances
+    ]
+
+
 def make_dag(
     app_path: str | os.PathLike[str],
     *,
@@ -247,7 +309,9 @@ def make_dag(
     name>]``. ``default_until_caught_up``, ``default_time_budget_s`` (None:
     ``time_budget_for(schedule)``) and ``default_max_batches`` are the Params'
     defaults: what scheduled runs do (see the module docstring).
-    ``default_master`` is used when connection ``spark_conn_id`` is not defined.
+    ``default_master`` is used when connection ``spark_conn_id`` is not defined (and the
+    instance configures no master). ``state_dir``: the state root (the implicit instance's
+    state directory; a configured instance's is ``<state_dir>/<name>`` unless it names one).
     ``spark_conf`` (Spark confs, as env ``LAKESTATE_SPARK_CONF``) and ``env_vars`` add to
     the run's environment. ``retries`` is 0: a failed batch leaves the committed state as
     it was, and the next scheduled run resumes from the committed offsets.
@@ -284,19 +348,40 @@ def make_dag(
             default_until_caught_up, default_time_budget_s, default_max_batches, app.name
         ),
     ) as dag:
-        LakestateRunOperator(
-            task_id=TASK_ID,
+        instances = instance_runs(app, state_dir)
+        first = instances[0]
+        rebalance = LakestateRebalanceOperator(
+            task_id=REBALANCE_TASK_ID,
             app_path=str(app_path),
             app=app.name,
             warehouse=warehouse,
-            state_dir=state_dir,
-            conn_id=spark_conn_id,
-            default_master=default_master,
+            state_dir=first.state_dir,
             env=_job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
             execution_timeout=execution_timeout,
-            doc_md=f"`lakestate run {app_path}` in a subprocess; Spark, when the run needs "
-            f"it, on connection `{spark_conn_id}`'s master, else `{default_master}`.",
+            doc_md=f"`lakestate rebalance {app_path}` in a subprocess: the app's next "
+            "assignment generation, if its instances or their lags changed or a probing "
+            "rebalance is due. A rewind run rewinds the app here first, once.",
+            **first.queue,
         )
+        for run in instances:
+            master = run.master or f"`{spark_conn_id}`'s master, else `{default_master}`"
+            rebalance >> LakestateRunOperator(
+                task_id=run.task_id,
+                app_path=str(app_path),
+                app=app.name,
+                warehouse=warehouse,
+                state_dir=run.state_dir,
+                instance=run.instance,
+                master=run.master,
+                conn_id=spark_conn_id,
+                default_master=default_master,
+                env=_job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
+                execution_timeout=execution_timeout,
+                doc_md=f"`lakestate run {app_path}"
+                + (f" --instance {run.instance}`" if run.instance else "`")
+                + f" in a subprocess; Spark, when the run needs it, on {master}.",
+                **run.queue,
+            )
     return dag
 
 

@@ -1,12 +1,14 @@
-"""The task of an app's DAG: ``LakestateRunOperator`` runs ``lakestate run`` for one DAG run.
+"""The tasks of an app's DAG: ``LakestateRebalanceOperator`` runs ``lakestate rebalance``,
+``LakestateRunOperator`` runs ``lakestate run`` (as one instance of the app) for one DAG run.
 
-It runs the lakestate CLI in a subprocess (``python -m lakestate.cli run APP ...``, the
-Python running Airflow), its output streamed line by line into the task log. No
-spark-submit: the engine itself decides whether a run needs Spark (a run of at most
-``lakestate.inprocess.max.records`` pending records reads with delta-rs and never starts a
-JVM); when it does, Spark runs in that subprocess on the master of the Airflow connection
-``conn_id`` (``spark_master``). A failed run fails the task with the CLI's error line
-(``lakestate run: error: ...``), which ends the task log.
+Both run the lakestate CLI in a subprocess (``python -m lakestate.cli ...``, the Python
+running Airflow; ``LakestateCliOperator``), its output streamed line by line into the task
+log; a failed command fails the task with the CLI's error line (``lakestate run: error:
+...``), which ends the task log. No spark-submit: the engine itself decides whether a run
+needs Spark (a run of at most ``lakestate.inprocess.max.records`` pending records reads with
+delta-rs and never starts a JVM); when it does, Spark runs in that subprocess on the
+instance's configured master, else the master of the Airflow connection ``conn_id``
+(``spark_master``).
 
 What a DAG run does, by its type and Params (``run_arguments``):
 
@@ -18,11 +20,12 @@ What a DAG run does, by its type and Params (``run_arguments``):
   ``max_batches`` say, with a time budget only if the run's conf gives one: a green
   backfill run has processed its interval (or found it processed before: a no-op);
 - any run with Param ``rewind`` (and ``confirm_rewind`` equal to the app's name, checked
-  before anything is touched): first ``lakestate.engine.rewind.rewind`` of the app to the
-  latest point at which no task's stream time had reached ``data_interval_start``, then
-  the run processes up to ``data_interval_end`` as a backfill run does.
+  before anything is touched): the rebalance task first rewinds the app
+  (``lakestate.engine.rewind.rewind``) to the latest point at which no task's stream time
+  had reached ``data_interval_start``, once, then rebalances; every instance's run task
+  then processes up to ``data_interval_end`` as a backfill run does.
 
-Every run waits for another run of the app on this instance (``--wait``): up to its time
+Every run waits for another run of the app on its instance (``--wait``): up to its time
 budget, and as long as it takes for backfill and rewind runs, so concurrent runs queue and
 stay green; a scheduled run still waiting when its budget is spent finishes green having
 done nothing (the running one processes what is new).
@@ -45,8 +48,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 __all__ = [
     "DEFAULT_MASTER",
+    "LakestateCliOperator",
+    "LakestateRebalanceOperator",
     "LakestateRunOperator",
     "check_rewind",
+    "data_interval",
     "error_line",
     "run_arguments",
     "spark_master",
@@ -136,88 +142,44 @@ def error_line(lines: Sequence[str]) -> str | None:
     return None
 
 
-class LakestateRunOperator(BaseOperator):
-    """Runs ``python -m lakestate.cli run APP`` for the DAG run (see the module docstring).
+def data_interval(context: Mapping[str, Any], what: str) -> tuple[datetime, datetime]:
+    """The data interval ``[start, end)`` of the DAG run in ``context``; fails the task
+    (``what``: "a backfill run", "a rewind run") when the run has none."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        raise AirflowFailException(
+            f"{what} needs a data interval; run {context['dag_run'].run_id} has none "
+            "(trigger it with a logical date)"
+        )
+    return start, end
 
-    ``app_path``: the app's module; ``app``: its name; ``warehouse``, ``state_dir``:
-    absolute paths; ``conn_id``/``default_master``: the Spark master (``spark_master``);
-    ``env``: the subprocess's environment on top of the worker's; ``python``: the
-    interpreter (default: the one running Airflow, which has lakestate)."""
 
-    ui_color = "#d8f0ff"
+def _run_type(context: Mapping[str, Any]) -> str:
+    run_type = getattr(context["dag_run"], "run_type", None)
+    return str(getattr(run_type, "value", run_type) or "")  # an enum in the task SDK
+
+
+class LakestateCliOperator(BaseOperator):
+    """Base of lakestate's operators: runs a ``python -m lakestate.cli ...`` command line in a
+    subprocess, its output line by line in the task log; a non-zero exit fails the task with
+    the CLI's error line (``error_line``). ``env``: the subprocess's environment on top of the
+    worker's; ``python``: the interpreter (default: the one running Airflow, which has
+    lakestate). Killing the task sends SIGTERM to the subprocess."""
 
     def __init__(
         self,
         *,
-        app_path: str,
-        app: str,
-        warehouse: str,
-        state_dir: str,
-        conn_id: str = "spark_default",
-        default_master: str = DEFAULT_MASTER,
         env: Mapping[str, str] | None = None,
         python: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.app_path = app_path
-        self.app = app
-        self.warehouse = warehouse
-        self.state_dir = state_dir
-        self.conn_id = conn_id
-        self.default_master = default_master
         self.env = dict(env or {})
         self.python = python or sys.executable
         self._proc: subprocess.Popen | None = None
 
-    def command(self, arguments: Sequence[str], master: str) -> list[str]:
-        """The command line of a run with ``arguments`` (``run_arguments``) on ``master``."""
-        return [
-            self.python, "-m", "lakestate.cli", "--master", master,
-            "run", self.app_path, "--warehouse", self.warehouse, "--state-dir", self.state_dir,
-            *arguments,
-        ]  # fmt: skip
-
-    def execute(self, context: Any) -> None:
-        params = context["params"]
-        dag_run = context["dag_run"]
-        rewinding = check_rewind(params, self.app)  # before anything is touched
-        run_type = getattr(dag_run, "run_type", None)
-        run_type = str(getattr(run_type, "value", run_type) or "")  # an enum in the task SDK
-        start, end = context.get("data_interval_start"), context.get("data_interval_end")
-        until = None
-        if rewinding or run_type == BACKFILL:
-            if start is None or end is None:
-                raise AirflowFailException(
-                    f"a {'rewind' if rewinding else 'backfill'} run needs a data interval; "
-                    f"run {dag_run.run_id} has none (trigger it with a logical date)"
-                )
-            until = end
-            self.log.info(
-                "%s run: the records stamped before %s (data interval %s to %s)",
-                "rewind" if rewinding else "backfill", end.isoformat(), start.isoformat(),
-                end.isoformat(),
-            )  # fmt: skip
-        if rewinding:
-            self._rewind(start)
-        arguments = run_arguments(params, run_type=run_type, conf=dag_run.conf, until=until)
-        self._run(self.command(arguments, spark_master(self.conn_id, self.default_master)))
-
-    def _rewind(self, start: datetime) -> None:
-        from lakestate.engine.rewind import rewind
-
-        result = rewind(
-            self.warehouse,
-            self.app,
-            before_stream_time=_ms(start),
-            state_dir=self.state_dir,
-            lock_wait_s=math.inf,  # as a backfill run, after a run under way
-            say=self.log.info,
-        )
-        if result.noop:
-            self.log.info("rewind: app %s is already at that point", self.app)
-
-    def _run(self, command: list[str]) -> None:
+    def run_command(self, command: list[str], name: str) -> None:
+        """Runs ``command`` (the CLI's ``name`` command, for the error message)."""
         self.log.info("running %s", " ".join(command))
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         last: collections.deque[str] = collections.deque(maxlen=50)
@@ -240,9 +202,136 @@ class LakestateRunOperator(BaseOperator):
         if code != 0:
             error = error_line(last) or (last[-1] if last else "no output")
             self.log.error("%s", error)
-            raise AirflowException(f"{error} (lakestate run exited with code {code})")
+            raise AirflowException(f"{error} (lakestate {name} exited with code {code})")
 
     def on_kill(self) -> None:
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+
+
+class LakestateRebalanceOperator(LakestateCliOperator):
+    """Runs ``python -m lakestate.cli rebalance APP`` for the DAG run: the app's next
+    assignment generation, when its instances or their lags changed or a probing rebalance
+    is due (else it prints "no change" and writes nothing). It is the first task of the app's
+    DAG, upstream of every instance's run task.
+
+    A rewind run (Param ``rewind``, confirmed) first rewinds the app here, once for all its
+    instances, to the latest point at which no task's stream time had reached the run's
+    ``data_interval_start``, waiting as long as it takes for a run under way on the instance
+    whose state directory is ``state_dir`` (the task runs on that instance's queue); then the
+    instances' run tasks reprocess up to the interval's end. A wrong ``confirm_rewind`` fails
+    this task before anything is touched, and the run tasks do not run.
+
+    ``app_path``: the app's module; ``app``: its name; ``warehouse``, ``state_dir``: absolute
+    paths."""
+
+    ui_color = "#fff3c8"
+
+    def __init__(
+        self, *, app_path: str, app: str, warehouse: str, state_dir: str, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.app_path = app_path
+        self.app = app
+        self.warehouse = warehouse
+        self.state_dir = state_dir
+
+    def command(self) -> list[str]:
+        """The command line of the rebalance."""
+        return [
+            self.python, "-m", "lakestate.cli",
+            "rebalance", self.app_path, "--warehouse", self.warehouse,
+        ]  # fmt: skip
+
+    def execute(self, context: Any) -> None:
+        if check_rewind(context["params"], self.app):  # before anything is touched
+            start, end = data_interval(context, "a rewind run")
+            self.log.info(
+                "rewind run: rewinding app %s to before %s; the instances then process the "
+                "records stamped before %s", self.app, start.isoformat(), end.isoformat(),
+            )  # fmt: skip
+            self._rewind(start)
+        self.run_command(self.command(), "rebalance")
+
+    def _rewind(self, start: datetime) -> None:
+        from lakestate.engine.rewind import rewind
+
+        result = rewind(
+            self.warehouse,
+            self.app,
+            before_stream_time=_ms(start),
+            state_dir=self.state_dir,
+            lock_wait_s=math.inf,  # as a backfill run, after a run under way
+            say=self.log.info,
+        )
+        if result.noop:
+            self.log.info("rewind: app %s is already at that point", self.app)
+
+
+class LakestateRunOperator(LakestateCliOperator):
+    """Runs ``python -m lakestate.cli run APP [--instance NAME]`` for the DAG run (see the
+    module docstring): the tasks the app's assignment gives instance ``instance`` (None: the
+    app configures no instances; its one implicit instance runs every task).
+
+    A rewind run is run as a backfill run of its interval: the rewind itself is done once,
+    upstream, by the DAG's ``LakestateRebalanceOperator``.
+
+    ``app_path``: the app's module; ``app``: its name; ``warehouse``, ``state_dir`` (the
+    instance's state directory): absolute paths; ``master``: the instance's configured Spark
+    master, else ``conn_id``/``default_master`` give it (``spark_master``)."""
+
+    ui_color = "#d8f0ff"
+
+    def __init__(
+        self,
+        *,
+        app_path: str,
+        app: str,
+        warehouse: str,
+        state_dir: str,
+        instance: str | None = None,
+        master: str | None = None,
+        conn_id: str = "spark_default",
+        default_master: str = DEFAULT_MASTER,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.app_path = app_path
+        self.app = app
+        self.warehouse = warehouse
+        self.state_dir = state_dir
+        self.instance = instance
+        self.master = master
+        self.conn_id = conn_id
+        self.default_master = default_master
+
+    def command(self, arguments: Sequence[str], master: str) -> list[str]:
+        """The command line of a run with ``arguments`` (``run_arguments``) on ``master``."""
+        instance = ["--instance", self.instance] if self.instance is not None else []
+        return [
+            self.python, "-m", "lakestate.cli", "--master", master,
+            "run", self.app_path, "--warehouse", self.warehouse, "--state-dir", self.state_dir,
+            *instance, *arguments,
+        ]  # fmt: skip
+
+    def execute(self, context: Any) -> None:
+        params = context["params"]
+        dag_run = context["dag_run"]
+        rewinding = check_rewind(params, self.app)
+        run_type = _run_type(context)
+        until = None
+        if rewinding or run_type == BACKFILL:
+            start, until = data_interval(context, "a rewind run" if rewinding else "a backfill run")
+            self.log.info(
+                "%s run: the records stamped before %s (data interval %s to %s)",
+                "rewind" if rewinding else "backfill", until.isoformat(), start.isoformat(),
+                until.isoformat(),
+            )  # fmt: skip
+        arguments = run_arguments(params, run_type=run_type, conf=dag_run.conf, until=until)
+        self.run_command(self.command(arguments, self.spark_master()), "run")
+
+    def spark_master(self) -> str:
+        """The run's Spark master: the instance's configured ``master``, else connection
+        ``conn_id``'s, else ``default_master``."""
+        return self.master or spark_master(self.conn_id, self.default_master)

@@ -29,6 +29,7 @@ from lakestate.engine import ownership, progress, reports
 from lakestate.engine.progress import TaskProgress
 from lakestate.engine.rebalance import NO_CHANGE, rebalance
 from lakestate.engine.reports import Report
+from lakestate.errors import StreamsException
 from lakestate.io import logtable
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -219,6 +220,23 @@ def test_probing_rebalance_waits_for_its_interval(wh):
         assert _versions(wh) == before
     forced = rebalance(app, wh, now_ms=2_000 + 1, force=True, say=_quiet)
     assert forced.reason == "requested"
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ({"max.warmup.replicas": 0}, "app shop: max.warmup.replicas must be >= 1"),
+        ({"probing.rebalance.interval.ms": "soon"}, "app shop: config 'probing.rebalance.interval.ms'"),
+        ({"lakestate.instances": [{"name": "a", "capacity": 0}]}, "instance 'a': key 'capacity'"),
+    ],
+)
+def test_a_bad_config_is_refused_before_anything_is_written(wh, config, named):
+    rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
+    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    before = _versions(wh)
+    with pytest.raises(StreamsException, match=named):
+        rebalance(_app(**config), wh, now_ms=2_000, force=True, say=_quiet)
+    assert _versions(wh) == before
 
 
 def test_lags_are_recomputed_against_the_offsets_committed_now(wh):

@@ -35,6 +35,7 @@ from lakestate.engine import faults, instances, ownership, reports
 from lakestate.engine.layout import prepare
 from lakestate.engine.progress import now_ms as clock
 from lakestate.engine.recovery import where_tasks_stand
+from lakestate.errors import StreamsException
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -109,6 +110,13 @@ def rebalance(
         app = load_app(app)
     name = app.name
     now = clock() if now_ms is None else now_ms
+    # The config first: a bad one is refused before anything is written.
+    configured = instances.instances_of(app)
+    try:
+        config = AssignorConfig.from_config(app.config)
+    except ValueError as exc:
+        raise StreamsException(f"app {name}: {exc}") from None
+    interval = instances.probing_rebalance_interval_ms(app)
     old = generations.latest(warehouse, name)
     fenced: dict[TaskId, int] = {}
     if old is not None:
@@ -118,15 +126,13 @@ def rebalance(
                 f"app {name}: generation {old.number} was not in force (a rebalance stopped "
                 f"before its fence): fenced {len(fenced)} tasks"
             )
-    configured = instances.instances_of(app)
-    config = AssignorConfig.from_config(app.config)
     layout = prepare(app, warehouse)
     tasks = layout.tasks()
     committed = {t: c.offsets for t, c in where_tasks_stand(layout, tasks).committed.items()}
     reported = reports.latest_by_instance(warehouse, name)
     now_lags = reports.lags(reported, committed)
     lags = {i.name: {t: now_lags.get(i.name, {}).get(t) for t in tasks} for i in configured}
-    reason = _why(app, old, configured, lags, config, now, force)
+    reason = _why(old, configured, lags, config, now - interval, force)
     if reason is None:
         return RebalanceResult(old, None, NO_CHANGE, False, lags, fenced)
     clients = {
@@ -137,7 +143,7 @@ def rebalance(
     }
     computed = assign(tasks, clients, None if old is None else old.assignment, config)
     described = tuple(i.to_json() for i in configured)
-    if old is not None and _same(computed, old.assignment) and described == old.instances:
+    if old is not None and computed == old.assignment and described == old.instances:
         return RebalanceResult(old, None, reason, False, lags, fenced)
     number = generations.write_generation(warehouse, name, computed, configured, reason, now, lags)
     new = Generation(number, computed, described, reason, now, lags)
@@ -151,15 +157,16 @@ def rebalance(
 
 
 def _why(
-    app: App,
     old: Generation | None,
     configured: list[instances.Instance],
     lags: Mapping[str, Mapping[TaskId, int | None]],
     config: AssignorConfig,
-    now: int,
+    probe_before: int,
     force: bool,
 ) -> str | None:
-    """Why a new generation is computed now (None: nothing changed)."""
+    """Why a new generation is computed now (None: nothing changed); a generation that
+    asked for a probing rebalance is due for one when written at ``probe_before`` or
+    earlier."""
     if old is None:
         return "first"
     if tuple(i.to_json() for i in configured) != old.instances:
@@ -168,8 +175,7 @@ def _why(
         old, lags, config
     ):
         return "lags changed"
-    interval = instances.probing_rebalance_interval_ms(app)
-    if old.assignment.probing_rebalance_needed and now - old.at_ms >= interval:
+    if old.assignment.probing_rebalance_needed and old.at_ms <= probe_before:
         return "probing"
     return "requested" if force else None
 
@@ -196,14 +202,3 @@ def _warmup_caught_up(
                 return True
     return False
 
-
-def _same(a: Any, b: Any) -> bool:
-    def norm(x: Any) -> tuple:
-        return (
-            dict(x.active),
-            {t: frozenset(s) for t, s in x.standby.items() if s},
-            {t: frozenset(s) for t, s in x.warmup.items() if s},
-            bool(x.probing_rebalance_needed),
-        )
-
-    return norm(a) == norm(b)

@@ -395,3 +395,23 @@ def test_lakestate_run_instance_on_the_command_line(tmp_path, capsys):
     assert "app counts has no instance 'c'; its instances: a, b" in capsys.readouterr().err
     assert main([*common, "--instance", "a", "--tasks", "0_1"]) == 1
     assert "task 0_1 is owned by instance b" in capsys.readouterr().err
+
+
+def test_a_warmup_killed_mid_restore_restores_again_and_writes_nothing(tmp_path):
+    records = events(N, seed=40)
+    wh = Warehouse(tmp_path / "wh")
+    produce(None, wh, "events", records, partitions=2)
+    app = _app(tmp_path / "app", _instances(tmp_path, "a", "b"))
+    _assign(wh, {T0: "a", T1: "a"})
+    _run(app, wh, "a")
+    _assign(wh, {T0: "a", T1: "a"}, warmup={T0: {"b"}})
+    before = _versions(wh)
+    committed = _local(tmp_path / "state-a", T0)["batch"]
+
+    proc = _subprocess_run(app, wh, "b", f"mid_restore@{committed}", max_records=15)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert _versions(wh) == before
+    _, said = _run(app, wh, "b")
+    assert any("task 0_0: restored" in line for line in said), said
+    assert _versions(wh) == before
+    assert _local(tmp_path / "state-b", T0) == _local(tmp_path / "state-a", T0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from lakestate.assign.balance import balanced_target
-from lakestate.assign.movement import active_client, warmups
+from lakestate.assign.movement import can_run_on, holder, under_way, warmups
 from lakestate.assign.standby import standbys
 from lakestate.assign.types import Assignment, AssignorConfig, ClientState
 from lakestate.task_id import TaskId
@@ -52,26 +52,27 @@ def assign(
 
     A client is *caught up* for a task when its lag is at most ``acceptable_recovery_lag``.
 
-    1. Target (``balance.balanced_target``): every client gets within one task of its
+    1. Holder (``movement.holder``): where the task runs if not on its target: the previous
+       active when caught up, else the least-lagging caught-up client; when no client is
+       caught up, the least-lagging client (ties: the previous active, then the name).
+    2. Target (``balance.balanced_target``): every client gets within one task of its
        capacity share; among such assignments, the one with the most tasks on caught-up
-       clients, then on their anchor (the previous warmup client, else the previous active),
-       then on clients holding state.
-    2. Active (``movement.active_client``): the target when caught up; else the previous active
-       when caught up; else the least-lagging caught-up client; if no client is caught up,
-       the least-lagging client (ties: the target, the previous active, the name). So the
-       active is caught up whenever some client is.
-    3. A task whose active is not its target is *pending*: with ``num_standby_replicas == 0``
-       the target gets a warmup (at most ``max_warmup_replicas`` in all, warmups under way
-       first); otherwise the target becomes one of its standbys. ``probing_rebalance_needed``
-       is True iff some task is pending.
-    4. Standbys (``standby.standbys``): ``min(num_standby_replicas, clients - 1)`` per task,
-       never on its active or warmup client.
+       clients, then on a sticky client (its holder, or the client warming it up in the
+       previous assignment: ``movement.under_way``), then on clients holding state.
+    3. Active: the target when it is caught up (or, when no client is, lags the least), else
+       the holder. So the active is caught up whenever some client is.
+    4. A task whose active is not its target is *pending*: its target gets a warmup, at most
+       ``max_warmup_replicas`` in all (warmups under way first). ``probing_rebalance_needed``
+       is True iff some task is pending (then at least one warmup was assigned).
+    5. Standbys (``standby.standbys``): ``num_standby_replicas`` per task on clients other
+       than its active and warmup (fewer when there are not enough clients).
 
     Deterministic; tasks unknown to ``previous`` and previous clients that left are fine.
     ValueError for no clients, a capacity < 1, a negative lag, or a task that is no TaskId.
     """
-    task_list = sorted(set(tasks))
+    task_list = list(dict.fromkeys(tasks))
     _check(task_list, clients, previous, config)
+    task_list.sort()
     names = sorted(clients)
     previous = previous or Assignment(active={})
 
@@ -82,44 +83,34 @@ def assign(
         held = lag(t, c)
         return held is not None and held <= config.acceptable_recovery_lag
 
-    def anchor(t: TaskId) -> str | None:
-        warming = sorted(c for c in previous.warmup.get(t, ()) if c in clients)
-        if warming:
-            return warming[0]
-        owner = previous.active.get(t)
-        return owner if owner in clients else None
-
+    held = {t: holder(t, names, previous.active.get(t), lag, caught_up) for t in task_list}
+    going = under_way(task_list, names, previous.warmup, config.max_warmup_replicas)
     target = balanced_target(
         task_list,
         names,
         [clients[c].capacity for c in names],
         caught_up,
         lambda t, c: lag(t, c) is not None,
-        anchor,
+        lambda t, c: c == held[t] or c == going.get(t),
     )
     active = {
-        t: active_client(t, names, target[t], previous.active.get(t), lag, caught_up)
+        t: target[t] if can_run_on(t, target[t], names, lag, caught_up) else held[t]
         for t in task_list
     }
     pending = [t for t in task_list if active[t] != target[t]]
-    if config.num_standby_replicas == 0:
-        warm = warmups(
-            pending,
-            target,
-            previous.warmup,
-            lambda t: sum(caught_up(t, c) for c in names),
-            config.max_warmup_replicas,
-        )
-        destination: dict[TaskId, str] = {}
-    else:
-        warm, destination = {}, {t: target[t] for t in pending}
+    warm = warmups(
+        pending,
+        target,
+        going,
+        lambda t: sum(caught_up(t, c) for c in names),
+        config.max_warmup_replicas,
+    )
     standby = standbys(
         task_list,
         names,
         {c: clients[c].capacity for c in names},
         active,
         warm,
-        destination,
         previous.standby,
         lag,
         config.num_standby_replicas,

@@ -3,13 +3,13 @@
 Each client gets a quota of tasks within one of its capacity share (``floor`` or ``ceil`` of
 ``tasks * capacity / total capacity``). Among all assignments meeting the quotas, the target
 is the one that places, in this order of priority, the most tasks on (1) a caught-up client,
-(2) their anchor (the client the task was warming up on, else its previous active), (3) a
-client holding some state for them; remaining ties go by a fixed order that spreads each
-sub-topology's partitions round-robin over the clients. That optimum is unique and is found
-exactly as a min-cost flow (tasks -> clients -> quota slots).
+(2) a client the task is sticky to (the assignor passes: its current holder or the client
+warming it up), (3) a client holding some state for them; remaining ties go by a fixed order
+(a round-robin over the sorted tasks, then lexicographic). That optimum is unique and is
+found exactly as a min-cost flow (tasks -> clients -> quota slots).
 
 Uniqueness is what makes the assignor stable: a rebalance on its own output, with the same
-lags, finds the same target again (the anchors only moved towards it).
+lags, finds the same target again (stickiness only moved towards it).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from lakestate.task_id import TaskId
 def quotas(n_tasks: int, capacities: Sequence[int]) -> list[tuple[int, int]]:
     """Per client (lowest, highest) task count: floor and ceil of its capacity share."""
     total = sum(capacities)
-    return [
-        ((n_tasks * c) // total, -((-n_tasks * c) // total)) for c in capacities
-    ]
+    return [((n_tasks * c) // total, -((-n_tasks * c) // total)) for c in capacities]
 
 
 def is_balanced(counts: Sequence[int], capacities: Sequence[int]) -> bool:
@@ -93,12 +91,12 @@ def balanced_target(
     capacities: Sequence[int],
     caught_up: Callable[[TaskId, str], bool],
     has_state: Callable[[TaskId, str], bool],
-    anchor: Callable[[TaskId], str | None],
+    sticky: Callable[[TaskId, str], bool],
 ) -> dict[TaskId, str]:
     """The target client of every task (see the module's docstring for what it optimizes).
 
-    ``tasks`` and ``clients`` must be sorted; ``anchor(task)`` is the client the task is sticky
-    to (None: none).
+    ``tasks`` and ``clients`` must be sorted; ``sticky(task, client)``: the task is sticky to
+    the client (placing it there counts at the second level).
     """
     n, k = len(tasks), len(clients)
     if n == 0:
@@ -113,7 +111,7 @@ def balanced_target(
         t, c = tasks[i], clients[j]
         rank = (j - i) % k  # 0: the task's client in a round-robin over sorted tasks
         value = (not caught_up(t, c)) * level * level
-        value += (anchor(t) != c) * level
+        value += (not sticky(t, c)) * level
         value += not has_state(t, c)
         return (value << tie_bits) + (1 << (rank * n + i))
 

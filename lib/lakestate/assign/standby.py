@@ -14,18 +14,17 @@ def standbys(
     capacities: Mapping[str, int],
     active: Mapping[TaskId, str],
     warmup: Mapping[TaskId, frozenset[str]],
-    destination: Mapping[TaskId, str],
     previous_standby: Mapping[TaskId, frozenset[str]],
     lag: Callable[[TaskId, str], int | None],
     count: int,
 ) -> dict[TaskId, frozenset[str]]:
     """``count`` standbys per task (fewer when there are not enough other clients).
 
-    Never on the task's active or warmup clients. Preferred, in order: the task's pending
-    destination (the client it should move to: its standby warms it up, as a swap does in
-    Kafka), a previous standby (stickiness), a client holding state (least lag first), the
-    least loaded client (actives plus standbys per capacity unit, counted as they are
-    placed, tasks in order), then by name.
+    Never on the task's active or warmup clients. Preferred, in order: a previous standby
+    (stickiness), a client holding state (least lag first), the least loaded client (actives
+    plus standbys per capacity unit, counted as they are placed, tasks in order), then by
+    name. A former active that still holds the state thus becomes the standby of a task that
+    moved to its standby (Kafka's swap).
     """
     if count == 0:
         return {}
@@ -40,7 +39,6 @@ def standbys(
         def key(c: str, t: TaskId = t, before: frozenset[str] = before) -> tuple:
             held = lag(t, c)
             return (
-                destination.get(t) != c,
                 c not in before,
                 held is None,
                 0 if held is None else held,

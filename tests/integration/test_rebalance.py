@@ -329,3 +329,110 @@ def test_a_rebalance_killed_between_generation_and_fence_is_finished_by_the_next
     doc = json.loads(again.stdout)
     assert doc["fenced"] == {str(t): 2 for t in sorted(moving)}
     assert _in_force(wh) == latest.assignment.active
+
+
+# -- with real runs -------------------------------------------------------------------------
+
+
+def _counts_app(folder: Path, names: list[str], state: Path) -> str:
+    """The counts test app with these instances (state dirs under ``state``), in ``folder``."""
+    from engine_helpers import APPS
+
+    config = {
+        "statestore.uncommitted.max.records": 100_000,
+        "lakestate.instances": [{"name": n, "state_dir": str(state / n)} for n in names],
+    }
+    source = (APPS / "counts.py").read_text()
+    source = source.replace('{"statestore.uncommitted.max.records": 100_000}', repr(config))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "counts_app.py"
+    path.write_text(source)
+    return str(path)
+
+
+def _sinks_and_state(wh: Warehouse) -> tuple[dict, dict]:
+    """Each sink's records (partition, key, value, timestamp), sorted (two instances'
+    appends interleave), and each store's live entries per task, from its changelog."""
+    from lakestate.engine import changelog
+
+    sinks = {
+        topic: sorted(
+            (r["partition"], r["key"], r["value"], r["timestamp"])
+            for r in DeltaTable(wh.topic_path(topic)).to_pyarrow_table().to_pylist()
+        )
+        for topic in ("counts-out", "sums-out")
+    }
+    state = {
+        (store, p): changelog.read_state(wh.changelog_path("counts", store), p, 10**9)
+        for store in ("counts", "sums")
+        for p in (0, 1)
+    }
+    return sinks, state
+
+
+def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tmp_path):
+    """One instance, then two: the rebalance gives b a warmup, b's run warms it up and
+    reports, the next rebalance moves the task to b and fences it; a stops processing it,
+    b processes it from its warm store; sinks and state equal one instance's run."""
+    from engine_helpers import events
+    from lakestate.engine.runner import run_app
+
+    batches = [events(120, seed=21), events(60, seed=22), events(60, seed=23)]
+    for i, batch in enumerate(batches):  # later records are later in time
+        for r in batch:
+            r["timestamp"] += 100_000 * i
+    wh = Warehouse(tmp_path / "wh")
+    state = tmp_path / "state"
+    one = _counts_app(tmp_path / "one", ["a"], state)
+    two = _counts_app(tmp_path / "two", ["a", "b"], state)
+    t0, t1 = TaskId(0, 0), TaskId(0, 1)
+
+    def run(app: str, instance: str) -> None:
+        run_app(app, warehouse=wh.root, instance=instance, until_caught_up=True, max_records=15, inprocess_max_records=10**9, say=_quiet)
+
+    def owners() -> dict:
+        return ownership.owners_in_force(wh, "counts", [t0, t1])
+
+    logtable.create_topic(wh, "events", 2)
+    logtable.append_records(None, wh, "events", batches[0])
+    assert rebalance(one, wh, say=_quiet).reason == "first"
+    run(one, "a")
+    up = rebalance(two, wh, say=_quiet)
+    assert up.reason == "instances changed" and owners() == {t0: "a", t1: "a"}
+    warm = {t for t, w in up.new.assignment.warmup.items() if "b" in w}
+    assert warm and set(up.new.assignment.active.values()) == {"a"}
+    # No report of b yet: a rebalance moves nothing.
+    assert not rebalance(two, wh, say=_quiet).changed
+    logtable.append_records(None, wh, "events", batches[1])
+    run(two, "a")
+    run(two, "b")  # warms up, reports
+    newest = reports.latest_by_instance(wh, "counts")["b"]
+    assert {t for t, r in newest.items() if r.role == "warmup" and r.lag == 0} == warm
+    moved = rebalance(two, wh, say=_quiet)
+    assert moved.changed and moved.reason == "lags changed"
+    to_b = {t for t, i in moved.new.assignment.active.items() if i == "b"}
+    assert to_b and to_b <= warm
+    assert moved.fenced == dict.fromkeys(to_b, moved.new.number)
+    assert {t for t, i in owners().items() if i == "b"} == to_b
+    # The moved task's batches are b's from now on (a run's id is in its instance's reports).
+    def batches_by_instance() -> dict[tuple[str, int], str]:
+        runs = {r["run_id"]: r["instance"] for r in DeltaTable(reports.reports_path(wh, "counts")).to_pyarrow_table().to_pylist()}
+        rows = DeltaTable(wh.progress_path("counts")).to_pyarrow_table().to_pylist()
+        return {(r["task"], r["batch_id"]): runs[r["run_id"]] for r in rows}
+
+    before = batches_by_instance()
+    assert set(before.values()) == {"a"}
+    logtable.append_records(None, wh, "events", batches[2])
+    run(two, "a")
+    run(two, "b")
+    after = {k: i for k, i in batches_by_instance().items() if k not in before}
+    assert {task for task, _ in after} == {"0_0", "0_1"}  # both tasks had new batches
+    assert after == {(task, b): ("b" if TaskId.parse(task) in to_b else "a") for task, b in after}
+    assert reports.latest_by_instance(wh, "counts")["b"][min(to_b)].role == "active"
+    # The same sinks and state as one instance that processed everything.
+    ref = Warehouse(tmp_path / "reference")
+    logtable.create_topic(ref, "events", 2)
+    for batch in batches:
+        logtable.append_records(None, ref, "events", batch)
+    run_app(_counts_app(tmp_path / "ref", ["a"], tmp_path / "ref-state"), warehouse=ref.root, until_caught_up=True, max_records=15, inprocess_max_records=10**9, say=_quiet)
+    assert _sinks_and_state(wh) == _sinks_and_state(ref)

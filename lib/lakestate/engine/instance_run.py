@@ -79,7 +79,8 @@ def roles_of(
     app = layout.app.name
     every = layout.tasks()
     epochs, owners = _owners(layout, every)
-    active = [t for t in every if epochs[t] == 0 or owners[t] == instance.name]
+    owned = [t for t in every if epochs[t] == 0 or owners[t] == instance.name]
+    active = owned
     if requested is not None:
         wanted = sorted({t if isinstance(t, TaskId) else TaskId.parse(t) for t in requested})
         unknown = [str(t) for t in wanted if t not in every]
@@ -88,7 +89,7 @@ def roles_of(
                 f"app {app} has no task {', '.join(unknown)} "
                 f"(its tasks: {', '.join(str(t) for t in every)})"
             )
-        foreign = [t for t in wanted if t not in active]
+        foreign = [t for t in wanted if t not in owned]
         if foreign:
             t = foreign[0]
             raise StreamsException(
@@ -97,7 +98,8 @@ def roles_of(
                 "(--tasks names tasks of the instance's own)"
             )
         active = wanted
-    generation, roles, warm = 0, {t: "active" for t in active}, []
+    # Every owned task is the instance's active one, processed by this run or not.
+    generation, roles, warm = 0, {t: "active" for t in owned}, []
     latest = (
         history.latest(layout.warehouse, app) if scaled_out(layout.app, layout.warehouse) else None
     )

@@ -196,12 +196,39 @@ def test_a_second_writer_of_the_same_generation_fails_and_writes_nothing(wh, mon
     with pytest.raises(ConcurrentRebalanceError, match="app shop: another rebalance wrote generation 2"):
         history.write_generation(wh, APP, assignment, described, "requested", 3)
     monkeypatch.undo()
+    # A generation computed from generation 1 cannot be written after generation 2.
+    with pytest.raises(ConcurrentRebalanceError, match="wrote generation 2 meanwhile; this one, computed as generation 2"):
+        history.write_generation(wh, APP, assignment, described, "requested", 3, number=2)
     assert [(g.number, g.reason, g.at_ms) for g in history.history(wh, APP)] == [
         (1, "first", 1),
         (2, "requested", 2),
     ]
     assert history.generation(wh, APP, 2).assignment == assignment
     assert history.generation(wh, APP, 3) is None
+
+
+def test_a_rebalance_that_loses_to_another_computes_again_from_its_generation(wh):
+    """Another rebalance writes generation 2 after this one read generation 1 and before
+    it writes: this one's write fails, it reads generation 2 and finds nothing to change."""
+    from lakestate.engine import faults
+
+    rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
+    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    two = _app("a", "b")
+    other: list = []
+
+    def another_rebalance(generation: int) -> None:
+        if not other:  # once: the other rebalance passes this point too
+            other.append(None)
+            other[0] = rebalance(two, wh, now_ms=2_000, say=_quiet)
+
+    said: list[str] = []
+    with faults.hook("rebalance_before_generation", another_rebalance):
+        result = rebalance(two, wh, now_ms=2_001, say=said.append)
+    assert other[0].new.number == 2 and other[0].reason == "instances changed"
+    assert any("another rebalance wrote generation 2 meanwhile" in line for line in said)
+    assert not result.changed and result.old == history.latest(wh, APP) == other[0].new
+    assert [g.number for g in history.history(wh, APP)] == [1, 2]
 
 
 def test_probing_rebalance_waits_for_its_interval(wh):

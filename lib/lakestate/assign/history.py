@@ -126,12 +126,14 @@ def write_generation(
     reason: str,
     at_ms: int | None = None,
     lags: Mapping[str, Mapping[TaskId, int | None]] | None = None,
+    number: int | None = None,
 ) -> int:
     """Write ``assignment`` as the app's next generation (the latest + 1; 1 for the first)
     in one commit; returns its number. ``instances``: ``engine.instances.Instance``s (or
     dicts ``{"name", "queue", "capacity"}``); ``lags``: the clients' lags it was computed
-    from (per instance, per task). ConcurrentRebalanceError when another
-    rebalance wrote that generation meanwhile (this one writes nothing)."""
+    from (per instance, per task); ``number``: the generation it must be (the one after
+    the generation it was computed from). ConcurrentRebalanceError when another rebalance
+    wrote that generation, or another one, meanwhile (this one writes nothing)."""
     if reason not in REASONS:
         raise ValueError(f"unknown generation reason {reason!r} (one of {', '.join(REASONS)})")
     path = assignment_path(warehouse, app)
@@ -143,7 +145,13 @@ def write_generation(
         description=f"lakestate assignment generations of app {app}: a row per task per generation",
     )
     table = delta_commits.open_table(path)
-    number = (table.transaction_version(assignment_txn_id(app)) or 0) + 1
+    latest_number = table.transaction_version(assignment_txn_id(app)) or 0
+    if number is not None and number != latest_number + 1:
+        raise ConcurrentRebalanceError(
+            f"app {app}: another rebalance wrote generation {latest_number} meanwhile; this "
+            f"one, computed as generation {number}, wrote nothing"
+        )
+    number = latest_number + 1
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
     described = _instances_json(instances)
     rows = [

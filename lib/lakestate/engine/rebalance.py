@@ -30,7 +30,7 @@ from typing import Any
 from lakestate.app import App, load_app
 from lakestate.assign import AssignorConfig, ClientState, assign
 from lakestate.assign import history as generations
-from lakestate.assign.history import Generation
+from lakestate.assign.history import ConcurrentRebalanceError, Generation
 from lakestate.engine import faults, instances, ownership, reports
 from lakestate.engine.layout import prepare
 from lakestate.engine.progress import now_ms as clock
@@ -42,8 +42,12 @@ from lakestate.warehouse import Warehouse
 __all__ = ["NO_CHANGE", "RebalanceResult", "finish_fence", "rebalance"]
 
 NO_CHANGE = "no change"
-#: The fault point (engine/faults.py) between writing a generation and its fence.
+#: The fault points (engine/faults.py) before a generation's commit, and between it and
+#: its fence.
+BEFORE_GENERATION = "rebalance_before_generation"
 AFTER_GENERATION = "rebalance_after_generation"
+#: How many times a rebalance computes again after another one wrote a generation first.
+ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -105,9 +109,23 @@ def rebalance(
 ) -> RebalanceResult:
     """Compute and put in force the app's next generation when its instances or lags
     changed, a probing rebalance is due, or ``force``; else change nothing (module doc).
-    ``app``: the App or the path of its module. ``now_ms``: the time (default: now)."""
+    ``app``: the App or the path of its module. ``now_ms``: the time (default: now).
+    Another rebalance writing a generation meanwhile: this one computes again from it."""
     if not isinstance(app, App):
         app = load_app(app)
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return _rebalance(app, warehouse, force, now_ms, say)
+        except ConcurrentRebalanceError as exc:
+            if attempt == ATTEMPTS:
+                raise
+            say(f"{exc}: computing again")
+    raise AssertionError("unreachable")
+
+
+def _rebalance(
+    app: App, warehouse: Warehouse, force: bool, now_ms: int | None, say: Callable[[str], None]
+) -> RebalanceResult:
     name = app.name
     now = clock() if now_ms is None else now_ms
     # The config first: a bad one is refused before anything is written.
@@ -145,7 +163,11 @@ def rebalance(
     described = tuple(i.to_json() for i in configured)
     if old is not None and computed == old.assignment and described == old.instances:
         return RebalanceResult(old, None, reason, False, lags, fenced)
-    number = generations.write_generation(warehouse, name, computed, configured, reason, now, lags)
+    expected = 1 if old is None else old.number + 1
+    faults.maybe_fail(BEFORE_GENERATION, expected)
+    number = generations.write_generation(
+        warehouse, name, computed, configured, reason, now, lags, expected
+    )
     new = Generation(number, computed, described, reason, now, lags)
     faults.maybe_fail(AFTER_GENERATION, number)
     epochs = finish_fence(warehouse, name, new)

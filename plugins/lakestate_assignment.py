@@ -444,9 +444,12 @@ for (const button of document.querySelectorAll("button.rebalance")) {
     message.textContent = "rebalancing...";
     const response = await fetch(button.dataset.url, {method: "POST", credentials: "same-origin"});
     const body = await response.json().catch(() => ({}));
-    if (response.ok) {
-      message.textContent = "done";
+    if (response.ok && body.rebalance.changed) {
+      message.textContent = "generation " + body.rebalance.new.generation + " in force";
       window.location.reload();
+    } else if (response.ok) {
+      message.textContent = "no change: the assignment computed is the current one";
+      button.disabled = false;
     } else {
       message.textContent = "failed (" + response.status + "): " + (body.error || body.detail);
       button.disabled = false;

@@ -73,6 +73,10 @@ class AirflowServer:
     env: dict[str, str]
     username: str = "admin"
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
+    #: More users of the simple auth manager: name -> role (viewer, user, op, admin); their
+    #: passwords are in ``passwords``.
+    users: dict[str, str] = field(default_factory=dict)
+    passwords: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -95,7 +99,9 @@ class AirflowServer:
                 "AIRFLOW__CORE__AUTH_MANAGER": (
                     "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
                 ),
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                    [f"{self.username}:admin", *(f"{n}:{r}" for n, r in self.users.items())]
+                ),
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -127,7 +133,11 @@ class AirflowServer:
         answers and reports the scheduler and the dag-processor healthy."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.passwords_file.write_text(json.dumps({self.username: self.password}), encoding="utf-8")
+        for name in self.users:
+            self.passwords.setdefault(name, secrets.token_urlsafe(12))
+        self.passwords_file.write_text(
+            json.dumps({self.username: self.password, **self.passwords}), encoding="utf-8"
+        )
         env = self.environ()
         migrate_log = self.log_dir / "db-migrate.log"
         with migrate_log.open("wb") as out:
@@ -181,9 +191,11 @@ class AirflowServer:
                     f"{tail(self.log_dir / f'{name}.log')}"
                 )
 
-    def token(self) -> str:
-        """A REST API token for the user (the simple auth manager's ``/auth/token``)."""
-        body = json.dumps({"username": self.username, "password": self.password}).encode()
+    def token(self, username: str | None = None) -> str:
+        """A REST API token for the user (the simple auth manager's ``/auth/token``), or for
+        another of ``users``."""
+        password = self.password if username is None else self.passwords[username]
+        body = json.dumps({"username": username or self.username, "password": password}).encode()
         req = urllib.request.Request(
             f"{self.url}/auth/token",
             data=body,

@@ -147,7 +147,8 @@ def demo_airflow(airflow_env, tmp_path_factory: pytest.TempPathFactory) -> Itera
         stderr=subprocess.STDOUT,
         text=True,
     )
-    server = AirflowServer(home=tmp_path / "airflow_home", env=env)
+    # A viewer besides the admin: the plugin lets it see an app, not rebalance it.
+    server = AirflowServer(home=tmp_path / "airflow_home", env=env, users={"viewer": "viewer"})
     start = time.monotonic()
     try:
         server.start()
@@ -435,7 +436,7 @@ def test_plugin_view_shows_the_assignment(
     demo_airflow: DemoAirflow, browser_paths: tuple[str, str], tmp_path: Path
 ) -> None:
     """The plugin refuses anonymous calls (JSON 401, the page sends to the login form, a
-    rebalance writes nothing); a signed-in user opens it from the UI's sidebar, requests a
+    rebalance writes nothing) and a viewer's rebalance (403); a signed-in user opens it from the UI's sidebar, requests a
     rebalance with its button (the UI's session), and sees the generation the rebalance put
     in force, each task's active, warmups and standbys and the instances, as the JSON (with
     a token from /auth/token) and the _assignment table say."""
@@ -456,8 +457,14 @@ def test_plugin_view_shows_the_assignment(
     assert code in (302, 303, 307) and "/auth/login" in headers.get("location", ""), (code, headers)
     code, _, _ = _http(server, f"{PLUGIN}/api/apps/demo/assignment", token="not-a-token")
     assert code in (401, 403), code
+    # A viewer (a token from /auth/token) sees the app but may not rebalance it.
+    viewer = server.token("viewer")
+    code, _, body = _http(server, f"{PLUGIN}/api/apps/demo/assignment", token=viewer)
+    assert code == 200 and json.loads(body)["app"] == "demo", (code, body[:500])
+    code, _, body = _http(server, f"{PLUGIN}/api/apps/demo/rebalance", "POST", token=viewer)
+    assert code == 403, (code, body[:500])
     after = _latest_generation(demo_airflow.warehouse)
-    assert (after and after.number) == (before and before.number), "an anonymous rebalance ran"
+    assert (after and after.number) == (before and before.number), "a refused rebalance ran"
 
     browser = Browser(*browser_paths, out_dir=out_dir, profile_dir=tmp_path / "chromium-profile")
     try:
@@ -469,7 +476,19 @@ def test_plugin_view_shows_the_assignment(
         browser.driver.switch_to.frame(frame)
         browser.element("section[data-app=demo] p.generation")
         browser.shot("plugin-before-rebalance")
+        # The button posts with the UI's session: a new generation reloads the page, an
+        # unchanged one says so (the DAG's rebalance task may have computed it already).
+        browser.driver.execute_script("window.beforeRebalance = true")
         browser.click("section[data-app=demo] button.rebalance")
+
+        def answered() -> str | None:
+            if browser.driver.execute_script("return window.beforeRebalance === undefined"):
+                return "reloaded"
+            text = browser.driver.find_element(By.ID, "message-demo").text
+            return None if not text or text.startswith("rebalancing") else text
+
+        outcome = browser.wait("the rebalance's answer", answered, 300)
+        assert outcome == "reloaded" or outcome.startswith("no change"), outcome
 
         def generation_shown() -> str | None:
             shown = browser.element("section[data-app=demo] p.generation")

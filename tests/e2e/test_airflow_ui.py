@@ -500,6 +500,11 @@ def test_plugin_view_shows_the_assignment(
             r.get_attribute("data-task"): r.find_element(By.CSS_SELECTOR, "td.active").text
             for r in rows
         }
+        page_cells = {
+            (r.get_attribute("data-task"), c.get_attribute("data-instance")): c.text
+            for r in rows
+            for c in r.find_elements(By.CSS_SELECTOR, "td[data-instance]")
+        }
         page_instances = [
             r.get_attribute("data-instance")
             for r in browser.driver.find_elements(
@@ -534,6 +539,12 @@ def test_plugin_view_shows_the_assignment(
     expected = {str(t): owner for t, owner in latest.assignment.active.items()}
     assert page_tasks == expected == {t["task"]: t["active"] for t in view["tasks"]}
     assert sorted(expected) == ["0_0", "0_1"]  # the demo's input has 2 partitions
+    # Each instance's role and lag per task, as the JSON gives them (no run in between).
+    shown = {(t["task"], e["instance"]): e for t in view["tasks"] for e in t["instances"]}
+    assert set(page_cells) == set(shown)
+    for key, entry in shown.items():
+        lag = "no store" if entry["lag"] is None else f"lag {entry['lag']:,}"
+        assert entry["role"] in page_cells[key] and lag in page_cells[key], (key, page_cells)
     configured = [i.name for i in instances_of(load_app(REPO / "jobs" / "demo.py"))]
     assert latest.instance_names == configured
     assert page_instances[: len(configured)] == configured

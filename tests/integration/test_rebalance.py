@@ -279,6 +279,36 @@ def test_lags_are_recomputed_against_the_offsets_committed_now(wh):
         reports.write(wh, APP, [Report("a", TASKS[0], 1, "leader", None, None, 0, None, 1, 1, "r")])
 
 
+def test_compaction_keeps_each_instance_s_newest_report_per_task(wh, monkeypatch):
+    for at in (10, 20, 30):
+        reports.write(wh, APP, [_report(n, t, at, at=at) for n in "ab" for t in TASKS[:2]])
+    reports.write(wh, APP, [_report("a", TASKS[3], None, at=5)])
+    assert not reports.compact(wh, APP, min_files=5)  # 4 files: not yet
+    reports.write(wh, APP, [_report("b", TASKS[0], 0, at=40)])
+    newest = reports.latest_by_instance(wh, APP)
+    assert reports.compact(wh, APP, min_files=5)
+    table = DeltaTable(reports.reports_path(wh, APP))
+    assert table.to_pyarrow_table().num_rows == 5 and len(table.file_uris()) == 1
+    assert reports.latest_by_instance(wh, APP) == newest
+    assert newest["b"][TASKS[0]].at_ms == 40 and newest["a"][TASKS[1]].at_ms == 30
+    # A run reports after a compaction read the table, before it commits: its report stays.
+    read = reports.delta_commits.open_table(reports.reports_path(wh, APP))
+    reports.write(wh, APP, [_report("b", TASKS[1], 0, at=50)])
+    monkeypatch.setattr(reports.delta_commits, "open_table", lambda path: read)
+    assert reports.compact(wh, APP, min_files=1)
+    monkeypatch.undo()
+    after = reports.latest_by_instance(wh, APP)
+    assert after["b"][TASKS[1]].at_ms == 50 and after["a"] == newest["a"]
+    # A rebalance compacts once the table has COMPACT_FILES files.
+    monkeypatch.setattr(reports, "COMPACT_FILES", 3)
+    reports.write(wh, APP, [_report("a", TASKS[2], 0, at=60)])
+    assert len(DeltaTable(reports.reports_path(wh, APP)).file_uris()) == 3
+    before = reports.latest_by_instance(wh, APP)
+    rebalance(_app("a", "b"), wh, now_ms=1_000, say=_quiet)
+    assert len(DeltaTable(reports.reports_path(wh, APP)).file_uris()) == 1
+    assert reports.latest_by_instance(wh, APP) == before
+
+
 # -- the command, in a fresh process --------------------------------------------------------
 
 _NO_PYSPARK = (

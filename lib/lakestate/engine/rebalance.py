@@ -148,6 +148,7 @@ def _rebalance(
     tasks = layout.tasks()
     committed = {t: c.offsets for t, c in where_tasks_stand(layout, tasks).committed.items()}
     reported = reports.latest_by_instance(warehouse, name)
+    reports.compact(warehouse, name)
     now_lags = reports.lags(reported, committed)
     lags = {i.name: {t: now_lags.get(i.name, {}).get(t) for t in tasks} for i in configured}
     reason = _why(old, configured, lags, config, now - interval, force)

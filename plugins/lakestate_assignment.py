@@ -24,7 +24,7 @@ access to the app's DAG, ``lakestate_<app>``: reading it to see the app, running
 triggering it) to request a rebalance; the auth manager decides (simple, FAB, ...).
 
 The apps are those of the DAG factory: the jobs in ``<dags folder>/../jobs/*.py``, and
-every app folder of the warehouse (env ``LAKESTATE_WAREHOUSE``, else ``<dags
+every app folder of a local warehouse (env ``LAKESTATE_WAREHOUSE``, else ``<dags
 folder>/../warehouse``, as the DAGs find it). Everything is read through delta-rs
 (``lakestate.engine.assignment_view``): no JVM is started per page.
 """
@@ -108,8 +108,10 @@ def _jobs() -> dict[str, _Job]:
 def _apps() -> dict[str, _Job | None]:
     """Every app: the jobs', and the warehouse's app folders (None: no job file here)."""
     apps: dict[str, _Job | None] = dict(_jobs())
-    for name in _warehouse().list_apps():
-        apps.setdefault(name, None)
+    warehouse = _warehouse()
+    if warehouse.is_local:  # a remote warehouse's folders are not listed: its jobs' apps only
+        for name in warehouse.list_apps():
+            apps.setdefault(name, None)
     return dict(sorted(apps.items()))
 
 

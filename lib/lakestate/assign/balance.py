@@ -4,9 +4,12 @@ Each client gets a quota of tasks within one of its capacity share (``floor`` or
 ``tasks * capacity / total capacity``). Among all assignments meeting the quotas, the target
 is the one that places, in this order of priority, the most tasks on (1) a caught-up client,
 (2) a client the task is sticky to (the assignor passes: its current holder or the client
-warming it up), (3) a client holding some state for them; remaining ties go by a fixed order
-(a round-robin over the sorted tasks, then lexicographic). That optimum is unique and is
-found exactly as a min-cost flow (tasks -> clients -> quota slots).
+warming it up), (3) a client holding some state for them, then (4) the closest to a
+round-robin over the sorted tasks (a fresh cluster gets Kafka's spread), (5) the least sum of
+a fixed 64-bit hash of each (task, client), which tells apart any two assignments still tied
+(two distinct ones tie only by a 64-bit coincidence: the isolation lemma bounds its odds by
+tasks x clients / 2**64). It is found exactly, as a min-cost flow (tasks -> clients -> quota
+slots).
 
 Uniqueness is what makes the assignor stable: a rebalance on its own output, with the same
 lags, finds the same target again (stickiness only moved towards it).
@@ -14,10 +17,17 @@ lags, finds the same target again (stickiness only moved towards it).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Callable, Sequence
 
 from lakestate.task_id import TaskId
+
+
+def _tie(task: TaskId, client: str) -> int:
+    """A fixed 64-bit number per (task, client), the same in every process."""
+    digest = hashlib.blake2b(f"{task}|{client}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 def quotas(n_tasks: int, capacities: Sequence[int]) -> list[tuple[int, int]]:
@@ -32,57 +42,93 @@ def is_balanced(counts: Sequence[int], capacities: Sequence[int]) -> bool:
     return all(lo <= n <= hi for n, (lo, hi) in zip(counts, bounds, strict=True))
 
 
-class _Flow:
-    """Min-cost flow by successive shortest paths (Dijkstra with potentials, costs >= 0)."""
+def _place(
+    n: int, k: int, cost: Callable[[int, int], int], bounds: Sequence[tuple[int, int]]
+) -> list[int]:
+    """The least-cost placement of tasks 0..n-1 on clients 0..k-1, client j taking between
+    bounds[j][0] (each unit below that is free) and bounds[j][1] tasks (each unit above the
+    lower bound costs more than any placement could save).
 
-    def __init__(self, n_nodes: int) -> None:
-        self.graph: list[list[int]] = [[] for _ in range(n_nodes)]
-        self.to: list[int] = []
-        self.cap: list[int] = []
-        self.cost: list[int] = []
+    Min-cost flow source -> task -> client -> sink by successive shortest paths, with the
+    task nodes folded away: a path from the source reaches a client through a task not yet
+    placed, or through moving a placed task from one client to another, so Dijkstra runs on
+    the k clients alone (k + 2 nodes) and each client pair keeps a heap of its movable tasks,
+    keyed by what moving them costs (potentials shift whole heaps alike). n paths of O(k^2).
+    """
+    over = 1 + sum(
+        max(cost(i, j) for j in range(k)) for i in range(n)
+    )  # any unit over a lower bound
+    at = [-1] * n  # client of each task; -1: not placed yet
+    count = [0] * k
+    source, sink = k, k + 1
+    potential = [0] * (k + 2)
+    unplaced = [[(cost(i, j), i) for i in range(n)] for j in range(k)]
+    for heap in unplaced:
+        heapq.heapify(heap)
+    movable: list[list[list[tuple[int, int]]]] = [[[] for _ in range(k)] for _ in range(k)]
 
-    def add(self, u: int, v: int, cap: int, cost: int) -> int:
-        """An edge u -> v; returns its index (its residual twin is index + 1)."""
-        for a, b, c, w in ((u, v, cap, cost), (v, u, 0, -cost)):
-            self.graph[a].append(len(self.to))
-            self.to.append(b)
-            self.cap.append(c)
-            self.cost.append(w)
-        return len(self.to) - 2
+    def settle(i: int, j: int) -> None:
+        at[i] = j
+        here = cost(i, j)
+        for other in range(k):
+            if other != j:
+                heapq.heappush(movable[j][other], (cost(i, other) - here, i))
 
-    def run(self, source: int, sink: int, amount: int) -> None:
-        """Push ``amount`` units from source to sink at least cost (one unit per path)."""
-        n = len(self.graph)
-        potential = [0] * n
-        for _ in range(amount):
-            dist: list[int | None] = [None] * n
-            via = [-1] * n
-            dist[source] = 0
-            heap = [(0, source)]
-            while heap:
-                d, u = heapq.heappop(heap)
-                if d != dist[u]:
-                    continue
-                for e in self.graph[u]:
-                    if self.cap[e] <= 0:
-                        continue
-                    v = self.to[e]
-                    nd = d + self.cost[e] + potential[u] - potential[v]
-                    if dist[v] is None or nd < dist[v]:
-                        dist[v] = nd
-                        via[v] = e
-                        heapq.heappush(heap, (nd, v))
-            if dist[sink] is None:
-                raise AssertionError("quotas leave no room for every task")
-            for v in range(n):
-                if dist[v] is not None:
-                    potential[v] += dist[v]
-            v = sink
-            while v != source:
-                e = via[v]
-                self.cap[e] -= 1
-                self.cap[e ^ 1] += 1
-                v = self.to[e ^ 1]
+    def top(heap: list[tuple[int, int]], valid: Callable[[int], bool]) -> tuple[int, int] | None:
+        while heap and not valid(heap[0][1]):
+            heapq.heappop(heap)  # stale: the task was placed or moved since
+        return heap[0] if heap else None
+
+    for _ in range(n):
+        dist: list[int | None] = [None] * (k + 2)
+        via: list[tuple[int, int] | None] = [None] * (k + 2)  # (previous node, task or -1)
+        done = [False] * (k + 2)
+        dist[source] = 0
+        while True:
+            u = min(
+                (v for v in range(k + 2) if not done[v] and dist[v] is not None),
+                default=None,
+                key=lambda v: dist[v],
+            )
+            if u is None:
+                break
+            done[u] = True
+            du = dist[u] + potential[u]
+            steps: list[tuple[int, int, int]] = []  # (node, cost, task)
+            if u == source:
+                for j in range(k):
+                    head = top(unplaced[j], lambda i: at[i] < 0)
+                    if head:
+                        steps.append((j, head[0], head[1]))
+            elif u == sink:
+                for j in range(k):
+                    if count[j]:
+                        steps.append((j, -over if count[j] > bounds[j][0] else 0, -1))
+            else:
+                for j in range(k):
+                    if j != u:
+                        head = top(movable[u][j], lambda i, u=u: at[i] == u)
+                        if head:
+                            steps.append((j, head[0], head[1]))
+                if count[u] < bounds[u][1]:
+                    steps.append((sink, over if count[u] >= bounds[u][0] else 0, -1))
+            for v, c, task in steps:
+                nd = du + c - potential[v]
+                if not done[v] and (dist[v] is None or nd < dist[v]):
+                    dist[v], via[v] = nd, (u, task)
+        if dist[sink] is None:
+            raise AssertionError("the quotas leave no room for every task")
+        for v in range(k + 2):
+            if dist[v] is not None:
+                potential[v] += dist[v]
+        # walk the path back from the sink: the last client takes one more task
+        node, task = via[sink]
+        count[node] += 1
+        while node != source:
+            previous, task = via[node]
+            settle(task, node)
+            node = previous
+    return at
 
 
 def balanced_target(
@@ -101,35 +147,23 @@ def balanced_target(
     n, k = len(tasks), len(clients)
     if n == 0:
         return {}
-    # Cost of placing task i on client j: levels weighted so that each dominates the ones
-    # below it whatever the other placements; the last level gives every edge its own power
-    # of two, so no two different placements cost the same (a unique optimum).
-    tie_bits = n * k
-    level = n + 1
+    # Cost of placing task i on client j, levels weighted so that each dominates the ones
+    # below it whatever the other placements: (1) not caught up, (2) not sticky, (3) no state,
+    # (4) how far the client is from the task's turn in a round-robin over the sorted tasks
+    # (so a fresh cluster gets Kafka's round-robin, each sub-topology's partitions spread),
+    # (5) a fixed 64-bit hash of (task, client) that tells any remaining tie apart.
+    level = n + 1  # a level's sum over the tasks stays below this
+    spread = n * k + 1
+    tie_bits = 64 + n.bit_length()  # room for a sum of n 64-bit hashes
 
     def cost(i: int, j: int) -> int:
         t, c = tasks[i], clients[j]
-        rank = (j - i) % k  # 0: the task's client in a round-robin over sorted tasks
-        value = (not caught_up(t, c)) * level * level
-        value += (not sticky(t, c)) * level
-        value += not has_state(t, c)
-        return (value << tie_bits) + (1 << (rank * n + i))
+        value = (not caught_up(t, c)) * level + (not sticky(t, c))
+        value = value * level + (not has_state(t, c))
+        value = value * spread + (j - i) % k
+        return (value << tie_bits) + _tie(t, c)
 
-    over_quota = (level**3 + 1) << tie_bits  # above any sum of placement costs
-    source, sink = 0, n + k + 1
-    flow = _Flow(n + k + 2)
-    placements: dict[int, list[tuple[int, int]]] = {}
-    for i in range(n):
-        flow.add(source, 1 + i, 1, 0)
-        placements[i] = [(flow.add(1 + i, 1 + n + j, 1, cost(i, j)), j) for j in range(k)]
-    for j, (lo, hi) in enumerate(quotas(n, capacities)):
-        if lo:
-            flow.add(1 + n + j, sink, lo, 0)
-        if hi > lo:
-            flow.add(1 + n + j, sink, hi - lo, over_quota)
-    flow.run(source, sink, n)
-    target = {}
-    for i, edges in placements.items():
-        (j,) = [j for e, j in edges if flow.cap[e] == 0]
-        target[tasks[i]] = clients[j]
+    weights = [[cost(i, j) for j in range(k)] for i in range(n)]
+    placed = _place(n, k, lambda i, j: weights[i][j], quotas(n, capacities))
+    target = {tasks[i]: clients[j] for i, j in enumerate(placed)}
     return target

@@ -234,9 +234,19 @@ def list_apps(user: _User) -> dict[str, Any]:
 
 
 @api.get("/api/apps/{app}/assignment")
-def get_assignment(app: str, user: _User) -> dict[str, Any]:
-    """One app's assignment: generation, history, tasks, instances, lags."""
-    return _view(app, _known_app(app, user, "GET"))
+def get_assignment(app: str, user: _User) -> JSONResponse:
+    """One app's assignment: generation, history, tasks, instances, lags. 409 with the
+    reason when it cannot be read now (e.g. the app is mid-rewind)."""
+    from lakestate.errors import StreamsException
+
+    job = _known_app(app, user, "GET")
+    try:
+        return JSONResponse(_view(app, job))
+    except StreamsException as exc:
+        return JSONResponse(
+            {"app": app, "error": f"{type(exc).__name__}: {exc}"},
+            status_code=status.HTTP_409_CONFLICT,
+        )
 
 
 @api.post("/api/apps/{app}/rebalance")

@@ -449,6 +449,16 @@ def test_negative_lag_names_client_and_task() -> None:
         assign(tasks_of(1, 2), clients, None, AssignorConfig())
 
 
+def test_a_lag_keyed_by_no_task_id() -> None:
+    clients = {"a": ClientState({"0_1": 0})}
+    with pytest.raises(ValueError, match="client 'a': lag for '0_1', which is not a TaskId"):
+        assign(tasks_of(1, 2), clients, None, AssignorConfig())
+
+
+def test_config_built_from_strings_holds_ints() -> None:
+    assert AssignorConfig("7", "3", "1") == AssignorConfig(7, 3, 1)
+
+
 def test_a_task_that_is_no_task_id() -> None:
     with pytest.raises(ValueError, match="'0_1' is not a TaskId"):
         assign(["0_1"], {"a": ClientState()}, None, AssignorConfig())

@@ -31,6 +31,8 @@ def _check(
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise ValueError(f"client {name!r}: capacity must be an integer >= 1, not {cap!r}")
         for t, lag in state.lags.items():
+            if not isinstance(t, TaskId):
+                raise ValueError(f"client {name!r}: lag for {t!r}, which is not a TaskId")
             if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
                 raise ValueError(
                     f"client {name!r}, task {t}: lag must be None (no state) or an integer"
@@ -77,7 +79,7 @@ def assign(
     previous = previous or Assignment(active={})
 
     def lag(t: TaskId, c: str) -> int | None:
-        return clients[c].lags.get(t)
+        return clients[c].lag(t)
 
     def caught_up(t: TaskId, c: str) -> bool:
         held = lag(t, c)

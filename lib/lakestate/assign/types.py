@@ -44,9 +44,13 @@ class AssignorConfig:
     num_standby_replicas: int = 0
 
     def __post_init__(self) -> None:
-        _int_setting(ACCEPTABLE_RECOVERY_LAG, self.acceptable_recovery_lag, 0)
-        _int_setting(MAX_WARMUP_REPLICAS, self.max_warmup_replicas, 1)
-        _int_setting(NUM_STANDBY_REPLICAS, self.num_standby_replicas, 0)
+        # frozen: store the checked ints (a string of digits is accepted, as in from_config)
+        for attr, key, minimum in (
+            ("acceptable_recovery_lag", ACCEPTABLE_RECOVERY_LAG, 0),
+            ("max_warmup_replicas", MAX_WARMUP_REPLICAS, 1),
+            ("num_standby_replicas", NUM_STANDBY_REPLICAS, 0),
+        ):
+            object.__setattr__(self, attr, _int_setting(key, getattr(self, attr), minimum))
 
     @staticmethod
     def from_config(config: Mapping[str, Any]) -> AssignorConfig:

@@ -55,9 +55,8 @@ def _place(
     the k clients alone (k + 2 nodes) and each client pair keeps a heap of its movable tasks,
     keyed by what moving them costs (potentials shift whole heaps alike). n paths of O(k^2).
     """
-    over = 1 + sum(
-        max(cost(i, j) for j in range(k)) for i in range(n)
-    )  # any unit over a lower bound
+    # a unit over a lower bound costs more than any whole placement
+    over = 1 + sum(max(cost(i, j) for j in range(k)) for i in range(n))
     at = [-1] * n  # client of each task; -1: not placed yet
     count = [0] * k
     source, sink = k, k + 1

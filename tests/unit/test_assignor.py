@@ -3,6 +3,10 @@ in our types, the config and the errors."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from lakestate.assign import Assignment, AssignorConfig, ClientState, assign
 from lakestate.task_id import TaskId
@@ -462,3 +466,33 @@ def test_config_built_from_strings_holds_ints() -> None:
 def test_a_task_that_is_no_task_id() -> None:
     with pytest.raises(ValueError, match="'0_1' is not a TaskId"):
         assign(["0_1"], {"a": ClientState()}, None, AssignorConfig())
+
+
+CROSS_PROCESS = """
+import json
+from lakestate.assign import AssignorConfig, ClientState, assign
+from lakestate.task_id import TaskId
+tasks = [TaskId(s, p) for s in range(3) for p in range(5)]
+clients = {
+    n: ClientState({t: (i * 7 + t.partition) % 4 or None for t in tasks}, 1 + i % 2)
+    for i, n in enumerate(["west", "east", "north", "south"])
+}
+out = assign(tasks, clients, None, AssignorConfig(acceptable_recovery_lag=2, num_standby_replicas=1))
+print(json.dumps({str(t): [out.active[t], sorted(out.standby.get(t, ())),
+                           sorted(out.warmup.get(t, ()))] for t in tasks}, sort_keys=True))
+"""
+
+
+def test_the_same_in_every_process() -> None:
+    """Rebalances run in different processes: string hashing (PYTHONHASHSEED) must not matter."""
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", CROSS_PROCESS],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1 and outputs.pop().startswith("{")

@@ -175,9 +175,7 @@ def write_generation(
     data = pa.Table.from_pylist(rows, schema=SCHEMA)
     metadata = {"app": app, "generation": number, "reason": reason}
     try:
-        delta_commits.append(
-            table, data, app, {}, metadata, {assignment_txn_id(app): number}
-        )
+        delta_commits.append(table, data, app, {}, metadata, {assignment_txn_id(app): number})
     except TaskMigratedException as exc:
         raise ConcurrentRebalanceError(
             f"app {app}: another rebalance wrote generation {number} at the same time; this "

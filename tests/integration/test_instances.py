@@ -415,3 +415,28 @@ def test_a_warmup_killed_mid_restore_restores_again_and_writes_nothing(tmp_path)
     assert any("task 0_0: restored" in line for line in said), said
     assert _versions(wh) == before
     assert _local(tmp_path / "state-b", T0) == _local(tmp_path / "state-a", T0)
+
+
+def test_a_migrated_run_exits_1_with_one_line_naming_the_move(tmp_path, capsys):
+    from lakestate.cli import main
+
+    wh = Warehouse(tmp_path / "wh")
+    produce(None, wh, "events", events(60, seed=41), partitions=2)
+    app = _app(tmp_path / "app", _instances(tmp_path, "a", "b"))
+    _assign(wh, {T0: "a", T1: "a"})
+    moved = []
+
+    def rebalance(batch: int) -> None:
+        if not moved:
+            moved.append(_assign(wh, {T0: "b", T1: "a"}))
+
+    with faults.hook("before_progress", rebalance):
+        code = main(["--warehouse", wh.root, "run", app, "--instance", "a"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1
+    assert err[0] == (
+        "lakestate run: error: app counts: task 0_0 migrated: instance a planned its batch at "
+        "owner epoch 1, the task's owner epoch is now 2 (owner: b); this run committed "
+        "nothing, discarded its staged work and stops (the next run follows the new assignment)"
+    ), err
+    assert err[1].startswith("full log: ")

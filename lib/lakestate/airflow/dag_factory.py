@@ -348,8 +348,8 @@ def make_dag(
             default_until_caught_up, default_time_budget_s, default_max_batches, app.name
         ),
     ) as dag:
-        instances = instance_runs(app, state_dir)
-        first = instances[0]
+        runs = instance_runs(app, state_dir)
+        first = runs[0]  # the rebalance (and a rewind run's rewind) run on its queue
         rebalance = LakestateRebalanceOperator(
             task_id=REBALANCE_TASK_ID,
             app_path=str(app_path),
@@ -363,7 +363,7 @@ def make_dag(
             "rebalance is due. A rewind run rewinds the app here first, once.",
             **first.queue,
         )
-        for run in instances:
+        for run in runs:
             master = run.master or f"`{spark_conn_id}`'s master, else `{default_master}`"
             rebalance >> LakestateRunOperator(
                 task_id=run.task_id,

@@ -95,7 +95,6 @@ def worker_queues(service: dict) -> list[str]:
 
 def demo_instances(state_root: str) -> list:
     """jobs/demo.py's instances, their state dirs under ``state_root``."""
-    sys.path.insert(0, str(ROOT / "lib"))
     from lakestate.app import load_app
     from lakestate.engine.instances import instances_of
 

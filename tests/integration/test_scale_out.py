@@ -7,7 +7,7 @@ every configured instance's run, side by side, each bounded to a few batches (un
 continuous input a run never ends caught up). Phases, each until its condition holds
 (polled on the tables and the processes' exit, never timed):
 
-1. instances a and b;
+1. instances a and b, until every task has committed a batch (has state to warm up);
 2. c added: it gets warmups first; its first warmup is SIGKILLed mid-restore
    (LAKESTATE_FAULT=mid_restore), and the rounds go on until c owns a task in force;
 3. an active instance SIGKILLed mid-batch, after its progress commit (a), then one between
@@ -277,6 +277,11 @@ class Cluster:
         result = self.rebalance()
         return result, self.run_all(faults, until_caught_up)
 
+    def committed_tasks(self) -> set[TaskId]:
+        """The tasks with a batch in the progress table."""
+        rows = DeltaTable(self.wh.progress_path(APP)).to_pyarrow_table(columns=["task"])
+        return {TaskId.parse(t) for t in rows.column("task").to_pylist()}
+
     def owners(self) -> dict[TaskId, str | None]:
         """Each task's owner in force."""
         return ownership.owners_in_force(self.wh, APP, TASKS)
@@ -323,9 +328,15 @@ def test_two_to_three_instances_and_back_under_continuous_input(tmp_path, monkey
 def _scale(cluster: Cluster) -> Started:
     """Phases 1-4 (the module's doc), under continuous input. Returns c's run that the
     removal fenced."""
-    # 1. Two instances.
+    # 1. Two instances, until every task has state to warm up (a task that committed
+    # nothing is caught up everywhere, and may go to c at once).
     cluster.configure("a", "b")
-    cluster.round()
+    for _ in range(ROUNDS):
+        cluster.round()
+        if cluster.committed_tasks() == set(TASKS):
+            break
+    else:
+        pytest.fail(f"after {ROUNDS} rounds only {cluster.committed_tasks()} committed")
     assert set(cluster.owners().values()) == {"a", "b"}
 
     # 2. c joins: warmups first; its first warmup that restores a store is killed mid-way.

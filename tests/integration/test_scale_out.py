@@ -10,8 +10,8 @@ continuous input a run never ends caught up). Phases, each until its condition h
 1. instances a and b, until every task has committed a batch (has state to warm up);
 2. c added: it gets warmups first; its first warmup is SIGKILLed mid-restore
    (LAKESTATE_FAULT=mid_restore), and the rounds go on until c owns a task in force;
-3. an active instance SIGKILLed mid-batch, after its progress commit (a), then one between
-   two of its tables (c);
+3. in the first round in which c owns a task in force, two active instances SIGKILLed
+   mid-batch: a after a batch's progress commit, c between two of its batch's tables;
 4. c removed while a run of c is between its progress commit's checks and the commit (a
    test hook holds it there): the rebalance's fence lands first and c's commit fails,
    TaskMigratedException, nothing committed;
@@ -19,7 +19,7 @@ continuous input a run never ends caught up). Phases, each until its condition h
 
 Then: every batch in the progress table was committed by its task's owner in force at
 that commit (the owner epochs replayed from ``_progress``'s commit files, the instance of
-a run from its run id's process id); the sinks, the repartition topic and the stores'
+a run from its run id's process id and that process's lifetime); the sinks, the repartition topic and the stores'
 state equal a one-instance run's on the same input in a fresh warehouse, and each task's
 final owner's local store equals the reference's; c became active for a task only in a
 generation computed from a lag of c's within ``acceptable.recovery.lag``, and after it

@@ -301,9 +301,7 @@ def test_two_to_three_instances_and_back_under_continuous_input(tmp_path, monkey
         # 5. No more input: rounds until nothing is left and nothing changes.
         for _ in range(ROUNDS):
             rebalanced, outcomes = cluster.round(until_caught_up=True)
-            if not rebalanced.changed and all(
-                o.result["batches"] == 0 for o in outcomes.values()
-            ):
+            if not rebalanced.changed and all(o.result["batches"] == 0 for o in outcomes.values()):
                 break
         else:
             pytest.fail(f"not settled after {ROUNDS} rounds without input")
@@ -411,9 +409,11 @@ def _no_batch_committed_by_a_non_owner(wh: Warehouse, cluster: Cluster, held_c: 
                 assert epoch > epochs[task], (version, task, epoch, epochs[task])
                 epochs[task] = epoch
     generations = {g.number: g for g in history.history(wh, APP)}
-    rows = DeltaTable(wh.progress_path(APP)).to_pyarrow_table(
-        columns=["task", "batch_id", "run_id", "at_ms"]
-    ).to_pylist()
+    rows = (
+        DeltaTable(wh.progress_path(APP))
+        .to_pyarrow_table(columns=["task", "batch_id", "run_id", "at_ms"])
+        .to_pylist()
+    )
     assert len(rows) == len(committed_at) and fences >= 3
     by_instance: Counter = Counter()
     for row in rows:
@@ -488,6 +488,7 @@ def _same_sinks_and_state(wh: Warehouse, reference: Warehouse) -> None:
         return Counter((r["partition"], r["key"], r["value"], r["timestamp"]) for r in rows)
 
     assert multiset(got) == multiset(want)
+
     # per-user-out: the sums arrive in another order, so the intermediate sums differ;
     # each user's number of updates and its last sum do not.
     def last_and_count(rows):

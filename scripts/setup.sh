@@ -4,7 +4,7 @@
 # the project and its pinned dependencies, and (once the engine needs them) the Delta jars in
 # a project-local cache so that later runs need no network; Maven and Kafka Streams (built
 # once into .cache/kstreams) for the conformance suite; Chromium and its WebDriver (Debian's)
-# for the Airflow UI test.
+# for the Airflow UI test; Redis (Debian's redis-server) for the Celery workers' test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +33,15 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+# The Celery test (tests/e2e/test_celery_instances.py) runs a Redis broker, as
+# docker-compose.yml does (Debian's redis-server, started by the test on a free port).
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "setup: installing Redis (redis-server) for the Celery workers' test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

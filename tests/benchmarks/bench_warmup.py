@@ -399,24 +399,32 @@ class Scenario:
 
 
 def gaps(commits: list[dict[str, Any]], first_move_tick: int) -> dict[str, Any]:
-    """Steady-state intervals (between batches committed before ``first_move_tick``) and the
-    longest gap across the move (ending at a batch committed in a later tick)."""
+    """The task's gaps between consecutive committed batches: ``steady``, both batches of
+    ticks before ``first_move_tick`` (the config change); ``move``, the later batch of a
+    tick from the change up to b's first batch (the move itself: a's batches while b warms
+    up, then the switch); ``settled``, between b's batches after that."""
     steady, moving, settled = [], [], []
+    moved = False
     for before, after in zip(commits, commits[1:], strict=False):
         if before["tick"] is None or after["tick"] is None:
             continue  # the base build's batch
         gap = (after["at_ms"] - before["at_ms"]) / 1000
-        (moving if after["tick"] >= first_move_tick else steady).append(gap)
-        if before["instance"] == after["instance"] == "b":
+        if after["tick"] < first_move_tick:
+            steady.append(gap)
+        elif not moved:
+            moving.append(gap)
+            moved = after["instance"] == "b"
+        else:
             settled.append(gap)
     return {
-        # after the move, b owning the task (two instances' runs per tick, not one)
-        "settled_s": [round(g, 3) for g in settled],
         "steady_s": [round(g, 3) for g in steady],
         "interval_s": round(statistics.median(steady), 3) if steady else None,
         "longest_steady_s": round(max(steady), 3) if steady else None,
         "move_gaps_s": [round(g, 3) for g in moving],
         "longest_gap_s": round(max(moving), 3) if moving else None,
+        "switch_gap_s": round(moving[-1], 3) if moved else None,
+        # b owning the task: two instances' runs per tick, not one
+        "settled_s": [round(g, 3) for g in settled],
     }
 
 
@@ -433,7 +441,7 @@ def run_scenario(
     from lakestate.warehouse import Warehouse
 
     name = f"{kind} (interval {interval:g}s)"
-    sc = Scenario(name, work / f"{kind}-{interval:g}", base, interval, env)
+    sc = Scenario(name, work / f"{kind.replace(' ', '-')}-{interval:g}", base, interval, env)
     producer = Producer(
         Warehouse(sc.wh_root), heavy.partition, light.partition, args.keys, args.seed
     )
@@ -622,23 +630,25 @@ def report(results: dict[str, Any]) -> None:
         f"new records per tick) to a new instance; engine {results['engine'][:12]}"
     )
     print(
-        f"{'cadence':>10} {'scenario':>16} {'interval s':>10} {'(longest)':>9} {'longest gap s':>13} "
-        f"{'ratio':>6} {'ticks':>5} {'restore rows/s':>14}  load"
+        f"{'cadence':>10} {'scenario':>16} {'interval s':>10} {'(longest)':>9} "
+        f"{'longest gap s':>13} {'ratio':>6} {'excess s':>8} {'ticks':>5} "
+        f"{'restore rows/s':>14}  load"
     )
     by_interval: dict[float, dict[str, Any]] = {}
     for s in results["scenarios"]:
         by_interval.setdefault(s["interval_setting_s"], {})[s["kind"]] = s
-        ratio = (
-            s["longest_gap_s"] / s["interval_s"] if s["longest_gap_s"] and s["interval_s"] else None
-        )
+        gap, interval = s["longest_gap_s"], s["interval_s"]
+        ratio = gap / interval if gap and interval else 0
+        excess = gap - interval if gap and interval else 0
         cadence = (
             "back2back" if not s["interval_setting_s"] else f"every {s['interval_setting_s']:g}s"
         )
         restore = s.get("restore", {}).get("rows_per_s")
         print(
-            f"{cadence:>10} {s['kind']:>16} {s['interval_s'] or 0:>10.2f} {s['longest_steady_s'] or 0:>9.2f} "
-            f"{s['longest_gap_s'] or 0:>13.2f} {ratio or 0:>6.2f} {s['ticks_to_move'] or '-':>5} "
-            f"{restore or 0:>14,}  {s['load_start']} -> {s['load_end']}"
+            f"{cadence:>10} {s['kind']:>16} {interval or 0:>10.2f} "
+            f"{s['longest_steady_s'] or 0:>9.2f} {gap or 0:>13.2f} {ratio:>6.2f} {excess:>8.2f} "
+            f"{s['ticks_to_move'] or '-':>5} {restore or 0:>14,}  "
+            f"{s['load_start']} -> {s['load_end']}"
         )
     for s in results["scenarios"]:
         commits = [c for c in s["commits"] if c["tick"] is not None]

@@ -13,6 +13,16 @@ from lakestate.testing import TopologyTestDriver
 
 APPS = Path(__file__).parent / "apps"
 
+# ``python -c`` code that runs the CLI's ``main`` on ``sys.argv[1:]`` in a fresh process, says
+# on stderr whether pyspark was imported, and exits the way ``lakestate.cli.entrypoint`` does
+# (flush, then ``os._exit``): a plain interpreter teardown can abort after the output
+# ("terminate called without an active exception", apache/arrow#34314).
+CLI_PROBE = (
+    "import os, sys; from lakestate.cli import main; code = main(sys.argv[1:]); "
+    "print('PYSPARK', 'pyspark' in sys.modules, file=sys.stderr); "
+    "sys.stdout.flush(); sys.stderr.flush(); os._exit(code)"
+)
+
 # Spark settings for short test runs on tiny data: compiling costs more than it saves.
 FAST_TEST_CONF = {
     "spark.sql.shuffle.partitions": "2",

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from engine_helpers import APPS, events, produce
+from engine_helpers import APPS, CLI_PROBE, events, produce
 from lakestate.engine.runner import run_app
 from lakestate.io import logtable
 from lakestate.warehouse import Warehouse
@@ -21,10 +21,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 # Runs the CLI in this fresh process, then says whether pyspark was imported.
-_PROBE = (
-    "import sys; from lakestate.cli import main; code = main(sys.argv[1:]); "
-    "print('PYSPARK', 'pyspark' in sys.modules, file=sys.stderr); sys.exit(code)"
-)
+_PROBE = CLI_PROBE
 
 
 def _env(wh: Warehouse) -> dict[str, str]:

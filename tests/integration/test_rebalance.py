@@ -23,6 +23,7 @@ from pathlib import Path
 import lakestate as ls
 import pytest
 from deltalake import DeltaTable
+from engine_helpers import CLI_PROBE
 from lakestate.assign import Assignment, history
 from lakestate.assign.history import ConcurrentRebalanceError
 from lakestate.engine import ownership, progress, reports
@@ -279,6 +280,28 @@ def test_lags_are_recomputed_against_the_offsets_committed_now(wh):
         reports.write(wh, APP, [Report("a", TASKS[0], 1, "leader", None, None, 0, None, 1, 1, "r")])
 
 
+def test_a_task_that_committed_nothing_is_caught_up_everywhere(tmp_path):
+    # Kafka's lag of a task whose changelogs are empty is 0 on every client: nothing to warm
+    # up, so no instance is "lagging" on it and no warmup is spent on it.
+    wh = Warehouse(tmp_path / "wh")
+    logtable.create_topic(wh, "events", len(TASKS))
+    path = wh.progress_path(APP)
+    progress.ensure_table(path, APP)
+    idle = TASKS[3]
+    rows = [
+        TaskProgress(t, 1, "run-1", 1, {"events": (0, e)}, {"events": e}, 5, e)
+        for t, e in ENDS.items()
+        if t != idle
+    ]
+    progress.record(path, APP, rows, {})
+    rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
+    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS if t != idle])
+    up = rebalance(_app("a", "b"), wh, now_ms=2_000, say=_quiet)
+    assert up.lags["a"][idle] == 0 and up.lags["b"][idle] == 0
+    assert all(up.lags["b"][t] is None for t in TASKS if t != idle)
+    assert idle not in up.new.assignment.warmup
+
+
 def test_compaction_keeps_each_instance_s_newest_report_per_task(wh, monkeypatch):
     for at in (10, 20, 30):
         reports.write(wh, APP, [_report(n, t, at, at=at) for n in "ab" for t in TASKS[:2]])
@@ -311,10 +334,7 @@ def test_compaction_keeps_each_instance_s_newest_report_per_task(wh, monkeypatch
 
 # -- the command, in a fresh process --------------------------------------------------------
 
-_NO_PYSPARK = (
-    "import sys; from lakestate.cli import main; code = main(sys.argv[1:]); "
-    "print('PYSPARK', 'pyspark' in sys.modules, file=sys.stderr); sys.exit(code)"
-)
+_NO_PYSPARK = CLI_PROBE
 
 
 def _module(tmp_path: Path, *names: str) -> str:

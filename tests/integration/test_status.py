@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from engine_helpers import APPS, produce, topic_rows
+from engine_helpers import APPS, CLI_PROBE, produce, topic_rows
 from lakestate.app import load_app
 from lakestate.engine.runner import run_app
 from lakestate.io import delta_commits, logtable
@@ -31,14 +31,9 @@ def _status(warehouse, state_dir, app: str, as_json: bool = True) -> tuple[Any, 
     """``lakestate --json status`` (or plain ``status``) in a fresh process: the document
     (or the text), and its stderr, which says whether pyspark was imported (it must not be)."""
     options = ["--json"] if as_json else []
-    code = (
-        "import sys; from lakestate.cli import main; "
-        f"rc = main(['--warehouse', {warehouse.root!r}, *{options!r}, 'status', {app!r}, "
-        f"'--state-dir', {str(state_dir)!r}]); "
-        "print('PYSPARK', 'pyspark' in sys.modules, file=sys.stderr); sys.exit(rc)"
-    )
+    args = ["--warehouse", warehouse.root, *options, "status", app, "--state-dir", str(state_dir)]
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", CLI_PROBE, *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -146,11 +146,20 @@ def _rebalance(
             )
     layout = prepare(app, warehouse)
     tasks = layout.tasks()
-    committed = {t: c.offsets for t, c in where_tasks_stand(layout, tasks).committed.items()}
+    standing = where_tasks_stand(layout, tasks).committed
+    committed = {t: c.offsets for t, c in standing.items()}
     reported = reports.latest_by_instance(warehouse, name)
     reports.compact(warehouse, name)
     now_lags = reports.lags(reported, committed)
-    lags = {i.name: {t: now_lags.get(i.name, {}).get(t) for t in tasks} for i in configured}
+    # As in Kafka, a task with nothing to restore (no store, or no batch committed yet) is
+    # caught up on every instance: warming it up would copy nothing.
+    empty = {
+        t for t in tasks if not layout.stores_of(t.subtopology) or standing[t].batch_id == 0
+    }
+    lags = {
+        i.name: {t: 0 if t in empty else now_lags.get(i.name, {}).get(t) for t in tasks}
+        for i in configured
+    }
     reason = _why(old, configured, lags, config, now - interval, force)
     if reason is None:
         return RebalanceResult(old, None, NO_CHANGE, False, lags, fenced)

@@ -9,7 +9,9 @@ continuous input a run never ends caught up). Phases, each until its condition h
 
 1. instances a and b, until every task has committed a batch (has state to warm up);
 2. c added: it gets warmups first; its first warmup is SIGKILLed mid-restore
-   (LAKESTATE_FAULT=mid_restore), and the rounds go on until c owns a task in force;
+   (LAKESTATE_FAULT=mid_restore), and the rounds go on until c owns a task in force. In
+   these rounds the rebalance runs while the instances run (as one requested from the
+   plugin may): a run that loses a task it planned with stops with TaskMigratedException;
 3. in the first round in which c owns a task in force, two active instances SIGKILLed
    mid-batch: a after a batch's progress commit, c between two of its batch's tables;
 4. c removed while a run of c is between its progress commit's checks and the commit (a
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -69,6 +72,8 @@ MAX_BATCHES = 2  # per run while the producer runs
 CHUNK = 8  # records per producer append
 MAX_PRODUCED = 20_000  # the producer's bound, should the test be stopped at a breakpoint
 ROUNDS = 12  # the most rounds a phase waits for its condition
+# TaskMigratedException and its subclasses (engine/commit.py, engine/progress.py)
+MIGRATED = ("TaskMigratedException", "BatchRefused", "FenceMoved")
 
 # A run of c held between its progress commit's checks and the commit (faults.hook), until
 # the test lets it go: argv[1] is written when it is held, argv[2] lets it go.
@@ -165,6 +170,16 @@ class Outcome:
     @property
     def killed(self) -> bool:
         return self.returncode == -9
+
+    @property
+    def migrated(self) -> bool:
+        """Whether the run stopped with TaskMigratedException or a subclass (the last
+        exception of its log's traceback)."""
+        if self.returncode != 1 or "full log: " not in self.err:
+            return False
+        log = Path(self.err.split("full log: ")[-1].strip()).read_text()
+        raised = re.findall(r"^lakestate\.[\w.]+\.(\w+): ", log, re.MULTILINE)
+        return bool(raised) and raised[-1] in MIGRATED
 
     @property
     def result(self) -> dict:
@@ -271,6 +286,17 @@ class Cluster:
             assert o.returncode == 0 or (o.killed and o.fault), o.describe()
         return outcomes
 
+    def racing_round(self, faults: dict[str, str]) -> dict[str, Outcome]:
+        """Every configured instance's run, side by side, with the rebalance running while
+        they do (as one requested from the plugin may): a run may then lose a task it
+        planned with, and stop with TaskMigratedException having committed nothing."""
+        started = {n: self.start(n, faults.get(n)) for n in self.instances}
+        self.rebalance()
+        outcomes = {n: self.wait(s) for n, s in started.items()}
+        for o in outcomes.values():
+            assert o.returncode == 0 or (o.killed and o.fault) or o.migrated, o.describe()
+        return outcomes
+
     def round(
         self, faults: dict[str, str] | None = None, until_caught_up: bool = False
     ) -> tuple[RebalanceResult, dict[str, Outcome]]:
@@ -342,12 +368,12 @@ def _scale(cluster: Cluster) -> Started:
     # 3. in that round a is killed after a batch's progress commit and c, the task's new
     # owner, between two tables of a batch (the first sink written, the rest not).
     cluster.configure("a", "b", "c")
+    # These rounds race the rebalance with the runs.
     kills, armed = {"c": "mid_restore"}, False
     for _ in range(ROUNDS):
-        cluster.rebalance()
         if not kills and not armed and "c" in cluster.owners().values():
             kills, armed = {"a": "after_progress", "c": "after_sink:per-key-out"}, True
-        outcomes = cluster.run_all(kills)
+        outcomes = cluster.racing_round(kills)
         # A fault that did not fire (nothing to restore, no batch to commit) stays for the
         # next round.
         kills = {n: f for n, f in kills.items() if not outcomes[n].killed}

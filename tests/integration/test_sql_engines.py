@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, produce
-from lakestate.app import load_module
+from lakestate.app import load_app, load_module
 from lakestate.cli import Context
 from lakestate.engine import commands, compaction
 from lakestate.engine.inspect import CHANGELOG_SUFFIX, view_name
+from lakestate.engine.layout import prepare
+from lakestate.engine.rebalance import rebalance
 from lakestate.engine.runner import run_app
 from lakestate.io import logtable
 from lakestate.query.result import plain
@@ -64,6 +66,11 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     compaction.compact(wh, "demo")  # snapshot rows ...
     logtable.append_records(spark, wh, "events", _events(200, start=300))
     run(JOBS / "demo.py", max_records=60)  # ... and a tail after them
+    # The demo's scale-out tables: a generation, and each instance's lag reports.
+    rebalance(load_app(JOBS / "demo.py"), wh, say=lambda _: None)
+    for name in ("a", "b"):
+        run_app(str(JOBS / "demo.py"), warehouse=wh.root, instance=name,
+                state_dir=str(root / "instances" / name), say=lambda _: None)
     for app in ("alerts.py", "dedup.py", "windowed.py"):
         run(APPS / app, max_records=150)
     produce(spark, wh, "payments", [
@@ -142,6 +149,9 @@ EXTRA = [
     "FROM demo__event_counts_store__changelog",
     "SELECT key, coalesce(value, 'deleted') AS value, nvl(valid_to, -1) AS until, "
     "if(valid_to IS NULL, 'latest', 'older') AS which FROM tiers__tiers",
+    "SELECT generation, task, active, size(warmup) AS warmups, standby, reason "
+    "FROM demo__assignment ORDER BY generation, task",
+    "SELECT instance, task, role, lag, local_batch, committed_batch FROM demo__instances",
 ]
 
 
@@ -248,6 +258,18 @@ def test_spark_functions_and_sql_give_spark_s_rows(spark, wh):
     ctx = Context(wh)
     for q in EXTRA:
         _compare(ctx, q)
+
+
+def test_the_scale_out_tables_are_views_with_spark_s_rows(spark, wh):
+    ctx = Context(wh)
+    tasks = {str(t) for t in prepare(load_app(JOBS / "demo.py"), wh).tasks()}
+    assignment = commands.query(ctx, "SELECT task, active FROM demo__assignment", None, engine="duckdb")
+    assert {task for task, _ in assignment.rows} == tasks  # one generation, a row per task
+    assert {active for _, active in assignment.rows} <= {"a", "b"}
+    reports = commands.query(ctx, "SELECT DISTINCT instance FROM demo__instances", None, engine="duckdb")
+    assert sorted(r[0] for r in reports.rows) == ["a", "b"]
+    assert _compare(ctx, EXTRA[-2]) == len(assignment.rows)
+    assert _compare(ctx, EXTRA[-1]) >= 2
 
 
 def test_a_pinned_batch_gives_spark_s_rows(spark, wh):

@@ -23,9 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from lakestate.assign.history import assignment_path
 from lakestate.engine import progress
 from lakestate.engine.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.engine.recovery import is_complete
+from lakestate.engine.reports import reports_path
 from lakestate.engine.status import format_time
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
@@ -35,6 +37,9 @@ if TYPE_CHECKING:  # pyspark is imported by the Spark functions only
     from pyspark.sql import DataFrame, SparkSession
 
 CHANGELOG_SUFFIX = "__changelog"
+# An app's scale-out tables, as views <app>__<suffix>.
+ASSIGNMENT_VIEW = "assignment"
+INSTANCES_VIEW = "instances"
 
 
 def view_name(name: str) -> str:
@@ -199,9 +204,11 @@ def views(
     batch_app: str | None = None,
     only: Collection[str] | None = None,
 ) -> list[View]:
-    """Every topic (by name) and every store (``<app>__<store>``, its state, and
-    ``<app>__<store>__changelog``), or only the views named in ``only`` (any case);
-    ``batch`` pins app ``batch_app`` only. ValueError for a batch that cannot be read."""
+    """Every topic (by name), every store (``<app>__<store>``, its state, and
+    ``<app>__<store>__changelog``) and an app's scale-out tables as they are
+    (``<app>__assignment``: every generation, a row per task; ``<app>__instances``: the
+    instances' lag reports), or only the views named in ``only`` (any case); ``batch`` pins
+    app ``batch_app`` only. ValueError for a batch that cannot be read."""
     wanted = None if only is None else {n.lower() for n in only}
 
     def registers(name: str) -> bool:
@@ -226,6 +233,13 @@ def views(
         for table, name in states:
             store_pin = store_pins[table.path]
             found.append(View(name, table.path, store_pin.version, store_pin))
+        for suffix, path in (
+            (ASSIGNMENT_VIEW, assignment_path(warehouse, app)),
+            (INSTANCES_VIEW, reports_path(warehouse, app)),
+        ):
+            name = view_name(f"{app}__{suffix}")
+            if registers(name) and delta_commits.table_exists(path):
+                found.append(View(name, path))
     return found
 
 
@@ -292,6 +306,7 @@ def views_named(warehouse: Warehouse, query: str) -> set[str]:
         for table in warehouse.list_state_tables(app):
             name = view_name(f"{app}__{table.store}")
             names += [name, name + CHANGELOG_SUFFIX]
+        names += [view_name(f"{app}__{s}") for s in (ASSIGNMENT_VIEW, INSTANCES_VIEW)]
     return {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", query, re.IGNORECASE)}
 
 

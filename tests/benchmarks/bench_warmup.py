@@ -37,8 +37,10 @@ consecutive committed batches, from its progress rows' ``at_ms``), then:
   once. The ticks after it rebalance as usual (``b``, caught up by then, keeps the task).
 
 Each scenario ends once ``b`` has committed ``--after`` batches of the task. Printed: the
-normal batch interval, the longest gap of each scenario and its ratio to the interval,
-the restore rate of ``b``'s restore (rows/s, timed inside its run) and the load averages.
+normal batch interval, each scenario's longest gap across the move (from the config change
+to ``b``'s first batch of the task; the gaps after it are printed as ``b``'s settled
+intervals) and its ratio to the interval, the rate of ``b``'s restore (rows/s, timed inside
+its run), every batch's gap, and the load averages.
 Target: the longest gap with warmups no longer than one normal batch interval (met when
 it is within the longest steady-state interval; its ratio to the median is printed too).
 The script reports, never asserts. Results: ``tests/benchmarks/results/warmup.json``.

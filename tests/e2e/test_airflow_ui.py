@@ -221,17 +221,22 @@ def test_trigger_demo_dag_from_the_ui(
         _check_run(server, run_id, caught_up)
         assert _final_counts(demo_airflow.warehouse, demo.OUTPUT_TOPIC) == dict(everything)
     except Exception as exc:
-        saved = browser.save_page("failure")
-        raise AssertionError(
-            f"{type(exc).__name__}: {exc}\nbrowser: {browser.driver.current_url}; saved "
-            f"{', '.join(str(p) for p in saved)} (screenshots in {out_dir})\n"
-            f"--- Airflow logs ---\n{server.logs()}"
-        ) from exc
+        raise _failure(exc, browser, server, out_dir) from exc
     finally:
         browser.quit()
     shots = sorted(p.name for p in out_dir.glob("*.png"))
     steps = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())
     print(f"Airflow UI: {steps}; screenshots in {out_dir}: {shots}", file=sys.stderr)
+
+
+def _failure(exc: Exception, browser: Browser, server: AirflowServer, out_dir: Path) -> AssertionError:
+    """What a failed browser test reports: the error, the page saved, Airflow's logs."""
+    saved = browser.save_page("failure")
+    return AssertionError(
+        f"{type(exc).__name__}: {exc}\nbrowser: {browser.driver.current_url}; saved "
+        f"{', '.join(str(p) for p in saved)} (screenshots in {out_dir})\n"
+        f"--- Airflow logs ---\n{server.logs()}"
+    )
 
 
 def _dag_or_none(server: AirflowServer) -> dict[str, Any] | None:
@@ -520,12 +525,7 @@ def test_plugin_view_shows_the_assignment(
         browser.element("section[data-app=demo] table.tasks")
         browser.shot("plugin-page")
     except Exception as exc:
-        saved = browser.save_page("failure")
-        raise AssertionError(
-            f"{type(exc).__name__}: {exc}\nbrowser: {browser.driver.current_url}; saved "
-            f"{', '.join(str(p) for p in saved)} (screenshots in {out_dir})\n"
-            f"--- Airflow logs ---\n{server.logs()}"
-        ) from exc
+        raise _failure(exc, browser, server, out_dir) from exc
     finally:
         browser.quit()
 

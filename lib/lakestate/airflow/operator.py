@@ -162,18 +162,27 @@ def _run_type(context: Mapping[str, Any]) -> str:
 class LakestateCliOperator(BaseOperator):
     """Base of lakestate's operators: runs a ``python -m lakestate.cli ...`` command line in a
     subprocess, its output line by line in the task log; a non-zero exit fails the task with
-    the CLI's error line (``error_line``). ``env``: the subprocess's environment on top of the
-    worker's; ``python``: the interpreter (default: the one running Airflow, which has
+    the CLI's error line (``error_line``). ``app_path``: the app's module; ``app``: its name;
+    ``warehouse``, ``state_dir``: absolute paths; ``env``: the subprocess's environment on top
+    of the worker's; ``python``: the interpreter (default: the one running Airflow, which has
     lakestate). Killing the task sends SIGTERM to the subprocess."""
 
     def __init__(
         self,
         *,
+        app_path: str,
+        app: str,
+        warehouse: str,
+        state_dir: str,
         env: Mapping[str, str] | None = None,
         python: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.app_path = app_path
+        self.app = app
+        self.warehouse = warehouse
+        self.state_dir = state_dir
         self.env = dict(env or {})
         self.python = python or sys.executable
         self._proc: subprocess.Popen | None = None
@@ -223,19 +232,9 @@ class LakestateRebalanceOperator(LakestateCliOperator):
     instances' run tasks reprocess up to the interval's end. A wrong ``confirm_rewind`` fails
     this task before anything is touched, and the run tasks do not run.
 
-    ``app_path``: the app's module; ``app``: its name; ``warehouse``, ``state_dir``: absolute
-    paths."""
+    ``state_dir``: the first instance's, whose lock a rewind holds."""
 
     ui_color = "#fff3c8"
-
-    def __init__(
-        self, *, app_path: str, app: str, warehouse: str, state_dir: str, **kwargs: Any
-    ) -> None:
-        super().__init__(**kwargs)
-        self.app_path = app_path
-        self.app = app
-        self.warehouse = warehouse
-        self.state_dir = state_dir
 
     def command(self) -> list[str]:
         """The command line of the rebalance."""
@@ -277,8 +276,7 @@ class LakestateRunOperator(LakestateCliOperator):
     A rewind run is run as a backfill run of its interval: the rewind itself is done once,
     upstream, by the DAG's ``LakestateRebalanceOperator``.
 
-    ``app_path``: the app's module; ``app``: its name; ``warehouse``, ``state_dir`` (the
-    instance's state directory): absolute paths; ``master``: the instance's configured Spark
+    ``state_dir``: the instance's state directory; ``master``: the instance's configured Spark
     master, else ``conn_id``/``default_master`` give it (``spark_master``)."""
 
     ui_color = "#d8f0ff"
@@ -286,10 +284,6 @@ class LakestateRunOperator(LakestateCliOperator):
     def __init__(
         self,
         *,
-        app_path: str,
-        app: str,
-        warehouse: str,
-        state_dir: str,
         instance: str | None = None,
         master: str | None = None,
         conn_id: str = "spark_default",
@@ -297,10 +291,6 @@ class LakestateRunOperator(LakestateCliOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.app_path = app_path
-        self.app = app
-        self.warehouse = warehouse
-        self.state_dir = state_dir
         self.instance = instance
         self.master = master
         self.conn_id = conn_id

@@ -89,7 +89,7 @@ def test_unknown_instance_lists_the_configured_ones():
 
 def test_rebalance_keys_defaults_and_errors():
     assert instances.probing_rebalance_interval_ms(_app({})) == 600_000
-    assert instances.warmup_max_records(_app({})) == 2_000_000
+    assert instances.warmup_max_records(_app({})) == 200_000
     app = _app({"probing.rebalance.interval.ms": 60_000, "lakestate.warmup.max.records": "500"})
     assert instances.probing_rebalance_interval_ms(app) == 60_000
     assert instances.warmup_max_records(app) == 500

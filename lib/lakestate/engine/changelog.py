@@ -141,10 +141,11 @@ def read_state(path: str, partition: int, through: int) -> dict[bytes, bytes]:
     return {k: v for k, v in latest(rows).items() if v is not None}
 
 
-def read_live(path: str, partition: int, through: int) -> tuple[pa.Array, pa.Array]:
+def read_live(path: str, partition: int, through: int, table=None) -> tuple[pa.Array, pa.Array]:
     """``read_state`` as two Arrow arrays, raw keys and raw values, without Python objects
-    per row: the same rows (per key, the last of its rows in a stable sort by batch_id)."""
-    rows = _task_rows(path, partition, through, ["batch_id", "raw_key", "raw_value"])
+    per row: the same rows (per key, the last of its rows in a stable sort by batch_id).
+    ``table``: the opened table to read (a snapshot the caller also checked)."""
+    rows = _task_rows(path, partition, through, ["batch_id", "raw_key", "raw_value"], table)
     rows = rows.take(pc.sort_indices(rows, [("batch_id", "ascending")]))
     keys = rows.column("raw_key").combine_chunks()
     position = pa.table({"key": keys, "position": np.arange(len(keys), dtype=np.int64)})

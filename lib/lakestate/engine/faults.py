@@ -7,7 +7,10 @@ staged, nothing committed), progress_checked (the progress commit's checks done,
 commit not yet made), after_progress, after_sink:<topic>,
 after_changelog:<store>, after_tables (that is, before the local commit), mid_local_commit
 (after the first task's local commit); mid_restore (after a restore's first write, before
-its batch marker); and compaction's and rewind's own points (engine/rewind.py).
+its batch marker; for a warmup's restore in pieces, before its last piece's commit);
+mid_warmup_piece (inside a warmup restore's piece, before its commit) and mid_warmup_swap
+(the complete shadow's old store removed, the shadow not yet renamed in its place:
+engine/warmup_restore.py); and compaction's and rewind's own points (engine/rewind.py).
 ``<batch>`` is the lowest task batch of the batch being committed (for mid_restore: the
 batch restored).
 Unset in production; reading one environment variable is its only cost.

@@ -26,7 +26,7 @@ from pathlib import Path
 from lakestate import console
 from lakestate.app import App
 from lakestate.assign import history
-from lakestate.engine import local, ownership, recovery, reports
+from lakestate.engine import local, ownership, recovery, reports, warmup_restore
 from lakestate.engine.commit import BatchRefused
 from lakestate.engine.instances import INSTANCES_KEY, Instance, warmup_max_records
 from lakestate.engine.layout import AppLayout
@@ -178,40 +178,54 @@ def warm(
     isolation: IsolationLevel,
     say: Callable[[str], None],
 ) -> dict[TaskId, int]:
-    """Bring the run's warmup and standby tasks' local stores to their last complete
-    batch (``recovery.warm``), in task order, while the lag caught up stays within
-    ``lakestate.warmup.max.records`` (the first task with a lag always proceeds); the rest
-    wait for the next run. Returns the lag each warmed task had."""
+    """Bring the run's warmup and standby tasks' local stores toward their last complete
+    batch (``recovery.warm``) within ``lakestate.warmup.max.records`` changelog rows or
+    lag records per run: a catch-up costs the keys it applied and is not split; a store
+    that must be restored is restored in pieces of the budget left, resumed by the next
+    runs (``engine/warmup_restore.py``), so a warmup run is never much longer than a
+    normal one. The first task with a lag always proceeds (a restore by one piece); a
+    later one waits when its lag would pass the budget. Tasks whose restore is under way
+    go after the others, so every warm task gets started. Returns the lag each task that
+    proceeded had."""
     if not roles.warm:
         return {}
     budget = warmup_max_records(layout.app)
     standing = recovery.where_tasks_stand(layout, roles.warm)
+    app = layout.app.name
+    order = sorted(roles.warm, key=lambda t: (warmup_restore.in_progress(state_dir, app, t), t))
     lags = {}
-    for task in roles.warm:
+    for task in order:
         held = _local_offsets(state_dir, layout, task, isolation)
         committed = standing.committed[task].offsets
         lag = reports.lag_of(held, committed)
         lags[task] = _inputs_total(committed) if lag is None else lag
     warmed: dict[TaskId, int] = {}
     spent = 0
-    with console.progress(f"{layout.app.name}: warmup lag", total=sum(lags.values())) as bar:
-        for task in roles.warm:
+    with console.progress(f"{app}: warmup lag", total=sum(lags.values())) as bar:
+        for task in order:
             # The first task with a lag always proceeds (else a lag above the bound would
             # never be caught up); a task without one costs nothing.
             if lags[task] and spent and spent + lags[task] > budget:
                 say(
                     f"task {task} ({roles.roles[task]}): lag {lags[task]} waits for the next "
-                    f"run (lakestate.warmup.max.records {budget}, {spent} caught up)"
+                    f"run (lakestate.warmup.max.records {budget}, {spent} spent)"
                 )
                 continue
-            recovery.warm(layout, task, state_dir, isolation, say, standing)
+            spent += recovery.warm(
+                layout, task, state_dir, isolation, say, standing, max(budget - spent, 1)
+            )
             warmed[task] = lags[task]
-            spent += lags[task]
             bar.advance(lags[task])
     if warmed:
+        pending = [t for t in warmed if warmup_restore.in_progress(state_dir, app, t)]
         say(
-            f"warmed {len(warmed)} task(s) of instance {roles.instance.name} to their last "
-            f"complete batch: {', '.join(f'{t} (lag {n})' for t, n in warmed.items())}"
+            f"warmed {len(warmed)} task(s) of instance {roles.instance.name}: "
+            f"{', '.join(f'{t} (lag {n})' for t, n in warmed.items())}; "
+            + (
+                f"restore continued next run: {', '.join(map(str, pending))}"
+                if pending
+                else "all at their last complete batch"
+            )
         )
     return warmed
 
@@ -234,7 +248,11 @@ def _read_local(
     """The batch and input offsets the task's local store holds (None: no store). Only
     under the instance's lock: a store is opened read-write."""
     app = layout.app.name
-    if not local.store_exists(state_dir, app, task):
+    # A store being restored in pieces beside it (a warmup's shadow) is not held yet: the
+    # old store may say anything, and a rebalance must not take it for caught up.
+    if not local.store_exists(state_dir, app, task) or warmup_restore.in_progress(
+        state_dir, app, task
+    ):
         return None
     store = local.open_task_store(state_dir, app, task, isolation)
     try:

@@ -7,8 +7,9 @@ Airflow queue; default: the name), "state_dir" (default: ``<LAKESTATE_STATE_DIR 
 today's (``local.state_dir_of(None)``): one instance behaves exactly as before scale-out.
 
 Also the rebalance's own keys: ``probing.rebalance.interval.ms`` (Kafka's, default 10
-minutes) and ``lakestate.warmup.max.records`` (per run, the bound on the lag a run's
-warmup and standby tasks catch up; default 2,000,000). The assignor's keys are
+minutes) and ``lakestate.warmup.max.records`` (per run, the bound on the changelog rows or lag
+records a run's warmup and standby tasks restore or catch up, a restore split in pieces
+across runs; default 200,000). The assignor's keys are
 ``AssignorConfig.from_config``'s (lakestate.assign).
 """
 
@@ -40,7 +41,9 @@ DEFAULT_INSTANCE = "default"
 PROBING_INTERVAL_KEY = "probing.rebalance.interval.ms"
 PROBING_INTERVAL_DEFAULT = 600_000  # Kafka's default
 WARMUP_MAX_KEY = "lakestate.warmup.max.records"
-WARMUP_MAX_DEFAULT = 2_000_000
+# A warmup run should be no longer than a normal one: a piece of 200k changelog rows goes
+# through transactions in about a second here (bench_warmup.py), a back-to-back tick ~2.3 s.
+WARMUP_MAX_DEFAULT = 200_000
 
 _KEYS = ("name", "queue", "state_dir", "master", "capacity")
 # An instance's name names an Airflow task (run_<name>) and a state directory.
@@ -156,6 +159,11 @@ def probing_rebalance_interval_ms(app: App) -> int:
 
 
 def warmup_max_records(app: App) -> int:
-    """``lakestate.warmup.max.records``: per run, the most lag a run's warmup and standby
-    tasks catch up (the first such task of a run always proceeds)."""
+    """``lakestate.warmup.max.records``: per run, the most changelog rows or lag records
+    a run's warmup and standby tasks restore or catch up. A restore is split in pieces of
+    at most that many rows, one run each (``engine/warmup_restore.py``); the first task
+    with a lag always proceeds (by one piece, at least one row). The default, 200,000,
+    keeps a warmup run about as long as a normal one: a piece goes through transactions
+    at 200k+ rows/s on the 2-core test machine, where a back-to-back run takes ~2.3 s
+    (tests/benchmarks/bench_warmup.py)."""
     return _non_negative_int(app, WARMUP_MAX_KEY, WARMUP_MAX_DEFAULT)

@@ -13,12 +13,15 @@ skip it). Then the local store is brought to the committed batch:
 - missing, ahead of Delta, behind a compaction, or behind a rewind (its batch is before
   the task's latest rewind row, ``progress.rewind_txn_id``: what it holds may be off the
   app's line, engine/rewind.py): restore from the changelogs.
-Nothing is wiped when the store is consistent. An app mid-rewind (``rewind_intent``) is
+A warmup's or standby's restore (``warm`` with a budget) is done in pieces across runs
+beside the store instead (engine/warmup_restore.py); a complete one left by a crash before
+its swap is adopted here. Nothing is wiped when the store is consistent. An app mid-rewind (``rewind_intent``) is
 refused before anything is read.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +29,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from lakestate import console
-from lakestate.engine import changelog, faults, local, progress
+from lakestate.engine import changelog, faults, local, progress, warmup_restore
 from lakestate.engine.changelog import CompactedPastError
 from lakestate.engine.layout import AppLayout
 from lakestate.engine.plan import Committed, TaskPlan, split_global_key
@@ -134,6 +137,8 @@ def recover(
             _bring_to(layout, task, committed, state_dir, isolation, say, rewound)
         finally:
             local.discard_staged(state_dir, app, task)
+            # The owner's store is complete now: a warmup restore in progress is moot.
+            warmup_restore.discard(state_dir, app, task)
     return recovered
 
 
@@ -145,13 +150,21 @@ def _bring_to(
     isolation: IsolationLevel,
     say: Callable[[str], None],
     rewound: int = 0,
+    rebuild: Callable[..., int] | None = None,
 ) -> int:
     """Bring the task's local store to ``committed``; returns the changelog rows (restore)
-    or keys (catch-up) it applied."""
+    or keys (catch-up) it applied. ``rebuild``: what restores a store that cannot be
+    brought in place (``restore``'s signature; default ``restore``)."""
+    rebuild = rebuild or restore
     app = layout.app.name
+    if not local.store_exists(state_dir, app, task) and warmup_restore.adopt_if_complete(
+        state_dir, app, task, isolation
+    ):
+        # A crash between a warmup's last piece and its swap left the shadow, complete.
+        say(f"task {task}: adopted its complete warmup restore as its local store")
     if not local.store_exists(state_dir, app, task):
         if committed.batch_id > 0:
-            return restore(layout, task, committed, state_dir, isolation, say, "missing")
+            return rebuild(layout, task, committed, state_dir, isolation, say, "missing")
         return 0
     store = local.open_task_store(state_dir, app, task, isolation)
     try:
@@ -159,7 +172,7 @@ def _bring_to(
     finally:
         store.close()
     if reason is not None:
-        return restore(layout, task, committed, state_dir, isolation, say, reason)
+        return rebuild(layout, task, committed, state_dir, isolation, say, reason)
     return n
 
 
@@ -170,24 +183,43 @@ def warm(
     isolation: IsolationLevel,
     say: Callable[[str], None],
     standing: Recovered | None = None,
+    budget: int | None = None,
 ) -> int:
     """Bring the local store of a task this instance does not own (a warmup or a standby)
     to the task's last complete batch, as read in ``standing`` (read now when None): the
     changelogs' catch-up, or a restore. Never a replay and never a write to Delta (an
     incomplete batch is the owner's to finish), so it is safe while the owner commits: the
-    changelogs are append-only and the batch read at the start stays complete. Returns the
-    rows or keys applied; the task's staged transactions are dropped."""
+    changelogs are append-only and the batch read at the start stays complete. ``budget``
+    (None: none): a restore applies at most that many changelog rows, one piece of a
+    restore resumed by the next call (``engine/warmup_restore.py``); the store is at the
+    batch only once the last piece is in. Returns the rows or keys applied; the task's
+    staged transactions are dropped."""
     if standing is None:
         standing = where_tasks_stand(layout, [task])
+    rewound = standing.rewound.get(task, 0)
+    committed = standing.committed[task]
+
+    def in_pieces(layout, task, committed, state_dir, isolation, say, reason, again=True):
+        say(f"task {task}: local store {reason}: restoring it in pieces beside it")
+        rows, done = warmup_restore.restore_piece(
+            layout, task, committed, state_dir, isolation, say, rewound, budget
+        )
+        if done and again:  # at the shadow's target batch: catch up to the committed one
+            # (once: should the store need a restore again, the next run starts it)
+            once = functools.partial(in_pieces, again=False)
+            rows += _bring_to(layout, task, committed, state_dir, isolation, say, rewound, once)
+        return rows
+
     try:
         return _bring_to(
             layout,
             task,
-            standing.committed[task],
+            committed,
             state_dir,
             isolation,
             say,
-            standing.rewound.get(task, 0),
+            rewound,
+            None if budget is None else in_pieces,
         )
     finally:
         local.discard_staged(state_dir, layout.app.name, task)
@@ -259,14 +291,22 @@ def _same(held, committed: Committed, layout: AppLayout, task: TaskId) -> bool:
 
 
 def _finish(
-    store: StateStore, layout: AppLayout, task: TaskId, committed: Committed, writes
+    store: StateStore,
+    layout: AppLayout,
+    task: TaskId,
+    committed: Committed,
+    writes,
+    deletes: tuple[tuple[str, bytes], ...] = (),
 ) -> None:
     """Commit ``writes`` (store, key, value) with the committed batch's offsets, stream
-    time and batch marker, in one write batch."""
+    time and batch marker, in one write batch; ``deletes``: (namespace, key) of
+    bookkeeping entries gone with it (a piecewise restore's cursor)."""
     with store.new_transaction() as txn:
         for name, entries in writes:
             kind = layout.app.topology.stores[name].kind
             changelog.restore_into(txn, kind, name, entries)
+        for namespace, key in deletes:
+            txn.delete(namespace, key)
         if committed.stream_time is not None:
             txn.set_stream_time(committed.stream_time)
         processor_metadata.write(txn, committed.processor_metadata)

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check lib tests jobs dags plugins
-exec .venv/bin/python -m pytest -q -n "${LAKESTATE_TEST_WORKERS:-2}" --dist worksteal "$@"
+exec .venv/bin/python -m pytest -q -n "${LAKESTATE_TEST_WORKERS:-2}" --dist worksteal --durations=25 "$@"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import APPS, events, produce
 from lakestate.app import load_app
-from lakestate.engine import local, ownership, recovery, warmup_restore
+from lakestate.engine import changelog, local, ownership, recovery, warmup_restore
 from lakestate.engine.compaction import compact
 from lakestate.engine.layout import prepare
 from lakestate.engine.runner import run_app
@@ -286,3 +286,26 @@ def test_a_shadow_in_progress_is_not_reported_as_held(tmp_path):
         assert runs < 100
     assert runs > 2
     assert newest["lag"] == 0 and newest["local_batch"] == newest["committed_batch"] > 0
+
+
+def test_a_piece_ending_exactly_at_a_store_s_end_goes_on_with_the_next_store(built, tmp_path):
+    _, layout, _ = built
+    app = layout.app.name
+    task = layout.tasks()[0]
+    stores = sorted(layout.stores_of(task.subtopology))
+    n = recovery.where_tasks_stand(layout, [task]).committed[task].batch_id
+    # The budget of the first store's keys (tombstones too): its last piece ends at its end.
+    keys = changelog.read_live_after(
+        layout.changelog_path(stores[0]), task.partition, n, None, 10**9
+    )
+    first = keys[3]
+    state = str(tmp_path / "warm")
+    said: list[str] = []
+    budget = first if len(stores) > 1 else max(first // 2, 1)
+    applied = []
+    for _ in range(50):
+        applied.append(recovery.warm(layout, task, state, ISOLATION, said.append, budget=budget))
+        if not warmup_restore.in_progress(state, app, task):
+            break
+    assert applied[0] == budget and len(applied) >= 2, applied
+    assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / "one")

@@ -146,6 +146,37 @@ def read_live(path: str, partition: int, through: int, table=None) -> tuple[pa.A
     per row: the same rows (per key, the last of its rows in a stable sort by batch_id).
     ``table``: the opened table to read (a snapshot the caller also checked)."""
     rows = _task_rows(path, partition, through, ["batch_id", "raw_key", "raw_value"], table)
+    return _live(rows)
+
+
+def read_live_after(
+    path: str, partition: int, through: int, after: bytes | None, limit: int, table=None
+) -> tuple[pa.Array, pa.Array, bytes | None, int]:
+    """``read_live`` of the first ``limit`` keys after ``after`` (None: from the first) in
+    raw key order, sorted by raw key: (keys, values, the last key examined or None when no
+    key is left after these, how many keys were examined). A key whose latest row is a
+    tombstone is examined but not returned. Only those keys' rows are turned into
+    entries, so a piece of a large store costs its scan, not the whole store's."""
+    condition = (ds.field("task") == partition) & (ds.field("batch_id") <= through)
+    if after is not None:
+        condition = condition & (ds.field("raw_key") > after)
+    dataset = (table or delta_commits.open_table(path)).to_pyarrow_dataset()
+    rows = dataset.to_table(columns=["batch_id", "raw_key", "raw_value"], filter=condition)
+    distinct = pc.unique(rows.column("raw_key"))
+    distinct = distinct.take(pc.sort_indices(distinct))  # bytewise: RocksDB's order
+    last = None
+    if len(distinct) > limit:
+        last = distinct[limit - 1]
+        rows = rows.filter(pc.less_equal(rows.column("raw_key"), last))
+        last = last.as_py()
+    keys, values = _live(rows)
+    order = pc.sort_indices(keys)
+    return keys.take(order), values.take(order), last, min(len(distinct), limit)
+
+
+def _live(rows: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """Per key of ``rows`` (batch_id, raw_key, raw_value) its latest row, unless a
+    tombstone: (raw keys, raw values)."""
     rows = rows.take(pc.sort_indices(rows, [("batch_id", "ascending")]))
     keys = rows.column("raw_key").combine_chunks()
     position = pa.table({"key": keys, "position": np.arange(len(keys), dtype=np.int64)})

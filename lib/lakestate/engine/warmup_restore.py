@@ -35,9 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from lakestate.engine import changelog, faults, local
 from lakestate.engine.layout import AppLayout
 from lakestate.engine.plan import Committed
@@ -206,30 +203,31 @@ def _apply_piece(
     tables: dict[str, tuple[object, int]],
     budget: int,
 ) -> tuple[int, bool]:
-    """One transaction: the next ``budget`` rows after the cursor and the cursor moved past
-    them; the last one with the target batch's offsets and marker. Returns (rows, done)."""
+    """One transaction: the next ``budget`` keys after the cursor (their live rows) and the
+    cursor moved past them; the last one with the target batch's offsets and marker.
+    Returns (keys examined, done)."""
     n = cursor.target.batch_id
     names = list(tables)
     writes: list[tuple[str, list[tuple[bytes, bytes]]]] = []
     left = budget
     at, after = cursor.store, cursor.after
     for name in names[names.index(cursor.store) :]:
-        if left == 0:
+        if left == 0:  # the budget ended with the store before: this one starts next
+            at, after = name, None
             break
-        keys, values = changelog.read_live(
-            layout.changelog_path(name), task.partition, n, tables[name][0]
+        keys, values, last, examined = changelog.read_live_after(
+            layout.changelog_path(name),
+            task.partition,
+            n,
+            after if name == cursor.store else None,
+            left,
+            tables[name][0],
         )
-        order = pc.sort_indices(keys)  # bytewise: raw key order
-        keys, values = keys.take(order), values.take(order)
-        if name == cursor.store and after is not None:
-            rest = pc.greater(keys, pa.scalar(after, keys.type))
-            keys, values = keys.filter(rest), values.filter(rest)
-        keys, values = keys.slice(0, left), values.slice(0, left)
         if len(keys):
             writes.append((name, list(zip(keys.to_pylist(), values.to_pylist(), strict=True))))
-            left -= len(keys)
-        if left == 0:  # budget spent here: this store may have more
-            at, after = name, keys[-1].as_py() if len(keys) else after
+        left -= examined
+        if last is not None:  # this store has more: the next piece goes on after ``last``
+            at, after = name, last
             break
         at, after = None, None  # this store is done
     rows = budget - left

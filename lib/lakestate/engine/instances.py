@@ -41,8 +41,9 @@ DEFAULT_INSTANCE = "default"
 PROBING_INTERVAL_KEY = "probing.rebalance.interval.ms"
 PROBING_INTERVAL_DEFAULT = 600_000  # Kafka's default
 WARMUP_MAX_KEY = "lakestate.warmup.max.records"
-# A warmup run should be no longer than a normal one: a piece of 200k changelog rows goes
-# through transactions in about a second here (bench_warmup.py), a back-to-back tick ~2.3 s.
+# A warmup run should be no longer than a normal one: a piece of 200k changelog rows took
+# 0.5-0.8 s on the 2-core test machine unloaded (bench_warmup.py, 1M keys), a normal
+# back-to-back run 1.8-2.6 s.
 WARMUP_MAX_DEFAULT = 200_000
 
 _KEYS = ("name", "queue", "state_dir", "master", "capacity")
@@ -163,7 +164,7 @@ def warmup_max_records(app: App) -> int:
     a run's warmup and standby tasks restore or catch up. A restore is split in pieces of
     at most that many rows, one run each (``engine/warmup_restore.py``); the first task
     with a lag always proceeds (by one piece, at least one row). The default, 200,000,
-    keeps a warmup run about as long as a normal one: a piece goes through transactions
-    at 200k+ rows/s on the 2-core test machine, where a back-to-back run takes ~2.3 s
+    keeps a warmup run about as long as a normal one: a piece of 200k rows took 0.5-0.8 s
+    on the 2-core test machine unloaded, where a back-to-back run takes 1.8-2.6 s
     (tests/benchmarks/bench_warmup.py)."""
     return _non_negative_int(app, WARMUP_MAX_KEY, WARMUP_MAX_DEFAULT)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+from deltalake import DeltaTable
 
 from lakestate.assign import Assignment
 from lakestate.errors import StreamsException, TaskMigratedException
@@ -214,33 +215,42 @@ def _generation(number: int, rows: list[Mapping[str, Any]]) -> Generation:
     )
 
 
-def _read(warehouse: Warehouse, app: str, number: int | None) -> list[Generation]:
+def _open(warehouse: Warehouse, app: str) -> DeltaTable | None:
     path = assignment_path(warehouse, app)
-    if not delta_commits.table_exists(path):
+    return delta_commits.open_table(path) if delta_commits.table_exists(path) else None
+
+
+def _read(table: DeltaTable | None, numbers: Iterable[int] | None) -> list[Generation]:
+    """The generations ``numbers`` (None: all) of the opened table, in one scan."""
+    if table is None:
         return []
-    table = delta_commits.open_table(path)
-    if number is None:
-        data = table.to_pyarrow_dataset().to_table()
-    else:
-        data = table.to_pyarrow_dataset().to_table(filter=ds.field("generation") == number)
-    return _generations(data)
+    dataset = table.to_pyarrow_dataset()
+    if numbers is None:
+        return _generations(dataset.to_table())
+    return _generations(dataset.to_table(filter=ds.field("generation").isin(sorted(set(numbers)))))
 
 
 def latest(warehouse: Warehouse, app: str) -> Generation | None:
     """The app's newest generation (None: none yet)."""
-    path = assignment_path(warehouse, app)
-    if not delta_commits.table_exists(path):
-        return None
-    number = delta_commits.open_table(path).transaction_version(assignment_txn_id(app)) or 0
-    return generation(warehouse, app, number) if number else None
+    table = _open(warehouse, app)
+    number = 0 if table is None else table.transaction_version(assignment_txn_id(app)) or 0
+    found = _read(table, [number]) if number else []
+    return found[0] if found else None
 
 
 def generation(warehouse: Warehouse, app: str, number: int) -> Generation | None:
     """Generation ``number`` of the app (None: not written)."""
-    found = _read(warehouse, app, number)
-    return found[0] if found else None
+    return generations(warehouse, app, [number]).get(number)
+
+
+def generations(warehouse: Warehouse, app: str, numbers: Iterable[int]) -> dict[int, Generation]:
+    """The app's generations ``numbers`` that were written, by number (one read)."""
+    numbers = list(numbers)
+    if not numbers:
+        return {}
+    return {g.number: g for g in _read(_open(warehouse, app), numbers)}
 
 
 def history(warehouse: Warehouse, app: str) -> list[Generation]:
     """Every generation of the app, oldest first."""
-    return _read(warehouse, app, None)
+    return _read(_open(warehouse, app), None)

@@ -100,9 +100,7 @@ def roles_of(
         active = wanted
     # Every owned task is the instance's active one, processed by this run or not.
     generation, roles, warm = 0, {t: "active" for t in owned}, []
-    latest = (
-        history.latest(layout.warehouse, app) if scaled_out(layout.app, layout.warehouse) else None
-    )
+    latest = history.latest(layout.warehouse, app)  # None without an _assignment table
     if latest is not None:
         generation = latest.number
         for t in every:
@@ -139,7 +137,7 @@ def _owners(
     while True:
         if not any(epochs.values()):
             return epochs, dict.fromkeys(tasks)
-        owners = ownership.owners_in_force(layout.warehouse, app, tasks)
+        owners = ownership.owners_in_force(layout.warehouse, app, tasks, epochs)
         again = ownership.owner_epochs(layout.progress_path, app, tasks)
         if again == epochs:
             return epochs, owners
@@ -160,7 +158,7 @@ def migrated(layout: AppLayout, roles: Roles, exc: TaskMigratedException) -> Tas
     moved = sorted(t for t in planned if now[t] != planned[t])
     if not moved:  # another run committed the batch first: its own message says so
         return exc
-    owners = ownership.owners_in_force(layout.warehouse, app, moved)
+    owners = ownership.owners_in_force(layout.warehouse, app, moved, now)
     t = moved[0]
     others = f" (and {len(moved) - 1} more of its tasks)" if len(moved) > 1 else ""
     return TaskMigratedException(

@@ -121,27 +121,30 @@ def write_fence(
 
 
 def owners_in_force(
-    warehouse: Warehouse, app: str, tasks: Iterable[TaskId]
+    warehouse: Warehouse,
+    app: str,
+    tasks: Iterable[TaskId],
+    epochs: Mapping[TaskId, int] | None = None,
 ) -> dict[TaskId, str | None]:
     """Per task, the instance that owns it now: the active of generation e_t in
-    ``_assignment``, e_t its owner epoch; None when e_t is 0 (never assigned: any run owns
-    it)."""
+    ``_assignment``, e_t its owner epoch (``epochs`` when the caller read them already);
+    None when e_t is 0 (never assigned: any run owns it)."""
     from lakestate.assign import history
 
-    epochs = owner_epochs(warehouse.progress_path(app), app, tasks)
-    generations: dict[int, history.Generation] = {}
+    tasks = list(tasks)
+    if epochs is None:
+        epochs = owner_epochs(warehouse.progress_path(app), app, tasks)
+    found = history.generations(warehouse, app, {epochs[t] for t in tasks if epochs[t]})
     owners: dict[TaskId, str | None] = {}
-    for task, epoch in epochs.items():
+    for task in tasks:
+        epoch = epochs[task]
         if epoch == 0:
             owners[task] = None
             continue
-        if epoch not in generations:
-            found = history.generation(warehouse, app, epoch)
-            if found is None:
-                raise StreamsException(
-                    f"app {app}: task {task}'s owner epoch is {epoch}, but _assignment holds no "
-                    f"generation {epoch}: the app's tables disagree"
-                )
-            generations[epoch] = found
-        owners[task] = generations[epoch].assignment.active.get(task)
+        if epoch not in found:
+            raise StreamsException(
+                f"app {app}: task {task}'s owner epoch is {epoch}, but _assignment holds no "
+                f"generation {epoch}: the app's tables disagree"
+            )
+        owners[task] = found[epoch].assignment.active.get(task)
     return owners

@@ -8,8 +8,10 @@ from pathlib import Path
 from lakestate.app import load_app
 from lakestate.engine import local
 from lakestate.io import logtable
+from lakestate.state.base import IsolationLevel
 from lakestate.state.registry import open_view
 from lakestate.testing import TopologyTestDriver
+from rocksdict import Rdict
 
 APPS = Path(__file__).parent / "apps"
 
@@ -122,3 +124,15 @@ def driver_outputs(
                     row = (x.key, x.value, x.timestamp)
                     results[t].append((p, *row) if with_partition else row)
     return results
+
+
+def dump_store(state_dir, app: str, task) -> dict[str, dict[bytes, bytes]]:
+    """Every entry of every column family of a task's RocksDB store (to compare two stores
+    byte for byte)."""
+    store = local.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)
+    try:
+        backend = store._backend
+        names = Rdict.list_cf(backend.path, backend._options)
+        return {n: dict(backend.iterate(n, None, None, False)) for n in names if n != "default"}
+    finally:
+        store.close()

@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 import pytest
-from engine_helpers import APPS, events, produce
+from engine_helpers import APPS, dump_store, events, produce
 from lakestate.app import load_app
 from lakestate.engine import changelog, local, recovery
 from lakestate.engine.compaction import compact
@@ -23,7 +23,6 @@ from lakestate.engine.runner import run_app
 from lakestate.state.base import IsolationLevel
 from lakestate.state.dedup import FLOOR_KEY
 from lakestate.warehouse import Warehouse
-from rocksdict import Rdict
 
 pytestmark = pytest.mark.integration
 
@@ -48,17 +47,6 @@ APPS_AND_INPUT = {
     "dedup": ("dedup.py", "seen-keys", lambda: _dedup_events(400, seed=3)),
     "counts": ("counts.py", "counts", lambda: events(300, keys=40, seed=5)),
 }
-
-
-def _dump(state_dir, app: str, task) -> dict[str, dict[bytes, bytes]]:
-    """Every entry of every column family of a task's RocksDB store."""
-    store = local.open_task_store(state_dir, app, task, ISOLATION)
-    try:
-        backend = store._backend
-        names = Rdict.list_cf(backend.path, backend._options)
-        return {n: dict(backend.iterate(n, None, None, False)) for n in names if n != "default"}
-    finally:
-        store.close()
 
 
 def _model_restore(layout, task, committed, state_dir) -> None:
@@ -113,10 +101,10 @@ def test_restore_equals_the_restore_through_transactions_and_the_live_store(
             layout, task, committed, str(tmp_path / "new"), ISOLATION, said.append, "test"
         )
         _model_restore(layout, task, committed, str(tmp_path / "model"))
-        new = _dump(tmp_path / "new", app, task)
+        new = dump_store(tmp_path / "new", app, task)
         assert rows > 9
-        assert new == _dump(tmp_path / "model", app, task)
-        live = _dump(live_state, app, task)
+        assert new == dump_store(tmp_path / "model", app, task)
+        live = dump_store(live_state, app, task)
         floors = [live[name].pop(FLOOR_KEY) for name in live if FLOOR_KEY in live[name]]
         assert new == live
         restored.append((new, floors))
@@ -159,7 +147,7 @@ def test_a_kill_mid_restore_leaves_a_store_the_next_start_restores(built, tmp_pa
     proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == -9, proc.stderr
     # Killed after its first store's load: its entries, no batch marker.
-    partial = _dump(state, app, task)
+    partial = dump_store(state, app, task)
     first = layout.stores_of(task.subtopology)[0]
     assert list(partial) == [first] and partial[first]
     store = local.open_task_store(state, app, task, ISOLATION)
@@ -172,4 +160,4 @@ def test_a_kill_mid_restore_leaves_a_store_the_next_start_restores(built, tmp_pa
     assert len(said) == 1 and "restored" in said[0] and "inconsistent" in said[0], said
     committed = recovery.where_tasks_stand(layout, [task]).committed[task]
     _model_restore(layout, task, committed, str(tmp_path / "model"))
-    assert _dump(state, app, task) == _dump(tmp_path / "model", app, task)
+    assert dump_store(state, app, task) == dump_store(tmp_path / "model", app, task)

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from engine_helpers import APPS, events, produce
+from engine_helpers import APPS, dump_store, events, produce
 from lakestate.app import load_app
 from lakestate.engine import changelog, local, ownership, recovery, warmup_restore
 from lakestate.engine.compaction import compact
@@ -27,7 +27,6 @@ from lakestate.engine.layout import prepare
 from lakestate.engine.runner import run_app
 from lakestate.state.base import IsolationLevel
 from lakestate.warehouse import Warehouse
-from rocksdict import Rdict
 
 pytestmark = pytest.mark.integration
 
@@ -78,21 +77,10 @@ def built(request, tmp_path):
     return path, prepare(load_app(path), wh), owner
 
 
-def _dump(state_dir, app: str, task) -> dict[str, dict[bytes, bytes]]:
-    """Every entry of every column family of a task's RocksDB store."""
-    store = local.open_task_store(state_dir, app, task, ISOLATION)
-    try:
-        backend = store._backend
-        names = Rdict.list_cf(backend.path, backend._options)
-        return {n: dict(backend.iterate(n, None, None, False)) for n in names if n != "default"}
-    finally:
-        store.close()
-
-
 def _one_shot(layout, task, state_dir) -> dict:
     committed = recovery.where_tasks_stand(layout, [task]).committed[task]
     recovery.restore(layout, task, committed, str(state_dir), ISOLATION, lambda _: None, "t")
-    return _dump(state_dir, layout.app.name, task)
+    return dump_store(state_dir, layout.app.name, task)
 
 
 def _warm_until_done(layout, task, state: str, said: list[str]) -> list[int]:
@@ -117,7 +105,7 @@ def test_a_warmup_restores_in_pieces_of_the_budget_to_the_one_shot_store(built, 
         assert len(applied) > 2 and all(n <= BUDGET for n in applied), applied
         assert sum(applied) > 2 * BUDGET
         assert any("warmup restore complete" in line for line in said), said
-        assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / f"one-{task}")
+        assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / f"one-{task}")
         # At the batch now: the next warm has nothing to do.
         assert recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET) == 0
 
@@ -162,7 +150,7 @@ def test_a_kill_mid_piece_is_resumed_to_the_same_store(built, tmp_path):
     applied = _warm_until_done(layout, task, state, said)
     assert all(n <= BUDGET for n in applied)
     assert not any("dropped" in line for line in said), said  # resumed, not started over
-    assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / "one")
+    assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")
 
 
 def test_a_kill_between_the_last_piece_and_the_swap_leaves_a_shadow_recovery_adopts(
@@ -185,7 +173,7 @@ def test_a_kill_between_the_last_piece_and_the_swap_leaves_a_shadow_recovery_ado
     assert any("adopted its complete warmup restore" in line for line in said), said
     assert not any("restored" in line for line in said), said  # no restore at all
     assert not warmup_restore.in_progress(state, app, task)
-    assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / "one")
+    assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")
 
 
 def _more_input(path: str, layout, owner: str, seed: int) -> None:
@@ -209,7 +197,7 @@ def test_the_owner_committing_between_pieces_is_caught_up_after_the_last(built, 
     _warm_until_done(layout, task, state, said)
     assert any(f"at batch {start} in pieces" in line for line in said), said
     assert any(f"caught up from batch {start} to {now}" in line for line in said), said
-    assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / "one")
+    assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")
 
 
 def test_a_compaction_past_the_target_starts_the_shadow_over(built, tmp_path):
@@ -225,7 +213,7 @@ def test_a_compaction_past_the_target_starts_the_shadow_over(built, tmp_path):
     assert any("dropped its warmup restore in progress" in line for line in said), said
     assert any("was compacted through batch" in line for line in said), said
     _warm_until_done(layout, task, state, said)
-    assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / "one")
+    assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")
 
 
 def test_a_shadow_in_progress_is_not_reported_as_held(tmp_path):
@@ -308,4 +296,4 @@ def test_a_piece_ending_exactly_at_a_store_s_end_goes_on_with_the_next_store(bui
         if not warmup_restore.in_progress(state, app, task):
             break
     assert applied[0] == budget and len(applied) >= 2, applied
-    assert _dump(state, app, task) == _one_shot(layout, task, tmp_path / "one")
+    assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")

@@ -23,6 +23,7 @@ print nothing but errors. ``--json``: results as JSON only. Progress bars
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -427,10 +428,9 @@ def entrypoint() -> None:
     down, after the command's work is done (apache/arrow#34314)."""
     code = main()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # A closed pipe: nothing left to flush to.
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing left to flush to
-            pass
     logging.shutdown()
     os._exit(code)
 

@@ -13,7 +13,7 @@ A FastAPI app mounted by the api-server at ``/lakestate`` (``fastapi_apps``) and
 ``GET /lakestate/api/apps``
     The apps (JSON): name, DAG id, job file, latest generation.
 ``GET /lakestate/api/apps/{app}/assignment``
-    One app's assignment (JSON: ``lakestate.engine.assignment_view.assignment_view``).
+    One app's assignment (JSON: ``lakestate.read.assignment_view.assignment_view``).
 ``POST /lakestate/api/apps/{app}/rebalance``
     Computes the next generation now (``lakestate rebalance APP --force``); its result.
 
@@ -26,7 +26,7 @@ triggering it) to request a rebalance; the auth manager decides (simple, FAB, ..
 The apps are those of the DAG factory: the jobs in ``<dags folder>/../jobs/*.py``, and
 every app folder of a local warehouse (env ``LAKESTATE_WAREHOUSE``, else ``<dags
 folder>/../warehouse``, as the DAGs find it). Everything is read through delta-rs
-(``lakestate.engine.assignment_view``): no JVM is started per page.
+(``lakestate.read.assignment_view``): no JVM is started per page.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _known_app(app: str, user: Any, method: str) -> _Job | None:
 
 def _view(app: str, job: _Job | None) -> dict[str, Any]:
     """The app's assignment (``assignment_view``), with its DAG and job file."""
-    from lakestate.engine.assignment_view import DEFAULT_ACCEPTABLE_RECOVERY_LAG, assignment_view
+    from lakestate.read.assignment_view import DEFAULT_ACCEPTABLE_RECOVERY_LAG, assignment_view
 
     loaded = job.app if job is not None else None
     acceptable = DEFAULT_ACCEPTABLE_RECOVERY_LAG
@@ -202,7 +202,7 @@ def _view(app: str, job: _Job | None) -> dict[str, Any]:
 
 
 def _summary(app: str, job: _Job | None) -> dict[str, Any]:
-    from lakestate.engine.assignment_view import app_summary
+    from lakestate.read.assignment_view import app_summary
 
     return {
         **app_summary(_warehouse(), app),
@@ -265,7 +265,7 @@ def post_rebalance(app: str, user: _User) -> JSONResponse:
             status_code=status.HTTP_409_CONFLICT,
         )
     try:
-        from lakestate.engine.rebalance import rebalance
+        from lakestate import rebalance
 
         result = rebalance(job.app, _warehouse(), force=True, say=lambda _: None)
     except StreamsException as exc:  # bad config, a concurrent rebalance: the user's to fix

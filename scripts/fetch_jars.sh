@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 exec .venv/bin/python - <<'PY'
 import time
 
-from lakestate.engine.spark import delta_maven_coordinates, get_spark, ivy_dir, jars_cached, stop_spark
+from lakestate.runtime.spark_session import delta_maven_coordinates, get_spark, ivy_dir, jars_cached, stop_spark
 
 coords, ivy = delta_maven_coordinates(), ivy_dir()
 if jars_cached():

@@ -1,8 +1,11 @@
 """lakestate: Kafka Streams' stateful semantics on a lakehouse.
 
 Build a topology with the DSL (``StreamsBuilder``), test it with
-``lakestate.testing.TopologyTestDriver``, run it as Spark micro-batches with state in Delta.
+``lakestate.testing.TopologyTestDriver``, run it as micro-batches with state in Delta
+(``lakestate.run_app``; the runtime API is ``lakestate.api``, imported on first use).
 """
+
+from typing import Any
 
 from lakestate.app import App
 from lakestate.dsl.builder import StreamsBuilder
@@ -56,3 +59,30 @@ __all__ = [
     "Window",
     "Windowed",
 ]
+
+
+_API = (
+    "AppStatus",
+    "CompactionResult",
+    "RebalanceResult",
+    "RewindResult",
+    "RunResult",
+    "Warehouse",
+    "app_status",
+    "compact",
+    "maintain",
+    "rebalance",
+    "rewind",
+    "run_app",
+    "sql",
+)
+
+
+def __getattr__(name: str) -> Any:
+    # The runtime API is imported on first use: building and testing a topology (and a
+    # Spark worker importing the app) needs none of it.
+    if name in _API:
+        from lakestate import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'lakestate' has no attribute {name!r}")

@@ -45,10 +45,10 @@ SPARK = {"sql (store view)", "sql (topic, JSON)", "consume (100 records)", "cons
 def build(warehouse: Path, state: Path, records: int) -> None:
     """The demo app's warehouse: sample events, one run until caught up."""
     sys.path.insert(0, str(REPO / "lib"))
+    from lakestate import run_app
     from lakestate.app import load_module
-    from lakestate.engine.runner import run_app
-    from lakestate.engine.spark import get_spark, stop_spark
     from lakestate.io import logtable
+    from lakestate.runtime.spark_session import get_spark, stop_spark
     from lakestate.warehouse import Warehouse
 
     wh = Warehouse(warehouse)

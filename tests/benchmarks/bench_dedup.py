@@ -493,7 +493,7 @@ def measure_worker(args: argparse.Namespace, part: Part, tmp: Path) -> dict[str,
     """``process_task`` (what one Spark worker runs for one task of a batch) on the first
     records of ``part``, against a fresh RocksDB store: the engine's per-record cost
     without Spark (no Arrow transfer, no commit)."""
-    from lakestate.engine.process import BatchContext, process_task
+    from lakestate.runtime.task_executor import BatchContext, process_task
     from lakestate.state.base import isolation_for
 
     n = min(args.worker_records, part.n)
@@ -554,7 +554,7 @@ def measure_worker(args: argparse.Namespace, part: Part, tmp: Path) -> dict[str,
 
 
 def run_engine(warehouse: str, state_dir: str, args, timer) -> dict[str, Any]:
-    from lakestate.engine.runner import run_app
+    from lakestate import run_app
 
     say = be.Say(echo=True)
     started = time.perf_counter()
@@ -797,9 +797,9 @@ def spark_phases(args, parts: list[Part], results: dict[str, Any], phase, tmp: P
     """Parts 2 and 3: write the input, run the engine, run SSS; stops Spark at the end."""
     spark = None
     try:
-        from lakestate.engine.inspect import state_frame
-        from lakestate.engine.spark import get_spark, stop_spark
         from lakestate.io import logtable
+        from lakestate.read.spark_engine import state_frame
+        from lakestate.runtime.spark_session import get_spark, stop_spark
         from lakestate.warehouse import Warehouse
 
         with phase("spark-start"):

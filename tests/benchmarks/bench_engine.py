@@ -7,7 +7,7 @@ Run from the repository root::
     .venv/bin/python tests/benchmarks/bench_engine.py --records 300000
 
 What it measures (all on one SparkSession, ``local[2]`` by default, production confs from
-``lakestate.engine.spark.get_spark``), printed as a table and written to
+``lakestate.runtime.spark_session.get_spark``), printed as a table and written to
 ``tests/benchmarks/results/engine.json``:
 
 1. **Engine throughput**: the demo app (``jobs/demo.py``: events -> filter(amount > 0) ->
@@ -214,19 +214,20 @@ class PhaseTimer:
         self._lock = threading.Lock()
 
     def install(self) -> None:
-        from lakestate.engine import commit, local, progress, runner
+        from lakestate.checkpoint import commit, progress, task_dir
+        from lakestate.runtime import runner
 
         targets = [
-            (runner._Runner, "_run_batch", "batch"),
+            (runner.Runner, "_run_batch", "batch"),
             (runner, "commit_batch", "commit"),
-            (runner._Runner, "_plan", "plan"),
+            (runner.Runner, "_plan", "plan"),
             (runner, "recover", "recover"),
             (runner, "prepare", "prepare"),
             (progress, "record", "progress_commit"),
             (commit, "_run_all", "table_commits"),
             (commit, "_append_topic", "sink_append"),
             (commit, "_append_changelog", "changelog_append"),
-            (local, "apply_staged", "local_apply"),
+            (task_dir, "apply_staged", "local_apply"),
         ]
         for owner, attr, label in targets:
             name = f"{getattr(owner, '__name__', owner)}.{attr}"
@@ -480,7 +481,7 @@ class Say:
 def run_engine(
     warehouse: str, state_dir: str, master: str, timer: PhaseTimer, echo: bool = True, **kw: Any
 ) -> dict[str, Any]:
-    from lakestate.engine.runner import run_app
+    from lakestate import run_app
 
     say = Say(echo)
     cpu = tree_cpu_seconds()
@@ -527,7 +528,7 @@ def plain_spark(spark, topic_path: str, out_path: str) -> tuple[float, float]:
 def check_result(spark, warehouse, plain_path: str) -> int:
     """Keys whose count differs between the engine's state (the store's latest row per key,
     ``inspect.state_frame``) and plain Spark's result."""
-    from lakestate.engine.inspect import state_frame
+    from lakestate.read.spark_engine import state_frame
     from pyspark.sql import functions as F
 
     state = state_frame(spark, warehouse, APP_NAME, STORE).select(
@@ -634,9 +635,9 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     records, against a copy of task 0_0's local store (what one Spark worker does for one
     task of a batch, minus Arrow transfer)."""
     from lakestate.app import load_app
-    from lakestate.engine import local
-    from lakestate.engine.process import INPUT_COLUMNS, BatchContext, process_task
+    from lakestate.checkpoint import task_dir
     from lakestate.io import logtable
+    from lakestate.runtime.task_executor import INPUT_COLUMNS, BatchContext, process_task
     from lakestate.state.base import IsolationLevel, TopicPartition, isolation_for
     from pyspark.sql import functions as F
 
@@ -644,10 +645,10 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     isolation = isolation_for(app.config)
     copy_dir = tempfile.mkdtemp(prefix="worker-profile-", dir=Path(state_dir).parent)
     try:
-        src = local.task_dir(state_dir, APP_NAME, "0_0")
-        dst = local.task_dir(copy_dir, APP_NAME, "0_0")
+        src = task_dir.task_dir(state_dir, APP_NAME, "0_0")
+        dst = task_dir.task_dir(copy_dir, APP_NAME, "0_0")
         shutil.copytree(src, dst)
-        store = local.open_task_store(copy_dir, APP_NAME, "0_0", IsolationLevel.READ_COMMITTED)
+        store = task_dir.open_task_store(copy_dir, APP_NAME, "0_0", IsolationLevel.READ_COMMITTED)
         try:
             start = store.committed_offsets().get(TopicPartition(INPUT_TOPIC, 0), 0)
             keys_in_store = sum(1 for _ in store.iterate(STORE))
@@ -915,7 +916,7 @@ def main(argv: list[str] | None = None) -> int:
     timer = PhaseTimer()
     spark = None
     try:
-        from lakestate.engine.spark import get_spark, stop_spark
+        from lakestate.runtime.spark_session import get_spark, stop_spark
         from lakestate.state.constants import (
             DEFAULT_UNCOMMITTED_MAX_BYTES,
             DEFAULT_UNCOMMITTED_MAX_RECORDS,
@@ -1130,7 +1131,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if spark is not None:
             with contextlib.suppress(Exception):
-                from lakestate.engine.spark import stop_spark
+                from lakestate.runtime.spark_session import stop_spark
 
                 stop_spark()
         if args.keep:

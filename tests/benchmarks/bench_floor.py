@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     records = 100_000 if args.quick else args.records
     warnings.filterwarnings("ignore", message="Cannot infer the eval type from type hints")
-    from lakestate.engine.spark import get_spark, stop_spark
+    from lakestate.runtime.spark_session import get_spark, stop_spark
 
     tmp = Path(tempfile.mkdtemp(prefix="lakestate-bench-floor-"))
     results: dict[str, Any] = {"environment": be.environment(), "args": vars(args)}

@@ -69,8 +69,10 @@ def child_restore(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import lakestate
     from lakestate.app import load_app
-    from lakestate.engine import changelog, local, recovery
-    from lakestate.engine.layout import prepare
+    from lakestate.checkpoint import changelog, task_dir
+    from lakestate.checkpoint.layout import prepare
+    from lakestate.checkpoint.standing import where_tasks_stand
+    from lakestate.restore import recovery
     from lakestate.state.base import isolation_for
     from lakestate.warehouse import Warehouse
 
@@ -83,7 +85,7 @@ def child_restore(argv: list[str]) -> int:
     wh = Warehouse(args.warehouse)
     layout = prepare(no_spark, app, wh) if older else prepare(app, wh)
     tasks = layout.tasks()
-    where = recovery.where_tasks_stand(layout, tasks)
+    where = where_tasks_stand(layout, tasks)
     read_seconds = [0.0]
     read_state = changelog.read_state
 
@@ -121,7 +123,7 @@ def child_restore(argv: list[str]) -> int:
             "wiped by the benchmark",
         )
         seconds = time.monotonic() - t
-        store = local.open_task_store(args.state_dir, app.name, task, isolation_for(app.config))
+        store = task_dir.open_task_store(args.state_dir, app.name, task, isolation_for(app.config))
         try:
             digest, entries = _digest(store)
         finally:

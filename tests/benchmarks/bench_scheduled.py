@@ -8,7 +8,7 @@ Run from the repository root::
     .venv/bin/python tests/benchmarks/bench_scheduled.py --quick        # small sizes: a check
     .venv/bin/python tests/benchmarks/bench_scheduled.py --case a --case d
 
-Both sides run on ``local[2]`` with the same Spark confs (``lakestate.engine.spark``'s,
+Both sides run on ``local[2]`` with the same Spark confs (``lakestate.runtime.spark_session``'s,
 ``spark.sql.shuffle.partitions`` = 2 through ``LAKESTATE_SHUFFLE_PARTITIONS``,
 ``spark.driver.memory`` = 3g, the RocksDB state store provider for Structured Streaming, SSS
 below) in the same run. Each case
@@ -41,7 +41,7 @@ c. **Backlog**: the runs that build case a's state are the backlog runs: ``--sta
    checkpoint, each a fresh process. Target: lakestate >= 1.0x SSS's records/s; where the
    time goes outside processing is printed for both.
 d. **SQL**: the demo app's store after 100 batches (``--sql-batches``; 10k records each
-   after case a's) and a compaction (``lakestate.engine.compaction.compact``, when it is
+   after case a's) and a compaction (``lakestate.ops.compaction.compact``, when it is
    committed; without, and said so, otherwise): a latest-state query through
    ``inspect.state_frame`` (and through ``inspect.sql``, which registers every view) versus
    the same query over a plain Delta table holding the store's rows. Target <= 2x.
@@ -124,31 +124,31 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 # (module, class or None, attribute, label); those missing in the engine are skipped.
 LAKESTATE_HOOKS = [
-    ("lakestate.engine.spark", None, "get_spark", "spark_start"),
-    ("lakestate.engine.spark", None, "stop_spark", "spark_stop"),
-    ("lakestate.engine.runner", "SparkStarter", "__call__", "spark_wait"),
-    ("lakestate.engine.runner", "SparkStarter", "join", "spark_join"),
-    ("lakestate.engine.runner", None, "_warm_python_workers", "warm_workers"),
-    ("lakestate.engine.runner", None, "prepare", "prepare"),
-    ("lakestate.engine.runner", None, "where_tasks_stand", "where_tasks_stand"),
-    ("lakestate.engine.runner", None, "recover", "recover"),
-    ("lakestate.engine.recovery", None, "restore", "restore"),
-    ("lakestate.engine.changelog", None, "read_state", "restore_read"),
-    ("lakestate.engine.changelog", None, "restore_into", "restore_write"),
-    ("lakestate.engine.changelog", None, "read_live", "restore_read"),
-    ("lakestate.engine.recovery", None, "load", "restore_write"),
-    ("lakestate.engine.runner", "_Runner", "_plan", "plan"),
-    ("lakestate.engine.runner", "_Runner", "_run_batch", "batch"),
-    ("lakestate.engine.runner", "_Runner", "_read", "read_frame"),
+    ("lakestate.runtime.spark_session", None, "get_spark", "spark_start"),
+    ("lakestate.runtime.spark_session", None, "stop_spark", "spark_stop"),
+    ("lakestate.runtime.runner", "SparkStarter", "__call__", "spark_wait"),
+    ("lakestate.runtime.runner", "SparkStarter", "join", "spark_join"),
+    ("lakestate.runtime.runner", None, "_warm_python_workers", "warm_workers"),
+    ("lakestate.runtime.runner", None, "prepare", "prepare"),
+    ("lakestate.runtime.runner", None, "where_tasks_stand", "where_tasks_stand"),
+    ("lakestate.runtime.runner", None, "recover", "recover"),
+    ("lakestate.restore.recovery", None, "restore", "restore"),
+    ("lakestate.checkpoint.changelog", None, "read_state", "restore_read"),
+    ("lakestate.checkpoint.changelog", None, "restore_into", "restore_write"),
+    ("lakestate.checkpoint.changelog", None, "read_live", "restore_read"),
+    ("lakestate.restore.recovery", None, "load", "restore_write"),
+    ("lakestate.runtime.runner", "_Runner", "_plan", "plan"),
+    ("lakestate.runtime.runner", "_Runner", "_run_batch", "batch"),
+    ("lakestate.runtime.runner", "_Runner", "_read", "read_frame"),
     ("pyspark.sql.classic.dataframe", "DataFrame", "toArrow", "execute"),
-    ("lakestate.engine.inprocess", None, "read_inputs", "inprocess_read"),
-    ("lakestate.engine.inprocess", None, "process_inputs", "inprocess_process"),
-    ("lakestate.engine.runner", None, "commit_batch", "commit"),
-    ("lakestate.engine.progress", None, "record", "progress_commit"),
-    ("lakestate.engine.commit", None, "_run_all", "table_commits"),
-    ("lakestate.engine.commit", None, "_append_topic", "sink_append"),
-    ("lakestate.engine.commit", None, "_append_changelog", "changelog_append"),
-    ("lakestate.engine.local", None, "apply_staged", "local_apply"),
+    ("lakestate.runtime.inprocess", None, "read_inputs", "inprocess_read"),
+    ("lakestate.runtime.inprocess", None, "process_inputs", "inprocess_process"),
+    ("lakestate.runtime.runner", None, "commit_batch", "commit"),
+    ("lakestate.checkpoint.progress", None, "record", "progress_commit"),
+    ("lakestate.checkpoint.commit", None, "_run_all", "table_commits"),
+    ("lakestate.checkpoint.commit", None, "_append_topic", "sink_append"),
+    ("lakestate.checkpoint.commit", None, "_append_changelog", "changelog_append"),
+    ("lakestate.checkpoint.task_dir", None, "apply_staged", "local_apply"),
 ]
 
 
@@ -237,7 +237,7 @@ def child_sss(argv: list[str]) -> int:
     args = p.parse_args(argv)
     stamps = {"started": time.monotonic()}
     import common
-    from lakestate.engine.spark import get_spark, stop_spark
+    from lakestate.runtime.spark_session import get_spark, stop_spark
 
     stamps["imported"] = time.monotonic()
     spark = get_spark(args.master, app_name=f"sss-{args.query}")
@@ -650,7 +650,7 @@ class Bench:
     @property
     def spark(self):
         if self._spark is None:
-            from lakestate.engine.spark import get_spark
+            from lakestate.runtime.spark_session import get_spark
 
             log(f"starting this process's Spark ({self.args.master}) for set-up and cases b, d, e")
             self._spark = get_spark(self.args.master, app_name="bench-scheduled")
@@ -676,7 +676,7 @@ class Bench:
 
     def stop(self) -> None:
         if self._spark is not None:
-            from lakestate.engine.spark import stop_spark
+            from lakestate.runtime.spark_session import stop_spark
 
             stop_spark()
             self._spark = None
@@ -772,7 +772,7 @@ class Bench:
     def check(self, fx: Fixture) -> dict[str, Any]:
         """Both sides' results agree: the dedup sinks hold one record per distinct id; the
         demo's latest counts sum to the same total on both sides."""
-        from lakestate.engine.inspect import state_frame
+        from lakestate.read.spark_engine import state_frame
         from pyspark.sql import functions as F
 
         spark = self.spark
@@ -870,7 +870,7 @@ class Bench:
     def sql(self) -> dict[str, Any]:
         a = self.args
         be = bench_engine()
-        from lakestate.engine import progress
+        from lakestate.checkpoint import progress
         from lakestate.io import delta_commits
 
         fx = self.demo_fixture()
@@ -911,7 +911,7 @@ class Bench:
             }
 
         plain = str(self.work / "plain-state")
-        from lakestate.engine.inspect import state_frame
+        from lakestate.read.spark_engine import state_frame
 
         t = time.monotonic()
         state_frame(spark, fx.wh, fx.app_name, fx.store).select("key", "value", "ts").write.format(
@@ -927,7 +927,7 @@ class Bench:
         compacted = compaction_committed()
         res["compaction_committed"] = compacted
         if compacted:
-            from lakestate.engine.compaction import compact
+            from lakestate import compact
 
             t = time.monotonic()
             result = compact(fx.wh, fx.app_name, say=lambda _msg: None)
@@ -940,7 +940,7 @@ class Bench:
             log(f"sql: compaction {res['compaction']}")
             res["compacted"] = {"changelog": changelog_rows(), **self.queries(fx, plain)}
         else:
-            log("sql: lakestate.engine.compaction is not committed yet: measured without it")
+            log("sql: lakestate.ops.compaction is not committed yet: measured without it")
         res["load_end"] = loadavg()
         return res
 
@@ -950,8 +950,9 @@ class Bench:
         row per key), through ``inspect.sql`` (what ``lakestate sql`` runs: every topic and
         store of the warehouse registered as a view, then the query), and over the plain
         Delta table."""
-        from lakestate.engine.inspect import sql as lakestate_sql
-        from lakestate.engine.inspect import state_frame, view_name
+        from lakestate.read.spark_engine import sql as lakestate_sql
+        from lakestate.read.spark_engine import state_frame
+        from lakestate.read.views import view_name
 
         spark = self.spark
         view = view_name(f"{fx.app_name}__{fx.store}")
@@ -1017,23 +1018,24 @@ class Bench:
         (``recovery.restore``), timed, with the changelog read and the local store writes
         apart."""
         from lakestate.app import load_app
-        from lakestate.engine import recovery
-        from lakestate.engine.layout import prepare
+        from lakestate.checkpoint.layout import prepare
+        from lakestate.checkpoint.standing import where_tasks_stand
+        from lakestate.restore import recovery
         from lakestate.state.base import isolation_for
 
         app = load_app(fx.app_path)
         layout = prepare(app, fx.wh)
         tasks = layout.tasks()
-        where = recovery.where_tasks_stand(layout, tasks)
+        where = where_tasks_stand(layout, tasks)
         per_task = []
         for task in tasks:
             events: list[dict[str, Any]] = []
             undo = install_hooks(
                 [
-                    ("lakestate.engine.changelog", None, "read_state", "read"),
-                    ("lakestate.engine.changelog", None, "restore_into", "write"),
-                    ("lakestate.engine.changelog", None, "read_live", "read"),
-                    ("lakestate.engine.recovery", None, "load", "write"),
+                    ("lakestate.checkpoint.changelog", None, "read_state", "read"),
+                    ("lakestate.checkpoint.changelog", None, "restore_into", "write"),
+                    ("lakestate.checkpoint.changelog", None, "read_live", "read"),
+                    ("lakestate.restore.recovery", None, "load", "write"),
                 ],
                 events,
             )
@@ -1141,7 +1143,7 @@ def snapshot_engine(work: Path, which: str) -> dict[str, Any]:
 
 
 def compaction_committed() -> bool:
-    """Whether ``lakestate.engine.compaction`` is in git history (not just in the tree)."""
+    """Whether ``lakestate.ops.compaction`` is in git history (not just in the tree)."""
     try:
         out = subprocess.run(
             ["git", "log", "--oneline", "-1", "--", "lib/lakestate/engine/compaction.py"],
@@ -1630,7 +1632,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     warnings.filterwarnings("ignore", message="Cannot infer the eval type from type hints")
     # The same confs on both sides: every process here starts Spark through
-    # lakestate.engine.spark.get_spark, which reads these.
+    # lakestate.runtime.spark_session.get_spark, which reads these.
     os.environ["LAKESTATE_SHUFFLE_PARTITIONS"] = SHUFFLE_PARTITIONS
     os.environ["LAKESTATE_DRIVER_MEMORY"] = args.driver_memory
     os.environ["LAKESTATE_SPARK_CONF"] = json.dumps(

@@ -319,7 +319,7 @@ def child_sss(argv: list[str]) -> int:
         p.add_argument(name, required=True)
     args = p.parse_args(argv)
     import common
-    from lakestate.engine.spark import get_spark, stop_spark
+    from lakestate.runtime.spark_session import get_spark, stop_spark
     from pyspark.sql import functions as F
 
     stamps = {"started": time.monotonic()}
@@ -408,8 +408,8 @@ def worker_floor(inp: dict[str, Any], state: Path, tmp: Path, profile: bool) -> 
     import cProfile
 
     from lakestate.app import load_app
-    from lakestate.engine import local
-    from lakestate.engine.process import BatchContext, process_task
+    from lakestate.checkpoint import task_dir
+    from lakestate.runtime.task_executor import BatchContext, process_task
     from lakestate.state.base import TopicPartition, isolation_for
 
     app = load_app(APP_PATH)
@@ -419,10 +419,10 @@ def worker_floor(inp: dict[str, Any], state: Path, tmp: Path, profile: bool) -> 
         task = f"0_{partition}"
         copy = Path(tempfile.mkdtemp(prefix="floor-", dir=tmp))
         try:
-            shutil.copytree(local.task_dir(state, app.name, task), copy / app.name / task)
-            store = local.open_task_store(copy, app.name, task, isolation)
+            shutil.copytree(task_dir.task_dir(state, app.name, task), copy / app.name / task)
+            store = task_dir.open_task_store(copy, app.name, task, isolation)
             try:
-                batch = local.local_batch(store) + 1
+                batch = task_dir.local_batch(store) + 1
                 held = store.committed_offsets()
             finally:
                 store.close()
@@ -625,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
     )
-    from lakestate.engine.spark import get_spark, stop_spark
+    from lakestate.runtime.spark_session import get_spark, stop_spark
     from lakestate.warehouse import Warehouse
 
     results: dict[str, Any] = {

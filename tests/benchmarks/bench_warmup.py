@@ -95,7 +95,7 @@ def child_cli(argv: list[str]) -> int:
     p.add_argument("cli", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     cli = args.cli[1:] if args.cli[:1] == ["--"] else args.cli
-    from lakestate.engine import recovery
+    from lakestate.restore import recovery
 
     events: list[dict[str, Any]] = []
 
@@ -130,8 +130,8 @@ def child_move(argv: list[str]) -> int:
     args = p.parse_args(argv)
     from lakestate.app import load_app
     from lakestate.assign import Assignment, history
-    from lakestate.engine import ownership
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout import ownership
+    from lakestate.scaleout.instances import instances_of
     from lakestate.task_id import TaskId
     from lakestate.warehouse import Warehouse
 

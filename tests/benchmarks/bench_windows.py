@@ -7,7 +7,7 @@ Run from the repository root::
     .venv/bin/python tests/benchmarks/bench_windows.py --quick    # small sizes: a check
 
 Both sides run on ``local[2]`` as fresh processes with the same Spark confs
-(``lakestate.engine.spark``'s; ``spark.sql.shuffle.partitions`` = 2, ``spark.driver.memory``
+(``lakestate.runtime.spark_session``'s; ``spark.sql.shuffle.partitions`` = 2, ``spark.driver.memory``
 = 3g, the RocksDB state store provider for SSS), as ``bench_scheduled.py`` runs them; its
 helpers are reused (the instrumented CLI child, phases, tables, the engine snapshot).
 
@@ -677,7 +677,7 @@ def child_sss(argv: list[str]) -> int:
     args = p.parse_args(argv)
     stamps = {"started": time.monotonic()}
     import common
-    from lakestate.engine.spark import get_spark, stop_spark
+    from lakestate.runtime.spark_session import get_spark, stop_spark
 
     stamps["imported"] = time.monotonic()
     spark = get_spark(args.master, app_name="sss-windowed-count")
@@ -778,7 +778,7 @@ def profile_worker(wl: Workload, n: int, tmp: Path) -> dict[str, Any]:
     under cProfile."""
     import numpy as np
     import pyarrow as pa
-    from lakestate.engine.process import BatchContext, process_task
+    from lakestate.runtime.task_executor import BatchContext, process_task
     from lakestate.state.base import isolation_for
 
     app_mod = _load_app_module()
@@ -875,7 +875,7 @@ class Bench:
     def setup(self) -> None:
         """Generate and write the inputs (this process's Spark creates the topics, then
         stops: nothing of it runs while the sides are measured)."""
-        from lakestate.engine.spark import get_spark, stop_spark
+        from lakestate.runtime.spark_session import get_spark, stop_spark
         from lakestate.warehouse import Warehouse
 
         a = self.args

@@ -394,7 +394,7 @@ def _check_run(server: AirflowServer, run_id: str, params: dict[str, Any]) -> No
         f"/dags/{DAG_ID}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances"
     )
     from lakestate.app import load_app
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout.instances import instances_of
 
     # The demo DAG: rebalance, then a run task per instance of the app.
     instances = instances_of(load_app(REPO / "jobs" / "demo.py"))
@@ -447,7 +447,7 @@ def test_plugin_view_shows_the_assignment(
     in force, each task's active, warmups and standbys and the instances, as the JSON (with
     a token from /auth/token) and the _assignment table say."""
     from lakestate.app import load_app
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout.instances import instances_of
 
     server = demo_airflow.server
     out_dir = _output_dir("airflow-plugin")

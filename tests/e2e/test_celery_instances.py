@@ -96,7 +96,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def test_the_demo_runs_on_two_celery_workers(redis: str, tmp_path: Path) -> None:
     from lakestate.app import load_app
     from lakestate.assign import history
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout.instances import instances_of
     from lakestate.warehouse import Warehouse
 
     warehouse = tmp_path / "warehouse"

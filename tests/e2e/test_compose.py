@@ -96,7 +96,7 @@ def worker_queues(service: dict) -> list[str]:
 def demo_instances(state_root: str) -> list:
     """jobs/demo.py's instances, their state dirs under ``state_root``."""
     from lakestate.app import load_app
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout.instances import instances_of
 
     return instances_of(load_app(ROOT / "jobs" / "demo.py"), state_root)
 

@@ -44,7 +44,7 @@ def _tasks(dag: dict) -> dict[str, dict]:
 def _demo_instances(state_root: str) -> list:
     """jobs/demo.py's instances, as its config gives them (``state_root``: the DAG's)."""
     from lakestate.app import load_app
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout.instances import instances_of
 
     return instances_of(load_app(REPO / "jobs" / "demo.py"), state_root)
 

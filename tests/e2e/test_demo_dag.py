@@ -54,7 +54,7 @@ def _lakestate(env: dict[str, str], cwd: Path, *args: str) -> str:
 def _instances(state_dir: Path) -> list:
     """jobs/demo.py's instances, their state dirs under ``state_dir``."""
     from lakestate.app import load_app
-    from lakestate.engine.instances import instances_of
+    from lakestate.scaleout.instances import instances_of
 
     return instances_of(load_app(REPO / "jobs" / "demo.py"), state_dir)
 
@@ -142,7 +142,7 @@ def _assert_each_instance_ran_its_actives(warehouse: Path, state_dir: Path) -> N
     app's instances; each instance's run reported its actives as such, its stores holding
     the committed batch (lag 0: the run was until caught up)."""
     from lakestate.assign import history
-    from lakestate.engine import reports
+    from lakestate.scaleout import lag_reports
     from lakestate.warehouse import Warehouse
 
     wh = Warehouse(str(warehouse))
@@ -151,7 +151,7 @@ def _assert_each_instance_ran_its_actives(warehouse: Path, state_dir: Path) -> N
     names = {i.name for i in _instances(state_dir)}
     active = {str(task): owner for task, owner in generation.assignment.active.items()}
     assert set(active) == {"0_0", "0_1"} and set(active.values()) <= names, active
-    reported = reports.latest_by_instance(wh, "demo")
+    reported = lag_reports.latest_by_instance(wh, "demo")
     for task, owner in active.items():
         (report,) = [r for t, r in reported[owner].items() if str(t) == task]
         assert (report.role, report.lag) == ("active", 0), report
@@ -274,7 +274,7 @@ def test_a_run_that_finds_the_app_running_waits_and_succeeds(airflow, tmp_path: 
     """A DAG run started while another run of the app holds its lock on instance ``a``
     (held here by the test, as a run under way does) waits for it on that instance, then
     processes the input: green."""
-    from lakestate.engine.runner import instance_lock
+    from lakestate.runtime.run_lock import instance_lock
 
     warehouse, state_dir = tmp_path / "warehouse", tmp_path / "state"
     env = airflow.environ(

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from lakestate.engine import changelog, maintenance
+from lakestate.checkpoint import changelog
 from lakestate.io import delta_commits, logtable
+from lakestate.ops import maintenance
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 from test_demo_dag import _demo_module, _lakestate

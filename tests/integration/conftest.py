@@ -13,8 +13,8 @@ from lakestate.warehouse import Warehouse
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The session's SparkSession: local[2], 2 shuffle partitions, Delta configured as in
-    production (``lakestate.engine.spark.get_spark``)."""
-    from lakestate.engine.spark import get_spark, stop_spark
+    production (``lakestate.runtime.spark_session.get_spark``)."""
+    from lakestate.runtime.spark_session import get_spark, stop_spark
 
     session = get_spark(
         master="local[2]",

@@ -1,4 +1,4 @@
-"""The Airflow plugin's data (``lakestate.engine.assignment_view``) on a real warehouse: a
+"""The Airflow plugin's data (``lakestate.read.assignment_view``) on a real warehouse: a
 real in-process run of an app (delta-rs reads, RocksDB) commits every task's batches, then
 generations and lag reports are written through their own modules (``assign.history``,
 ``engine.reports``) as the rebalance and the instance runs write them. The view must give
@@ -11,12 +11,13 @@ from __future__ import annotations
 import random
 
 from engine_helpers import APPS, produce
+from lakestate import run_app
 from lakestate.assign import Assignment
 from lakestate.assign import history as generations
-from lakestate.engine import progress, reports
-from lakestate.engine.assignment_view import app_summary, assignment_view
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint import progress
 from lakestate.io.partitioner import partition_for
+from lakestate.read.assignment_view import app_summary, assignment_view
+from lakestate.scaleout import lag_reports
 from lakestate.task_id import TaskId
 
 PARTITIONS = 3
@@ -28,11 +29,11 @@ def _instances(*names: str) -> list[dict]:
 
 
 def _report(instance: str, task: TaskId, generation: int, role: str, local: int | None, at_ms: int,
-            committed: dict[TaskId, int], lag: int | None = None) -> reports.Report:  # fmt: skip
+            committed: dict[TaskId, int], lag: int | None = None) -> lag_reports.Report:  # fmt: skip
     """A report as an instance run writes it: its store holds ``local`` records of the
     task's input (None: no store); ``lag``: the lag column (default: against
     ``committed``)."""
-    return reports.Report(
+    return lag_reports.Report(
         instance=instance,
         task=task,
         generation=generation,
@@ -91,7 +92,7 @@ def test_assignment_view_of_generations_reports_and_committed_batches(warehouse,
         warehouse, "counts", g1, _instances("a", "b"), "first", at_ms=10_000,
         lags={"a": {T0: None, T1: None, T2: None}, "b": {T0: None, T1: None, T2: None}},
     ) == 1  # fmt: skip
-    reports.write(
+    lag_reports.write(
         warehouse,
         "counts",
         [
@@ -113,8 +114,8 @@ def test_assignment_view_of_generations_reports_and_committed_batches(warehouse,
     )  # fmt: skip
     # c catches up half of 0_1 (a later report replaces its earlier one).
     half = committed[T1] // 2
-    reports.write(warehouse, "counts", [_report("c", T1, 2, "warmup", 7, 21_000, committed)])
-    reports.write(warehouse, "counts", [_report("c", T1, 2, "warmup", half, 22_000, committed)])
+    lag_reports.write(warehouse, "counts", [_report("c", T1, 2, "warmup", 7, 21_000, committed)])
+    lag_reports.write(warehouse, "counts", [_report("c", T1, 2, "warmup", half, 22_000, committed)])
     # Generation 3 keeps c warming up: its warmup still counts from generation 2.
     generations.write_generation(
         warehouse, "counts", g2, _instances("a", "b", "c"), "probing", at_ms=30_000,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import produce, topic_rows
+from lakestate import run_app
 from lakestate.app import load_module
-from lakestate.engine.inspect import state_frame
-from lakestate.engine.runner import run_app
 from lakestate.io.partitioner import partition_for
+from lakestate.read.spark_engine import state_frame
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
 

@@ -1,4 +1,4 @@
-"""Compaction (``lakestate.engine.compaction``, ``lakestate compact``): a changelog's rows up
+"""Compaction (``lakestate.ops.compaction``, ``lakestate compact``): a changelog's rows up
 to each task's last complete batch become one snapshot; views (current and pinned), restores
 and sinks answer as without it; a catch-up from before it is refused; batches committing at
 the same time never fail; a SIGKILL anywhere loses nothing.
@@ -23,12 +23,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, topic_rows
-from lakestate.engine import changelog, compaction, faults
-from lakestate.engine.changelog import SNAPSHOT_COLUMN, CompactedPastError
-from lakestate.engine.compaction import compact
-from lakestate.engine.inspect import app_pin, sql, view_name
-from lakestate.engine.runner import run_app
+from lakestate import compact, run_app
+from lakestate.checkpoint import changelog, faults
+from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, CompactedPastError
+from lakestate.checkpoint.standing import app_pin
 from lakestate.io import delta_commits, logtable
+from lakestate.ops import compaction
+from lakestate.read.spark_engine import sql
+from lakestate.read.views import view_name
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -238,7 +240,7 @@ def _batches_command(runs: AppRuns) -> tuple[dict[str, str], str]:
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
     env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({str(APPS / runs.app_file)!r}, warehouse={runs.wh.root!r}, "
         f"state_dir={str(runs.state)!r}, max_records={MORE_MAX_RECORDS}, until_caught_up=True)"
     )
@@ -380,7 +382,7 @@ def _compact_in_subprocess(wh: Warehouse, app: str, fault: str) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_FAULT"] = fault
     code = (
-        "from lakestate.engine.compaction import compact; "
+        "from lakestate.ops.compaction import compact; "
         "from lakestate.warehouse import Warehouse; "
         f"compact(Warehouse({wh.root!r}), {app!r})"
     )
@@ -409,7 +411,7 @@ def test_sigkill_in_compaction_loses_nothing_and_a_rerun_finishes(spark, counts_
 
 def test_cli_compact(spark, counts_runs, capsys, monkeypatch):
     from lakestate import cli
-    from lakestate.engine import spark as engine_spark
+    from lakestate.runtime import spark_session as engine_spark
 
     runs = counts_runs
     runs.restore(spark)

@@ -8,11 +8,12 @@ import shutil
 
 import pytest
 from engine_helpers import APPS, events, produce, state_rows, topic_rows
+from lakestate import run_app
+from lakestate.checkpoint.standing import app_pin
 from lakestate.cli import main
-from lakestate.engine.inspect import app_pin, state_frame
-from lakestate.engine.runner import run_app
 from lakestate.errors import StreamsException
 from lakestate.io import logtable
+from lakestate.read.spark_engine import state_frame
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration

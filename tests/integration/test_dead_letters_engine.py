@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows
+from lakestate import run_app
 from lakestate.app import App, load_app
-from lakestate.engine.layout import prepare
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint.layout import prepare
 from lakestate.errors import StreamsException
 from lakestate.io.partitioner import partition_for
 from lakestate.testing import TopologyTestDriver
@@ -247,7 +247,7 @@ def _run_in_subprocess(wh: Warehouse, state: Path, fault: str | None, limit: int
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({APP!r}, warehouse={wh.root!r}, state_dir={str(state)!r}, "
         f"max_records={MAX_RECORDS}, until_caught_up=True, inprocess_max_records={limit})"
     )

@@ -8,7 +8,7 @@ import random
 
 import pytest
 from engine_helpers import APPS, driver_outputs, produce, topic_rows
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.io.partitioner import partition_for
 from lakestate.warehouse import Warehouse
 
@@ -44,7 +44,7 @@ def test_engine_deduplicates_like_the_driver(spark, tmp_path, max_records):
     expected = driver_outputs("dedup.py", records, 2, ["unique-events"], with_partition=True)
     assert got == expected["unique-events"]
     # SQL users can ask which ids are held, and expired ids are gone from the view.
-    from lakestate.engine.inspect import state_frame
+    from lakestate.read.spark_engine import state_frame
 
     df = state_frame(spark, wh, "dedup", "seen-keys")
     assert set(df.columns) >= {"task", "dedup_id", "ts", "offset"}

@@ -19,8 +19,8 @@ from engine_helpers import (
     state_rows,
     topic_rows,
 )
-from lakestate.engine.inspect import app_pin
-from lakestate.engine.runner import run_app
+from lakestate import run_app
+from lakestate.checkpoint.standing import app_pin
 from lakestate.errors import StreamsException
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ def test_local_state_behind_catches_up_and_lost_state_is_restored(spark, tmp_pat
     assert state_rows(spark, wh, "counts", "sums") == state_rows(spark, reference, "counts", "sums")
 
 
-# inprocess_max_records of each transport (engine/inprocess.py): 0 is always Spark.
+# inprocess_max_records of each transport (runtime/inprocess.py): 0 is always Spark.
 @pytest.mark.parametrize("inprocess_max_records", [0, 10**9], ids=["spark", "in_process"])
 def test_bad_json_in_a_log_table_names_the_record_and_commits_nothing(
     spark, warehouse, tmp_path, inprocess_max_records
@@ -213,8 +213,8 @@ def test_a_task_batch_is_committed_once_and_complete_when_its_tables_hold_it(war
     """The progress table fences a task's batch: a second run's rows for it are refused
     and nothing of theirs is written; a batch is complete only when every table it names
     holds its txn."""
-    from lakestate.engine import progress
-    from lakestate.engine.recovery import is_complete
+    from lakestate.checkpoint import progress
+    from lakestate.checkpoint.standing import is_complete
     from lakestate.errors import TaskMigratedException
     from lakestate.io import delta_commits
     from lakestate.task_id import TaskId
@@ -222,7 +222,7 @@ def test_a_task_batch_is_committed_once_and_complete_when_its_tables_hold_it(war
     path = warehouse.progress_path("fenced")
     progress.ensure_table(path, "fenced")
     other = warehouse.changelog_path("fenced", "store")
-    from lakestate.engine import changelog
+    from lakestate.checkpoint import changelog
 
     changelog.ensure_table(other, "store", "timestamped_key_value")
     t0, t1 = TaskId(0, 0), TaskId(0, 1)
@@ -265,7 +265,7 @@ def test_a_run_that_finds_nothing_new_starts_no_jvm(spark, warehouse, tmp_path):
     produce(spark, warehouse, "events", events(20, seed=8), partitions=2)
     _run(warehouse, tmp_path / "state")
     code = (
-        "import pyspark; from lakestate.engine.runner import run_app; "
+        "import pyspark; from lakestate import run_app; "
         f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "
         f"state_dir={str(tmp_path / 'state')!r}, until_caught_up=True); "
         "print('CAUGHT_UP', r.caught_up, len(r.batches)); "

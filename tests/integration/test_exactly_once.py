@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows, topic_rows
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ N = 120
 MAX_RECORDS = 15  # 4 or more batches per task: 2 partitions x 15 records per batch
 REPO = Path(__file__).resolve().parents[2]
 
-# Every step of the commit protocol, in order (see lakestate.engine.faults and commit.py),
+# Every step of the commit protocol, in order (see lakestate.checkpoint.faults and commit.py),
 # with the batch to kill it in: each run replays batch 2 up to the next table, until batch
 # 2 is complete (its last table written); batch 3 is then cut between the tables and the
 # local commit, and batch 4 in the middle of the local commits.
@@ -52,7 +52,7 @@ def _run_in_subprocess(
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (
-        "import sys; from lakestate.engine.runner import run_app; "
+        "import sys; from lakestate import run_app; "
         f"run_app({str(APPS / app)!r}, warehouse={warehouse.root!r}, "
         f"state_dir={str(state_dir)!r}, max_records={max_records}, "
         f"max_batches={max_batches!r}, until_caught_up=True, "
@@ -106,7 +106,7 @@ def _results(spark, wh: Warehouse):
     )
 
 
-# The transports of a batch's processing (engine/inprocess.py): inprocess_max_records.
+# The transports of a batch's processing (runtime/inprocess.py): inprocess_max_records.
 TRANSPORTS = {"spark": 0, "in_process": 10**9}
 
 
@@ -152,7 +152,7 @@ def test_two_runs_started_at_once_never_both_commit(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
         f"state_dir={str(tmp_path / 'state')!r}, max_records=20, until_caught_up=True)"
     )
@@ -183,7 +183,7 @@ def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     codes = [
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
         f"state_dir={str(tmp_path / name)!r}, max_records=1000, max_batches=1)"
         for name in ("a", "b")
@@ -203,7 +203,7 @@ def test_two_processes_with_disjoint_tasks_commit_side_by_side(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     codes = [
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
         f"state_dir={str(tmp_path / task)!r}, max_records={MAX_RECORDS}, "
         f"until_caught_up=True, tasks=[{task!r}]); "

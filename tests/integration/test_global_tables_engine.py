@@ -20,9 +20,9 @@ import shutil
 
 import pytest
 from engine_helpers import APPS, local_state, state_rows, topic_rows
+from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.engine import progress
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint import progress
 from lakestate.io import logtable
 from lakestate.task_id import TaskId
 from lakestate.testing import TopologyTestDriver

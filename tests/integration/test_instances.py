@@ -1,4 +1,4 @@
-"""An instance's run (engine/instance_run.py): it processes only the tasks it owns in force,
+"""An instance's run (scaleout/task_roles.py): it processes only the tasks it owns in force,
 brings its warmups and standbys to the committed batch without writing Delta, reports its
 lags (busy runs too), and never commits a batch of a task a rebalance moved away: a run
 fenced before its progress commit stops with TaskMigratedException having committed
@@ -6,7 +6,7 @@ nothing, and a zombie's staged batch is never applied over another instance's ba
 
 Real delta-rs, RocksDB and in-process transport; two instances in one process, separate
 state dirs; a separate process where a SIGKILL is needed. Generations are written with
-the history and fence functions a rebalance uses (engine/ownership.py, assign/history.py),
+the history and fence functions a rebalance uses (scaleout/ownership.py, assign/history.py),
 so that each test decides who owns what."""
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from engine_helpers import APPS, events, local_state, produce
-from lakestate.engine import changelog, faults, local, ownership, reports
-from lakestate.engine.runner import instance_lock, run_app
+from lakestate import run_app
+from lakestate.checkpoint import changelog, faults, task_dir
 from lakestate.errors import TaskMigratedException
+from lakestate.runtime.run_lock import instance_lock
+from lakestate.scaleout import lag_reports, ownership
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -134,7 +136,7 @@ def _versions(wh: Warehouse) -> dict[str, int]:
 
 
 def _reports(wh: Warehouse, run_id: str | None = None) -> list[dict]:
-    rows = DeltaTable(reports.reports_path(wh, "counts")).to_pyarrow_table().to_pylist()
+    rows = DeltaTable(lag_reports.reports_path(wh, "counts")).to_pyarrow_table().to_pylist()
     return [r for r in rows if run_id is None or r["run_id"] == run_id]
 
 
@@ -143,7 +145,7 @@ def _subprocess_run(app: str, wh: Warehouse, instance: str, fault: str | None, m
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({app!r}, warehouse={wh.root!r}, instance={instance!r}, "
         f"max_records={max_records}, until_caught_up=True, inprocess_max_records={IN_PROCESS})"
     )
@@ -162,10 +164,10 @@ def test_an_instance_runs_only_the_tasks_it_owns(tmp_path):
 
     result_a, _ = _run(app, wh, "a")
     assert {t for batch in result_a.batches for t in batch} == {"0_0"}
-    assert not local.store_exists(tmp_path / "state-a", "counts", T1)
+    assert not task_dir.store_exists(tmp_path / "state-a", "counts", T1)
     result_b, _ = _run(app, wh, "b")
     assert {t for batch in result_b.batches for t in batch} == {"0_1"}
-    assert not local.store_exists(tmp_path / "state-b", "counts", T0)
+    assert not task_dir.store_exists(tmp_path / "state-b", "counts", T0)
 
     assert _sinks(wh) == _sinks(reference)
     assert _state(wh) == _state(reference)
@@ -233,9 +235,9 @@ def _local(state_dir: Path, task: TaskId) -> dict:
         name: local_state(state_dir, "counts", str(task), name, "timestamped_key_value")
         for name in STORES
     }
-    store = local.open_task_store(state_dir, "counts", task, IsolationLevel.READ_COMMITTED)
+    store = task_dir.open_task_store(state_dir, "counts", task, IsolationLevel.READ_COMMITTED)
     try:
-        return held | {"batch": local.local_batch(store), "offsets": store.committed_offsets()}
+        return held | {"batch": task_dir.local_batch(store), "offsets": store.committed_offsets()}
     finally:
         store.close()
 
@@ -269,7 +271,7 @@ def test_a_run_fenced_before_its_progress_commit_stops_and_commits_nothing(tmp_p
         p: v for p, v in before.items() if p != progress
     }
     for task in (T0, T1):
-        assert local.staged_batches(tmp_path / "state-a", "counts", task) == []
+        assert task_dir.staged_batches(tmp_path / "state-a", "counts", task) == []
 
     # The new owner takes 0_1 over; a goes on with 0_0: one instance's result.
     result_b, _ = _run(app, wh, "b")
@@ -318,7 +320,7 @@ def test_a_zombie_killed_mid_batch_never_commits_nor_applies_its_staged_batch(tm
     proc = _subprocess_run(app, wh, "a", "before_progress@2", max_records=15)
     assert proc.returncode == -9, proc.stderr[-3000:]
     state_a = tmp_path / "state-a"
-    assert all(local.staged_batches(state_a, "counts", t) == [2] for t in (T0, T1))
+    assert all(task_dir.staged_batches(state_a, "counts", t) == [2] for t in (T0, T1))
 
     _assign(wh, {T0: "b", T1: "b"}, warmup={T0: {"a"}, T1: {"a"}})
     _run(app, wh, "b", max_records=10, max_batches=1)  # batch 2: other ranges than a's
@@ -332,7 +334,7 @@ def test_a_zombie_killed_mid_batch_never_commits_nor_applies_its_staged_batch(tm
     assert any("caught up from batch 1 to 2" in line for line in said), said
     rows = DeltaTable(wh.progress_path("counts")).to_pyarrow_table().to_pylist()
     assert {r["run_id"] for r in rows if r["batch_id"] == 2} == b_run
-    assert all(local.staged_batches(state_a, "counts", t) == [] for t in (T0, T1))
+    assert all(task_dir.staged_batches(state_a, "counts", t) == [] for t in (T0, T1))
 
     _run(app, wh, "b")
     assert _sinks(wh) == _sinks(reference)
@@ -389,7 +391,7 @@ def test_lakestate_run_instance_on_the_command_line(tmp_path, capsys):
     assert result["instance"] == "b" and {t for b in result["per_batch"] for t in b["tasks"]} == {
         "0_1"
     }
-    assert local.store_exists(tmp_path / "state-b", "counts", T1)  # the instance's state dir
+    assert task_dir.store_exists(tmp_path / "state-b", "counts", T1)  # the instance's state dir
 
     assert main([*common, "--instance", "c"]) == 1
     assert "app counts has no instance 'c'; its instances: a, b" in capsys.readouterr().err

@@ -15,9 +15,8 @@ import shutil
 
 import pytest
 from engine_helpers import APPS, state_rows, topic_rows
-from lakestate import TopologyException
+from lakestate import TopologyException, run_app
 from lakestate.app import load_app
-from lakestate.engine.runner import run_app
 from lakestate.io import logtable
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse

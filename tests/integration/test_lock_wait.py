@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows, topic_rows
-from lakestate.engine.runner import instance_lock, run_app
+from lakestate import run_app
+from lakestate.runtime.run_lock import instance_lock
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ def test_two_runs_that_find_the_app_running_wait_then_both_succeed(spark, tmp_pa
     app = str(APPS / "counts.py")
     through_api = [
         "-c",
-        "import math; from lakestate.engine.runner import run_app; "
+        "import math; from lakestate import run_app; "
         f"r = run_app({app!r}, warehouse={wh.root!r}, state_dir={str(state)!r}, "
         "max_records=20, until_caught_up=True, lock_wait_s=math.inf); "
         "print('records', r.records, 'busy', r.busy)",

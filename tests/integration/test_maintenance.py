@@ -1,4 +1,4 @@
-"""Table maintenance (lakestate.engine.maintenance) on real Delta tables: OPTIMIZE keeps the
+"""Table maintenance (lakestate.ops.maintenance) on real Delta tables: OPTIMIZE keeps the
 data, every task's txn version and the topics' end offsets (read from the commits, not by a
 scan); VACUUM keeps time travel within its retention and deletes what only older versions
 need; and maintenance runs beside an app's batches without changing what they produce."""
@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows, topic_rows
-from lakestate.engine import maintenance
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.io import delta_commits, delta_log, logtable
+from lakestate.ops import maintenance, table_lock
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -219,8 +219,8 @@ def test_optimize_waits_for_the_table_lock(tmp_path):
     path = warehouse.changelog_path("app", "store")
     for x in range(3):
         _append(path, x)
-    with maintenance.table_lock(path):
-        with maintenance.table_lock(path):  # reentrant
+    with table_lock.table_lock(path):
+        with table_lock.table_lock(path):  # reentrant
             pass
         worker = threading.Thread(
             target=maintenance.optimize, args=(warehouse, "app"), kwargs={"say": print}
@@ -309,7 +309,7 @@ def test_maintenance_runs_beside_the_batches(spark, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env.update(LAKESTATE_SPARK_MASTER="local[1]", LAKESTATE_SPARK_CONF=json.dumps(FAST_TEST_CONF))
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"r = run_app({str(APPS / 'regroup.py')!r}, warehouse={warehouse.root!r}, "
         f"state_dir={str(tmp_path / 'state')!r}, max_records=15, until_caught_up=True); "
         "assert r.caught_up"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import produce, topic_rows
+from lakestate import run_app
 from lakestate.app import load_module
-from lakestate.engine.inspect import sql
-from lakestate.engine.runner import run_app
+from lakestate.read.spark_engine import sql
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The ownership fence (engine/ownership.py) on real delta-rs tables: a commit with no rows
+"""The ownership fence (scaleout/ownership.py) on real delta-rs tables: a commit with no rows
 can carry txns; two concurrent commits carrying the same txn app id cannot both land, whatever
 their versions; a fence is idempotent; a run's progress commit planned at owner epoch e fails
 once a fence moved the task to e+1, committing nothing."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from lakestate.engine import ownership, progress
-from lakestate.engine.ownership import owner_epochs, owner_txn_id, owner_txns, write_fence
-from lakestate.engine.progress import TaskProgress
+from lakestate.checkpoint import progress
+from lakestate.checkpoint.progress import TaskProgress
 from lakestate.errors import TaskMigratedException
 from lakestate.io import delta_commits
+from lakestate.scaleout import ownership
+from lakestate.scaleout.ownership import owner_epochs, owner_txn_id, owner_txns, write_fence
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 

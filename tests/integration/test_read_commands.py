@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, CLI_PROBE, events, produce
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.io import logtable
 from lakestate.warehouse import Warehouse
 

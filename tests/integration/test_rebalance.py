@@ -1,10 +1,10 @@
-"""The rebalance (engine/rebalance.py) on real delta-rs tables: the first generation, no change
+"""The rebalance (scaleout/rebalance.py) on real delta-rs tables: the first generation, no change
 when nothing changed (nothing written), a new instance gets warmups and not actives, a warmup
 that caught up takes the active in a later generation which is fenced, a removed instance's
 tasks go to the least-lagging one, a crash between a generation and its fence is finished by
 the next rebalance (in a fresh process killed at the fault point, too), the probing interval,
 ``--force``; the generation history (``assign/history.py``) and the lag reports
-(``engine/reports.py``) it reads and writes; and ``lakestate rebalance`` in a fresh process,
+(``scaleout/lag_reports.py``) it reads and writes; and ``lakestate rebalance`` in a fresh process,
 without pyspark.
 
 The tasks' committed offsets are progress rows recorded as a run records them (no table
@@ -24,14 +24,16 @@ import lakestate as ls
 import pytest
 from deltalake import DeltaTable
 from engine_helpers import CLI_PROBE
+from lakestate import rebalance
 from lakestate.assign import Assignment, history
 from lakestate.assign.history import ConcurrentRebalanceError
-from lakestate.engine import ownership, progress, reports
-from lakestate.engine.progress import TaskProgress
-from lakestate.engine.rebalance import NO_CHANGE, rebalance
-from lakestate.engine.reports import Report
+from lakestate.checkpoint import progress
+from lakestate.checkpoint.progress import TaskProgress
 from lakestate.errors import StreamsException
 from lakestate.io import logtable
+from lakestate.scaleout import lag_reports, ownership
+from lakestate.scaleout.lag_reports import Report
+from lakestate.scaleout.rebalance import NO_CHANGE
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -98,7 +100,7 @@ def test_first_generation_gives_one_instance_every_task_and_puts_it_in_force(wh)
 def test_nothing_changed_writes_nothing(wh):
     app = _app("a")
     rebalance(app, wh, now_ms=1_000, say=_quiet)
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
     before = _versions(wh)
     again = rebalance(app, wh, now_ms=2_000, say=_quiet)
     assert not again.changed and again.new is None and again.old.number == 1
@@ -113,7 +115,7 @@ def test_nothing_changed_writes_nothing(wh):
 
 def test_scale_up_warms_up_first_then_moves_the_caught_up_task_and_fences_it(wh):
     rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
     # b joins: it holds nothing, so it gets warmups, not actives.
     two = _app("a", "b")
     _, progress_version = _versions(wh)
@@ -126,10 +128,10 @@ def test_scale_up_warms_up_first_then_moves_the_caught_up_task_and_fences_it(wh)
     assert not up.fenced and _versions(wh)[1] == progress_version  # no owner changed: no fence
     assert _in_force(wh) == dict.fromkeys(TASKS, "a")
     # b's warmup is still far behind: nothing to do yet (the probing interval has not passed).
-    reports.write(wh, APP, [_report("b", t, 50_000, generation=2) for t in warm])
+    lag_reports.write(wh, APP, [_report("b", t, 50_000, generation=2) for t in warm])
     assert rebalance(two, wh, now_ms=3_000, say=_quiet).reason == NO_CHANGE
     # b's warmups caught up: a later generation moves their actives to b, and fences them.
-    reports.write(wh, APP, [_report("b", t, 0, generation=2, at=20) for t in warm])
+    lag_reports.write(wh, APP, [_report("b", t, 0, generation=2, at=20) for t in warm])
     moved = rebalance(two, wh, now_ms=4_000, say=_quiet)
     assert moved.changed and moved.reason == "lags changed" and moved.new.number == 3
     now_b = sorted(t for t, i in moved.new.assignment.active.items() if i == "b")
@@ -152,7 +154,7 @@ def test_a_removed_instance_s_tasks_go_to_the_least_lagging(wh):
     rebalance(three, wh, now_ms=1_500, say=_quiet)  # puts generation 1 in force
     assert _in_force(wh)[TASKS[0]] == "a"
     # b and c hold a's tasks as well, b further behind on 0_0 and c on 0_1.
-    reports.write(
+    lag_reports.write(
         wh,
         APP,
         [_report("a", t, 0) for t in TASKS[:2]]
@@ -211,10 +213,10 @@ def test_a_second_writer_of_the_same_generation_fails_and_writes_nothing(wh, mon
 def test_a_rebalance_that_loses_to_another_computes_again_from_its_generation(wh):
     """Another rebalance writes generation 2 after this one read generation 1 and before
     it writes: this one's write fails, it reads generation 2 and finds nothing to change."""
-    from lakestate.engine import faults
+    from lakestate.checkpoint import faults
 
     rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
     two = _app("a", "b")
     other: list = []
 
@@ -235,11 +237,11 @@ def test_a_rebalance_that_loses_to_another_computes_again_from_its_generation(wh
 def test_probing_rebalance_waits_for_its_interval(wh):
     app = _app("a", "b", **{"probing.rebalance.interval.ms": 60_000})
     rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
     up = rebalance(app, wh, now_ms=2_000, say=_quiet)
     assert up.new.assignment.probing_rebalance_needed
     warm = sorted(up.new.assignment.warmup)
-    reports.write(wh, APP, [_report("b", t, 40_000, generation=2) for t in warm])
+    lag_reports.write(wh, APP, [_report("b", t, 40_000, generation=2) for t in warm])
     before = _versions(wh)
     assert rebalance(app, wh, now_ms=2_000 + 59_999, say=_quiet).reason == NO_CHANGE
     due = rebalance(app, wh, now_ms=2_000 + 60_000, say=_quiet)
@@ -260,7 +262,7 @@ def test_probing_rebalance_waits_for_its_interval(wh):
 )
 def test_a_bad_config_is_refused_before_anything_is_written(wh, config, named):
     rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
     before = _versions(wh)
     with pytest.raises(StreamsException, match=named):
         rebalance(_app(**config), wh, now_ms=2_000, force=True, say=_quiet)
@@ -268,16 +270,16 @@ def test_a_bad_config_is_refused_before_anything_is_written(wh, config, named):
 
 
 def test_lags_are_recomputed_against_the_offsets_committed_now(wh):
-    reports.write(wh, APP, [_report("a", TASKS[0], 5), _report("a", TASKS[1], None)])
-    reports.write(wh, APP, [_report("a", TASKS[0], 0, at=30)])  # a's newer report of 0_0
-    newest = reports.latest_by_instance(wh, APP)
+    lag_reports.write(wh, APP, [_report("a", TASKS[0], 5), _report("a", TASKS[1], None)])
+    lag_reports.write(wh, APP, [_report("a", TASKS[0], 0, at=30)])  # a's newer report of 0_0
+    newest = lag_reports.latest_by_instance(wh, APP)
     assert set(newest) == {"a"} and newest["a"][TASKS[0]].lag == 0
     # The task committed 70 more records since: the store is 70 behind now.
     committed = {TASKS[0]: {"events": ENDS[TASKS[0]] + 70, "globals@0": 9}, TASKS[1]: {"events": 3}}
-    assert reports.lags(newest, committed) == {"a": {TASKS[0]: 70, TASKS[1]: None}}
-    assert reports.lag_of({"events": 10}, {"events": 4}) is None  # ahead of Delta: unusable
+    assert lag_reports.lags(newest, committed) == {"a": {TASKS[0]: 70, TASKS[1]: None}}
+    assert lag_reports.lag_of({"events": 10}, {"events": 4}) is None  # ahead of Delta: unusable
     with pytest.raises(ValueError, match="unknown role 'leader'"):
-        reports.write(wh, APP, [Report("a", TASKS[0], 1, "leader", None, None, 0, None, 1, 1, "r")])
+        lag_reports.write(wh, APP, [Report("a", TASKS[0], 1, "leader", None, None, 0, None, 1, 1, "r")])
 
 
 def test_a_task_that_committed_nothing_is_caught_up_everywhere(tmp_path):
@@ -295,7 +297,7 @@ def test_a_task_that_committed_nothing_is_caught_up_everywhere(tmp_path):
     ]
     progress.record(path, APP, rows, {})
     rebalance(_app("a"), wh, now_ms=1_000, say=_quiet)
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS if t != idle])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS if t != idle])
     up = rebalance(_app("a", "b"), wh, now_ms=2_000, say=_quiet)
     assert up.lags["a"][idle] == 0 and up.lags["b"][idle] == 0
     assert all(up.lags["b"][t] is None for t in TASKS if t != idle)
@@ -304,32 +306,32 @@ def test_a_task_that_committed_nothing_is_caught_up_everywhere(tmp_path):
 
 def test_compaction_keeps_each_instance_s_newest_report_per_task(wh, monkeypatch):
     for at in (10, 20, 30):
-        reports.write(wh, APP, [_report(n, t, at, at=at) for n in "ab" for t in TASKS[:2]])
-    reports.write(wh, APP, [_report("a", TASKS[3], None, at=5)])
-    assert not reports.compact(wh, APP, min_files=5)  # 4 files: not yet
-    reports.write(wh, APP, [_report("b", TASKS[0], 0, at=40)])
-    newest = reports.latest_by_instance(wh, APP)
-    assert reports.compact(wh, APP, min_files=5)
-    table = DeltaTable(reports.reports_path(wh, APP))
+        lag_reports.write(wh, APP, [_report(n, t, at, at=at) for n in "ab" for t in TASKS[:2]])
+    lag_reports.write(wh, APP, [_report("a", TASKS[3], None, at=5)])
+    assert not lag_reports.compact(wh, APP, min_files=5)  # 4 files: not yet
+    lag_reports.write(wh, APP, [_report("b", TASKS[0], 0, at=40)])
+    newest = lag_reports.latest_by_instance(wh, APP)
+    assert lag_reports.compact(wh, APP, min_files=5)
+    table = DeltaTable(lag_reports.reports_path(wh, APP))
     assert table.to_pyarrow_table().num_rows == 5 and len(table.file_uris()) == 1
-    assert reports.latest_by_instance(wh, APP) == newest
+    assert lag_reports.latest_by_instance(wh, APP) == newest
     assert newest["b"][TASKS[0]].at_ms == 40 and newest["a"][TASKS[1]].at_ms == 30
     # A run reports after a compaction read the table, before it commits: its report stays.
-    read = reports.delta_commits.open_table(reports.reports_path(wh, APP))
-    reports.write(wh, APP, [_report("b", TASKS[1], 0, at=50)])
-    monkeypatch.setattr(reports.delta_commits, "open_table", lambda path: read)
-    assert reports.compact(wh, APP, min_files=1)
+    read = lag_reports.delta_commits.open_table(lag_reports.reports_path(wh, APP))
+    lag_reports.write(wh, APP, [_report("b", TASKS[1], 0, at=50)])
+    monkeypatch.setattr(lag_reports.delta_commits, "open_table", lambda path: read)
+    assert lag_reports.compact(wh, APP, min_files=1)
     monkeypatch.undo()
-    after = reports.latest_by_instance(wh, APP)
+    after = lag_reports.latest_by_instance(wh, APP)
     assert after["b"][TASKS[1]].at_ms == 50 and after["a"] == newest["a"]
     # A rebalance compacts once the table has COMPACT_FILES files.
-    monkeypatch.setattr(reports, "COMPACT_FILES", 3)
-    reports.write(wh, APP, [_report("a", TASKS[2], 0, at=60)])
-    assert len(DeltaTable(reports.reports_path(wh, APP)).file_uris()) == 3
-    before = reports.latest_by_instance(wh, APP)
+    monkeypatch.setattr(lag_reports, "COMPACT_FILES", 3)
+    lag_reports.write(wh, APP, [_report("a", TASKS[2], 0, at=60)])
+    assert len(DeltaTable(lag_reports.reports_path(wh, APP)).file_uris()) == 3
+    before = lag_reports.latest_by_instance(wh, APP)
     rebalance(_app("a", "b"), wh, now_ms=1_000, say=_quiet)
-    assert len(DeltaTable(reports.reports_path(wh, APP)).file_uris()) == 1
-    assert reports.latest_by_instance(wh, APP) == before
+    assert len(DeltaTable(lag_reports.reports_path(wh, APP)).file_uris()) == 1
+    assert lag_reports.latest_by_instance(wh, APP) == before
 
 
 # -- the command, in a fresh process --------------------------------------------------------
@@ -376,7 +378,7 @@ def test_the_command_prints_old_and_new_per_task_without_pyspark(wh, tmp_path):
     assert table[0].split() == ["task", "active", "warmup", "standby", "lag", "a"]
     # No generation before: each task's active goes from none to a; a reported no lags yet.
     assert [line.split() for line in table[1:]] == [[str(t), "-", "->", "a", "-", "-", "-"] for t in TASKS]
-    reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
+    lag_reports.write(wh, APP, [_report("a", t, 0) for t in TASKS])
     same = _cli(wh, "rebalance", _module(tmp_path, "a")).stdout.splitlines()
     assert same[0] == "no change (generation 1 stays)"
     assert [line.split() for line in same[-len(TASKS):]] == [[str(t), "a", "-", "-", "0"] for t in TASKS]
@@ -393,7 +395,7 @@ def test_the_command_prints_old_and_new_per_task_without_pyspark(wh, tmp_path):
 
 def test_a_rebalance_killed_between_generation_and_fence_is_finished_by_the_next(wh, tmp_path):
     assert _cli(wh, "rebalance", _module(tmp_path, "a")).returncode == 0
-    reports.write(wh, APP, [_report(n, t, 0) for n in "ab" for t in TASKS])
+    lag_reports.write(wh, APP, [_report(n, t, 0) for n in "ab" for t in TASKS])
     killed = _cli(wh, "rebalance", _module(tmp_path, "a", "b"), fault="rebalance_after_generation")
     assert killed.returncode == -9
     latest = history.latest(wh, APP)
@@ -430,7 +432,7 @@ def _counts_app(folder: Path, names: list[str], state: Path) -> str:
 def _sinks_and_state(wh: Warehouse) -> tuple[dict, dict]:
     """Each sink's records (partition, key, value, timestamp), sorted (two instances'
     appends interleave), and each store's live entries per task, from its changelog."""
-    from lakestate.engine import changelog
+    from lakestate.checkpoint import changelog
 
     sinks = {
         topic: sorted(
@@ -452,7 +454,7 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     reports, the next rebalance moves the task to b and fences it; a stops processing it,
     b processes it from its warm store; sinks and state equal one instance's run."""
     from engine_helpers import events
-    from lakestate.engine.runner import run_app
+    from lakestate import run_app
 
     batches = [events(120, seed=21), events(60, seed=22), events(60, seed=23)]
     for i, batch in enumerate(batches):  # later records are later in time
@@ -483,7 +485,7 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     logtable.append_records(None, wh, "events", batches[1])
     run(two, "a")
     run(two, "b")  # warms up, reports
-    newest = reports.latest_by_instance(wh, "counts")["b"]
+    newest = lag_reports.latest_by_instance(wh, "counts")["b"]
     assert {t for t, r in newest.items() if r.role == "warmup" and r.lag == 0} == warm
     moved = rebalance(two, wh, say=_quiet)
     assert moved.changed and moved.reason == "lags changed"
@@ -493,7 +495,7 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     assert {t for t, i in owners().items() if i == "b"} == to_b
     # The moved task's batches are b's from now on (a run's id is in its instance's reports).
     def batches_by_instance() -> dict[tuple[str, int], str]:
-        runs = {r["run_id"]: r["instance"] for r in DeltaTable(reports.reports_path(wh, "counts")).to_pyarrow_table().to_pylist()}
+        runs = {r["run_id"]: r["instance"] for r in DeltaTable(lag_reports.reports_path(wh, "counts")).to_pyarrow_table().to_pylist()}
         rows = DeltaTable(wh.progress_path("counts")).to_pyarrow_table().to_pylist()
         return {(r["task"], r["batch_id"]): runs[r["run_id"]] for r in rows}
 
@@ -505,7 +507,7 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     after = {k: i for k, i in batches_by_instance().items() if k not in before}
     assert {task for task, _ in after} == {"0_0", "0_1"}  # both tasks had new batches
     assert after == {(task, b): ("b" if TaskId.parse(task) in to_b else "a") for task, b in after}
-    assert reports.latest_by_instance(wh, "counts")["b"][min(to_b)].role == "active"
+    assert lag_reports.latest_by_instance(wh, "counts")["b"][min(to_b)].role == "active"
     # The same sinks and state as one instance that processed everything.
     ref = Warehouse(tmp_path / "reference")
     logtable.create_topic(ref, "events", 2)

@@ -15,11 +15,12 @@ import textwrap
 
 import pytest
 from engine_helpers import APPS, dump_store, events, produce
+from lakestate import compact, run_app
 from lakestate.app import load_app
-from lakestate.engine import changelog, local, recovery
-from lakestate.engine.compaction import compact
-from lakestate.engine.layout import prepare
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint import changelog, task_dir
+from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.standing import where_tasks_stand
+from lakestate.restore import recovery, restored
 from lakestate.state.base import IsolationLevel
 from lakestate.state.dedup import FLOOR_KEY
 from lakestate.warehouse import Warehouse
@@ -53,8 +54,8 @@ def _model_restore(layout, task, committed, state_dir) -> None:
     """The restore through transactions: the changelog rows as Python objects, each chunk
     applied by the kind's ``restore_entries`` in a transaction, the batch marker last."""
     app = layout.app.name
-    local.wipe(state_dir, app, task)
-    store = local.open_task_store(state_dir, app, task, ISOLATION)
+    task_dir.wipe(state_dir, app, task)
+    store = task_dir.open_task_store(state_dir, app, task, ISOLATION)
     try:
         for name in layout.stores_of(task.subtopology):
             kind = layout.app.topology.stores[name].kind
@@ -64,7 +65,7 @@ def _model_restore(layout, task, committed, state_dir) -> None:
                 with store.new_transaction() as txn:
                     changelog.restore_into(txn, kind, name, entries[start : start + 7])
                     txn.commit()
-        recovery._finish(store, layout, task, committed, [])
+        restored.commit_restored(store, layout, task, committed, [])
     finally:
         store.close()
 
@@ -92,7 +93,7 @@ def test_restore_equals_the_restore_through_transactions_and_the_live_store(
     app = layout.app.name
     monkeypatch.setattr(recovery, "LOAD_CHUNK", 9)  # several writes per store
     tasks = layout.tasks()
-    standing = recovery.where_tasks_stand(layout, tasks)
+    standing = where_tasks_stand(layout, tasks)
     restored: list[tuple[dict, list]] = []
     said: list[str] = []
     for task in tasks:
@@ -118,8 +119,8 @@ CHILD = textwrap.dedent(
     """
     import sys
     from lakestate.app import load_app
-    from lakestate.engine import recovery
-    from lakestate.engine.layout import prepare
+    from lakestate.restore import recovery
+    from lakestate.checkpoint.layout import prepare
     from lakestate.state.base import IsolationLevel
     from lakestate.task_id import TaskId
     from lakestate.warehouse import Warehouse
@@ -128,7 +129,7 @@ CHILD = textwrap.dedent(
     layout = prepare(load_app(app_path), Warehouse(warehouse))
     task = TaskId.parse(task)
     recovery.LOAD_CHUNK = recovery.RESTORE_CHUNK = 5
-    committed = recovery.where_tasks_stand(layout, [task]).committed[task]
+    committed = where_tasks_stand(layout, [task]).committed[task]
     recovery.restore(layout, task, committed, state_dir, IsolationLevel.READ_COMMITTED, print, "t")
     """
 )
@@ -150,14 +151,14 @@ def test_a_kill_mid_restore_leaves_a_store_the_next_start_restores(built, tmp_pa
     partial = dump_store(state, app, task)
     first = layout.stores_of(task.subtopology)[0]
     assert list(partial) == [first] and partial[first]
-    store = local.open_task_store(state, app, task, ISOLATION)
+    store = task_dir.open_task_store(state, app, task, ISOLATION)
     try:
-        assert local.local_batch(store) is None
+        assert task_dir.local_batch(store) is None
     finally:
         store.close()
     said: list[str] = []
     recovery.recover(layout, [task], state, ISOLATION, said.append)
     assert len(said) == 1 and "restored" in said[0] and "inconsistent" in said[0], said
-    committed = recovery.where_tasks_stand(layout, [task]).committed[task]
+    committed = where_tasks_stand(layout, [task]).committed[task]
     _model_restore(layout, task, committed, str(tmp_path / "model"))
     assert dump_store(state, app, task) == dump_store(tmp_path / "model", app, task)

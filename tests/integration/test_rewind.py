@@ -1,4 +1,4 @@
-"""Rewind (engine/rewind.py): an app's sinks and state back to an earlier point through
+"""Rewind (ops/rewind.py): an app's sinks and state back to an earlier point through
 Delta time travel, then reprocessed. A rewind then a rerun equals never rewinding; a rewind
 gives exactly what a run stopped at the target gave; it refuses, changing nothing, when a
 table has another writer's commits or vacuumed files; it is a no-op at the current point;
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from engine_helpers import APPS, events, local_state, produce, state_rows, topic_rows
+from lakestate import rewind, run_app
+from lakestate.checkpoint import progress, rewind_intent
+from lakestate.checkpoint.rewind_intent import MidRewindError
 from lakestate.cli import main as cli_main
-from lakestate.engine import progress, rewind_intent
-from lakestate.engine.rewind import RewindRefused, rewind
-from lakestate.engine.rewind_intent import MidRewindError
-from lakestate.engine.runner import run_app
 from lakestate.io import logtable
+from lakestate.ops.rewind import RewindRefused
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -240,7 +240,7 @@ def _rewind_in_subprocess(wh: Warehouse, state: Path, fault: str | None, resume:
         env["LAKESTATE_FAULT"] = fault
     target = "resume=True" if resume else "to_batch=2"
     code = (
-        "from lakestate.engine.rewind import rewind; "
+        "from lakestate.ops.rewind import rewind; "
         f"rewind({wh.root!r}, 'counts', {target}, state_dir={str(state)!r})"
     )
     return subprocess.run(
@@ -370,7 +370,7 @@ def _run_task(wh: Warehouse, state: Path, task: str, fault: str | None = None) -
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, state_dir={str(state)!r}, "
         f"max_records={MAX_RECORDS}, max_batches=1, tasks=[{task!r}], "
         f"inprocess_max_records={IN_PROCESS})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from lakestate.engine.routing import route_column, spark_hash_int
+from lakestate.runtime.routing import route_column, spark_hash_int
 from pyspark.sql import functions as F
 
 pytestmark = pytest.mark.integration

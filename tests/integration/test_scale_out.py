@@ -2,7 +2,7 @@
 separate ``lakestate run APP --instance NAME`` process with its own state directory, go
 from two instances to three and back while a producer keeps appending to the input topic.
 
-Rounds: a rebalance (engine/rebalance.py, what the DAG's ``rebalance`` task runs), then
+Rounds: a rebalance (scaleout/rebalance.py, what the DAG's ``rebalance`` task runs), then
 every configured instance's run, side by side, each bounded to a few batches (under
 continuous input a run never ends caught up). Phases, each until its condition holds
 (polled on the tables and the processes' exit, never timed):
@@ -46,14 +46,14 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 from engine_helpers import APPS, local_state
+from lakestate import rebalance, run_app
 from lakestate.assign import history
 from lakestate.assign.history import Generation
-from lakestate.engine import ownership
-from lakestate.engine.progress import now_ms
-from lakestate.engine.rebalance import RebalanceResult, rebalance
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint.progress import now_ms
 from lakestate.io import delta_commits, delta_log, logtable
-from lakestate.query import duckdb_engine
+from lakestate.read import duckdb_engine
+from lakestate.scaleout import ownership
+from lakestate.scaleout.rebalance import RebalanceResult
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -72,7 +72,7 @@ MAX_BATCHES = 2  # per run while the producer runs
 CHUNK = 8  # records per producer append
 MAX_PRODUCED = 20_000  # the producer's bound, should the test be stopped at a breakpoint
 ROUNDS = 12  # the most rounds a phase waits for its condition
-# TaskMigratedException and its subclasses (engine/commit.py, engine/progress.py)
+# TaskMigratedException and its subclasses (checkpoint/commit.py, checkpoint/progress.py)
 MIGRATED = ("TaskMigratedException", "BatchRefused", "FenceMoved")
 
 # A run of c held between its progress commit's checks and the commit (faults.hook), until
@@ -81,7 +81,7 @@ HELD_RUN = """
 import os, sys, time
 from pathlib import Path
 from lakestate import cli
-from lakestate.engine import faults
+from lakestate.checkpoint import faults
 
 held, go = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -261,7 +261,7 @@ class Cluster:
         """The process that committed at ``at_ms`` as run ``run_id``: the one process with
         the run id's pid alive then (a pid is reused only after its process was reaped, and
         the test reaps each before it starts a later one)."""
-        pid = int(run_id.rsplit("-", 2)[1])  # <host>-<pid>-<random> (engine/runner.py)
+        pid = int(run_id.rsplit("-", 2)[1])  # <host>-<pid>-<random> (runtime/runner.py)
         alive = [
             p
             for p in self.processes

@@ -4,7 +4,7 @@ views over Arrow datasets read by delta-rs, the query transpiled from Spark SQL)
 One warehouse from real runs of apps with every store kind (key-value, dedup, window,
 session, suppression buffers in memory and on disk, versioned), one of them compacted and
 run again (snapshot rows and a tail), then the same queries on both engines: every SQL
-query of README.md and of the demo printers (engine/commands.py), every view and changelog
+query of README.md and of the demo printers (cli/commands.py), every view and changelog
 of the warehouse as a whole, and Spark functions users write (JSON, time, casts,
 aggregates, joins, window functions). Rows are compared as multisets of plain values
 (``result.plain``: Spark's bytearray and Row as DuckDB's bytes and dict), floats within
@@ -21,15 +21,14 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, produce
+from lakestate import rebalance, run_app
 from lakestate.app import load_app, load_module
-from lakestate.cli import Context
-from lakestate.engine import commands, compaction
-from lakestate.engine.inspect import CHANGELOG_SUFFIX, view_name
-from lakestate.engine.layout import prepare
-from lakestate.engine.rebalance import rebalance
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint.layout import prepare
+from lakestate.cli import Context, commands
 from lakestate.io import logtable
-from lakestate.query.result import plain
+from lakestate.ops import compaction
+from lakestate.read.result import plain
+from lakestate.read.views import CHANGELOG_SUFFIX, view_name
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration

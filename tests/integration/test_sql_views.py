@@ -9,12 +9,15 @@ import json
 import pyarrow as pa
 import pytest
 from engine_helpers import APPS, events, produce
+from lakestate import run_app
+from lakestate.checkpoint import changelog, progress
+from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN
+from lakestate.checkpoint.standing import app_pin
 from lakestate.cli import main
-from lakestate.engine import changelog, compaction, progress
-from lakestate.engine.changelog import SNAPSHOT_COLUMN
-from lakestate.engine.inspect import _store_pin, app_pin, sql, state_frame
-from lakestate.engine.runner import run_app
 from lakestate.io import delta_commits
+from lakestate.ops import compaction
+from lakestate.read.spark_engine import sql, state_frame
+from lakestate.read.views import _store_pin
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 

@@ -17,8 +17,8 @@ import sys
 from typing import Any
 
 from engine_helpers import APPS, CLI_PROBE, produce, topic_rows
+from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.engine.runner import run_app
 from lakestate.io import delta_commits, logtable
 from lakestate.io.partitioner import partition_for
 from lakestate.testing import TopologyTestDriver
@@ -226,7 +226,7 @@ def _killed_run(warehouse, state_dir, fault: str | None) -> subprocess.Completed
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (
-        "from lakestate.engine.runner import run_app; "
+        "from lakestate import run_app; "
         f"run_app({str(APPS / 'dedup.py')!r}, warehouse={warehouse.root!r}, "
         f"state_dir={str(state_dir)!r}, max_records=20, until_caught_up=True)"
     )

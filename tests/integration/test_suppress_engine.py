@@ -10,10 +10,11 @@ import shutil
 
 import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, topic_rows
-from lakestate.engine.inspect import app_pin, state_frame
-from lakestate.engine.runner import run_app
+from lakestate import run_app
+from lakestate.checkpoint.standing import app_pin
 from lakestate.processors.metrics import flat
 from lakestate.processors.suppress import COUNT_CURRENT, EMIT_TOTAL
+from lakestate.read.spark_engine import state_frame
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -99,8 +100,8 @@ def test_final_results_and_the_open_windows_query(spark, tmp_path):
     import random
 
     from lakestate.app import load_app
-    from lakestate.engine.inspect import register_views
     from lakestate.io.partitioner import partition_for
+    from lakestate.read.spark_engine import register_views
     from lakestate.testing import TopologyTestDriver
 
     rng = random.Random(5)

@@ -1,4 +1,4 @@
-"""The two transports of a batch's processing (engine/inprocess.py and Spark's workers) give
+"""The two transports of a batch's processing (runtime/inprocess.py and Spark's workers) give
 the same tables: the same sink and repartition records at the same offsets, the same state,
 the same progress, over many batches with the local state lost in between. A small run in a
 fresh process starts no JVM."""
@@ -12,10 +12,10 @@ import sys
 
 import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, state_rows, topic_rows
-from lakestate.engine import inprocess
-from lakestate.engine.inspect import state_frame
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.io import delta_commits, logtable
+from lakestate.read.spark_engine import state_frame
+from lakestate.runtime import inprocess
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -181,7 +181,7 @@ def test_a_small_run_in_a_fresh_process_starts_no_jvm(spark, warehouse, tmp_path
     )
     logtable.append_records(spark, warehouse, "events", records[20:])
     code = (
-        "import pyspark; from lakestate.engine.runner import run_app; "
+        "import pyspark; from lakestate import run_app; "
         f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "
         f"state_dir={str(state)!r}, until_caught_up=True); "
         "print('RUN', r.caught_up, r.records); "

@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 from engine_helpers import APPS, produce, state_rows, topic_rows
-from lakestate.engine.cutoff import format_timestamp, parse_timestamp
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.io.partitioner import partition_for
+from lakestate.runtime.cutoff import format_timestamp, parse_timestamp
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import json
 
 import pytest
 from engine_helpers import APPS, produce
-from lakestate.engine.inspect import sql, state_frame
-from lakestate.engine.runner import run_app
+from lakestate import run_app
+from lakestate.read.spark_engine import sql, state_frame
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration

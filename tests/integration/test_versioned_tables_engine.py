@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 from engine_helpers import APPS, driver_outputs, produce, state_rows, topic_rows
+from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.engine.inspect import state_frame
-from lakestate.engine.runner import run_app
 from lakestate.io.partitioner import partition_for
+from lakestate.read.spark_engine import state_frame
 from lakestate.testing import TopologyTestDriver
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A warmup's restore in bounded pieces (engine/warmup_restore.py, through ``recovery.warm``
+"""A warmup's restore in bounded pieces (restore/warmup.py, through ``recovery.warm``
 with a budget): it takes several runs, each applying at most the budget, and ends with a
 store equal, column family by column family and byte for byte, to a one-shot restore, for a
 key-value app (two stores) and a dedup app (its time index and count derived piece by
@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, dump_store, events, produce
+from lakestate import compact, run_app
 from lakestate.app import load_app
-from lakestate.engine import changelog, local, ownership, recovery, warmup_restore
-from lakestate.engine.compaction import compact
-from lakestate.engine.layout import prepare
-from lakestate.engine.runner import run_app
+from lakestate.checkpoint import changelog, task_dir
+from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.standing import where_tasks_stand
+from lakestate.restore import recovery, warmup
+from lakestate.scaleout import ownership
 from lakestate.state.base import IsolationLevel
 from lakestate.warehouse import Warehouse
 
@@ -78,7 +80,7 @@ def built(request, tmp_path):
 
 
 def _one_shot(layout, task, state_dir) -> dict:
-    committed = recovery.where_tasks_stand(layout, [task]).committed[task]
+    committed = where_tasks_stand(layout, [task]).committed[task]
     recovery.restore(layout, task, committed, str(state_dir), ISOLATION, lambda _: None, "t")
     return dump_store(state_dir, layout.app.name, task)
 
@@ -89,9 +91,9 @@ def _warm_until_done(layout, task, state: str, said: list[str]) -> list[int]:
     applied = []
     for _ in range(200):
         applied.append(recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET))
-        if not warmup_restore.in_progress(state, layout.app.name, task):
+        if not warmup.in_progress(state, layout.app.name, task):
             return applied
-        assert not local.store_exists(state, layout.app.name, task)  # the shadow only
+        assert not task_dir.store_exists(state, layout.app.name, task)  # the shadow only
     raise AssertionError("the warmup restore did not complete in 200 runs")
 
 
@@ -114,8 +116,8 @@ CHILD = textwrap.dedent(
     """
     import sys
     from lakestate.app import load_app
-    from lakestate.engine import recovery
-    from lakestate.engine.layout import prepare
+    from lakestate.restore import recovery
+    from lakestate.checkpoint.layout import prepare
     from lakestate.state.base import IsolationLevel
     from lakestate.task_id import TaskId
     from lakestate.warehouse import Warehouse
@@ -146,7 +148,7 @@ def test_a_kill_mid_piece_is_resumed_to_the_same_store(built, tmp_path):
     assert recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET) == BUDGET
     # Killed inside the second piece's transaction, before its commit.
     _killed(tmp_path, path, layout, state, task, "mid_warmup_piece", BUDGET)
-    assert warmup_restore.in_progress(state, app, task)
+    assert warmup.in_progress(state, app, task)
     applied = _warm_until_done(layout, task, state, said)
     assert all(n <= BUDGET for n in applied)
     assert not any("dropped" in line for line in said), said  # resumed, not started over
@@ -164,15 +166,15 @@ def test_a_kill_between_the_last_piece_and_the_swap_leaves_a_shadow_recovery_ado
     recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET)
     # The task's store exists (an old one); the child completes the shadow, removes the
     # old store and is killed before the rename.
-    local.open_task_store(state, app, task, ISOLATION).close()
+    task_dir.open_task_store(state, app, task, ISOLATION).close()
     _killed(tmp_path, path, layout, state, task, "mid_warmup_swap", 10**6)
-    assert not local.task_dir(state, app, task).exists()
-    assert warmup_restore.in_progress(state, app, task)
+    assert not task_dir.task_dir(state, app, task).exists()
+    assert warmup.in_progress(state, app, task)
     # The task became this instance's active: its recovery adopts the complete shadow.
     recovery.recover(layout, [task], state, ISOLATION, said.append)
     assert any("adopted its complete warmup restore" in line for line in said), said
     assert not any("restored" in line for line in said), said  # no restore at all
-    assert not warmup_restore.in_progress(state, app, task)
+    assert not warmup.in_progress(state, app, task)
     assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")
 
 
@@ -189,10 +191,10 @@ def test_the_owner_committing_between_pieces_is_caught_up_after_the_last(built, 
     task = layout.tasks()[1]
     state = str(tmp_path / "warm")
     said: list[str] = []
-    start = recovery.where_tasks_stand(layout, [task]).committed[task].batch_id
+    start = where_tasks_stand(layout, [task]).committed[task].batch_id
     recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET)
     _more_input(path, layout, owner, seed=7)
-    now = recovery.where_tasks_stand(layout, [task]).committed[task].batch_id
+    now = where_tasks_stand(layout, [task]).committed[task].batch_id
     assert now > start
     _warm_until_done(layout, task, state, said)
     assert any(f"at batch {start} in pieces" in line for line in said), said
@@ -268,7 +270,7 @@ def test_a_shadow_in_progress_is_not_reported_as_held(tmp_path):
         runs += 1
         newest = run("b")[-1]
         assert newest["role"] == "warmup"
-        if not warmup_restore.in_progress(str(tmp_path / "state-b"), "counts", t1):
+        if not warmup.in_progress(str(tmp_path / "state-b"), "counts", t1):
             break
         assert newest["lag"] is None and newest["local_batch"] is None, newest
         assert runs < 100
@@ -281,7 +283,7 @@ def test_a_piece_ending_exactly_at_a_store_s_end_goes_on_with_the_next_store(bui
     app = layout.app.name
     task = layout.tasks()[0]
     stores = sorted(layout.stores_of(task.subtopology))
-    n = recovery.where_tasks_stand(layout, [task]).committed[task].batch_id
+    n = where_tasks_stand(layout, [task]).committed[task].batch_id
     # The budget of the first store's keys (tombstones too): its last piece ends at its end.
     keys = changelog.read_live_after(
         layout.changelog_path(stores[0]), task.partition, n, None, 10**9
@@ -293,7 +295,7 @@ def test_a_piece_ending_exactly_at_a_store_s_end_goes_on_with_the_next_store(bui
     applied = []
     for _ in range(50):
         applied.append(recovery.warm(layout, task, state, ISOLATION, said.append, budget=budget))
-        if not warmup_restore.in_progress(state, app, task):
+        if not warmup.in_progress(state, app, task):
             break
     assert applied[0] == budget and len(applied) >= 2, applied
     assert dump_store(state, app, task) == _one_shot(layout, task, tmp_path / "one")

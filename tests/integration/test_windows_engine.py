@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, topic_rows
-from lakestate.engine.runner import run_app
+from lakestate import run_app
 from lakestate.warehouse import Warehouse
 from test_exactly_once import _run_in_subprocess
 

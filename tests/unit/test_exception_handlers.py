@@ -1,5 +1,5 @@
 """Exception handlers and dead letters (processors/exception_handlers.py) through the test
-driver and the engine's per-task processing (engine/process.py): Kafka's config names,
+driver and the engine's per-task processing (runtime/task_executor.py): Kafka's config names,
 log-and-fail as the default, log-and-continue skipping a failed record as if it never
 arrived (state, earlier branches' output, stream time), its dead letter with the error in
 Kafka's headers, the metrics; and chunked processing with failures equal to a
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lakestate import Materialized, ProcessingException, StreamsBuilder, StreamsException
-from lakestate.engine import process
 from lakestate.processors.exception_handlers import ExceptionHandlers
 from lakestate.processors.task import Task
 from lakestate.records import Record
+from lakestate.runtime import task_executor
 from lakestate.state.memory import in_memory_store
 from lakestate.testing.driver import TopologyTestDriver
 
@@ -286,7 +286,7 @@ def _model(rows: list[tuple]) -> tuple:
 
 
 def _engine(rows: list[tuple], chunk: int, monkeypatch) -> tuple:
-    monkeypatch.setattr(process, "CHUNK_RECORDS", chunk)
+    monkeypatch.setattr(task_executor, "CHUNK_RECORDS", chunk)
     task = _task(
         {
             "processing.exception.handler": "log_and_continue",
@@ -304,8 +304,8 @@ def _engine(rows: list[tuple], chunk: int, monkeypatch) -> tuple:
         "value": [text for _, text, _ in rows],
         "headers": [None] * n,
     }
-    updates = pa.table({c: pa.array([], pa.string()) for c in process.INPUT_COLUMNS[2:]})
-    reached, processed, _ = process._process_all(task, None, {}, updates, columns)
+    updates = pa.table({c: pa.array([], pa.string()) for c in task_executor.INPUT_COLUMNS[2:]})
+    reached, processed, _ = task_executor._process_all(task, None, {}, updates, columns)
     out = task.pending_output_text()
     sink = [(o.key_text, o.value_text, o.record.timestamp) for o in out if o.topic == "out"]
     letters = [o for o in out if o.topic == "app-dead-letters"]
@@ -357,9 +357,9 @@ def test_log_and_fail_in_the_engine_raises_the_one_line_for_bad_json(monkeypatch
         "value": ["1", "{oops"],
         "headers": [None, None],
     }
-    updates = pa.table({c: pa.array([], pa.string()) for c in process.INPUT_COLUMNS[2:]})
+    updates = pa.table({c: pa.array([], pa.string()) for c in task_executor.INPUT_COLUMNS[2:]})
     with pytest.raises(StreamsException) as err:
-        process._process_all(task, None, {}, updates, columns)
+        task_executor._process_all(task, None, {}, updates, columns)
     message = str(err.value)
     assert "\n" not in message
     assert re.search(r"KSTREAM-SOURCE-\d+ could not deserialize", message), message

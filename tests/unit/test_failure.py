@@ -1,7 +1,7 @@
 """engine.failure.message_of: the one message a person reads, out of wrapped errors."""
 
-from lakestate.engine.failure import message_of
 from lakestate.errors import ProcessingException, StreamsException
+from lakestate.runtime.failure import message_of
 
 LAKESTATE_LINE = (
     "node KSTREAM-MAPVALUES-0000000001 failed on record (topic 'events' partition 0 "

@@ -75,12 +75,12 @@ app = ls.App("gc-app", b.build(), {})
 def test_the_engine_processes_a_task_with_the_collector_paused(tmp_path) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
-    from lakestate.engine import process
+    from lakestate.runtime import task_executor
     from lakestate.state.base import isolation_for
 
     path = tmp_path / "gc_app.py"
     path.write_text(APP)
-    ctx = process.BatchContext(
+    ctx = task_executor.BatchContext(
         str(path),
         "gc-app",
         {"0_0": 1},
@@ -103,7 +103,7 @@ def test_the_engine_processes_a_task_with_the_collector_paused(tmp_path) -> None
             "headers": pa.array([None, None], pa.string()),
         }
     )
-    out = process.process_task(rows, ctx)
+    out = task_executor.process_task(rows, ctx)
     assert (tmp_path / "gc_app.py.seen").read_text().split() == ["off", "off"]
     assert gc.isenabled()
     assert out.filter(pc.equal(out.column("kind"), "out")).column("value").to_pylist() == [

@@ -1,4 +1,4 @@
-"""An app's instances from its config (engine/instances.py): defaults, state dirs, and a
+"""An app's instances from its config (scaleout/instances.py): defaults, state dirs, and a
 clear error naming app, instance and key for each kind of bad entry."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import lakestate as ls
 import pytest
-from lakestate.engine import instances
-from lakestate.engine.instances import Instance, instance_of, instances_of
 from lakestate.errors import StreamsException
+from lakestate.scaleout import instances
+from lakestate.scaleout.instances import Instance, instance_of, instances_of
 
 
 def _app(config: dict) -> ls.App:

@@ -1,7 +1,8 @@
 """The plan of a batch with global tables: every task reads every partition of a global
 topic from where its local store stands, before its inputs and within the same budget."""
 
-from lakestate.engine.plan import Committed, global_key, plan_tasks, split_global_key
+from lakestate.checkpoint.batch import TaskCheckpoint, global_key, split_global_key
+from lakestate.runtime.plan import plan_tasks
 from lakestate.task_id import TaskId
 
 T0, T1 = TaskId(0, 0), TaskId(0, 1)
@@ -16,7 +17,7 @@ def test_global_keys():
 
 
 def test_every_task_reads_every_global_partition_from_its_store_first():
-    committed = {T0: Committed(2, {"orders": 1}), T1: Committed(1, {"orders": 3})}
+    committed = {T0: TaskCheckpoint(2, {"orders": 1}), T1: TaskCheckpoint(1, {"orders": 3})}
     starts = {T0: {"products@0": 4, "products@1": 1}}  # T1's store holds none: from 0
     plans = plan_tasks([T0, T1], {0: ["orders"]}, committed, ENDS, 5, ["products"], starts)
     assert [(p.task, p.batch_id, p.ranges) for p in plans] == [

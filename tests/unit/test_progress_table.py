@@ -5,7 +5,7 @@ no processor metadata. delta-rs only, no Spark."""
 from __future__ import annotations
 
 import pyarrow as pa
-from lakestate.engine import progress
+from lakestate.checkpoint import progress
 from lakestate.io import delta_commits
 from lakestate.task_id import TaskId
 

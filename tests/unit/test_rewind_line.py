@@ -1,9 +1,9 @@
-"""The app's line after rewinds (engine/rewind.py): which batches a task's state comes from."""
+"""The app's line after rewinds (ops/rewind.py): which batches a task's state comes from."""
 
 from __future__ import annotations
 
-from lakestate.engine.progress import TaskProgress
-from lakestate.engine.rewind import _History
+from lakestate.checkpoint.progress import TaskProgress
+from lakestate.ops.rewind import _History
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from lakestate.engine.routing import routes, spark_hash_int
+from lakestate.runtime.routing import routes, spark_hash_int
 
 
 def test_spark_hash_of_known_ints() -> None:
@@ -21,6 +21,6 @@ def test_routes_give_each_slot_its_own_partition(n: int) -> None:
 
 
 def test_an_empty_spark_partition_yields_no_rows() -> None:
-    from lakestate.engine.process import process_partition
+    from lakestate.runtime.task_executor import process_partition
 
     assert list(process_partition(iter([]), ctx=None)) == []

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pyarrow as pa
 from lakestate import App, Deduplicated, Materialized, StreamsBuilder
-from lakestate.engine import changelog
-from lakestate.engine.process import _Rows, _state_rows, out_fields, store_kinds
+from lakestate.checkpoint import changelog
 from lakestate.processors.task import Task
 from lakestate.records import Record
+from lakestate.runtime.task_executor import _Rows, _state_rows, out_fields, store_kinds
 from lakestate.state.base import TopicPartition
 from lakestate.state.memory import in_memory_store
 

@@ -1,9 +1,9 @@
-"""engine/submit.py (the spark-submit entry point) takes ``lakestate run``'s options, with
+"""cli/submit.py (the spark-submit entry point) takes ``lakestate run``'s options, with
 explicit values for templated callers."""
 
 from __future__ import annotations
 
-from lakestate.engine.submit import build_parser
+from lakestate.cli.submit import build_parser
 
 
 def test_submit_accepts_lakestate_run_arguments() -> None:

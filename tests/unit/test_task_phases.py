@@ -1,7 +1,7 @@
 """The task phases every runtime goes through: prepare_commit hands over the transaction
 (stream time written into it), the offsets and the output; the runtime commits; post_commit
 starts the next transaction. The test driver commits locally between them; the engine's
-worker stages the prepared writes instead (engine/commit.py commits them later)."""
+worker stages the prepared writes instead (checkpoint/commit.py commits them later)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ output in the task log:
   instances or their lags changed or a probing rebalance is due; then, downstream of it and
   side by side,
 - one run task per instance of the app (``lakestate.instances`` in its config;
-  ``lakestate.engine.instances``), ``run_<name>``, on the instance's Airflow queue
+  ``lakestate.scaleout.instances``), ``run_<name>``, on the instance's Airflow queue
   (``queue=<instance queue>``: a Celery worker per instance, with its own local disk), each
   ``python -m lakestate.cli --master M run <repo>/jobs/APP.py --warehouse DIR --state-dir
   DIR --instance NAME ...``: the tasks the assignment gives that instance. The tasks are
@@ -51,7 +51,7 @@ Backfills and rewinds
     an interval, everything stamped in it has been processed once (a no-op if it was
     before); every instance's run is cut there. Param ``rewind`` (with ``confirm_rewind`` =
     the app's name) first restores the app's state and sinks to the batch before the run's
-    data interval (``lakestate.engine.rewind``, once, in the rebalance task), then every
+    data interval (``lakestate.ops.rewind``, once, in the rebalance task), then every
     instance reprocesses up to its end. See ``lakestate.airflow.operator``.
 
 The Spark master (for runs large enough to use Spark)
@@ -77,8 +77,8 @@ The run's environment (on top of the worker's own)
 The maintenance DAG
     ``make_maintenance_dag("jobs/APP.py")`` returns the app's second DAG,
     ``lakestate_<app>_maintenance``, on its own schedule (daily by default, one run at a
-    time): three Python tasks, no Spark, ``compact`` (``lakestate.engine.compaction``: the
-    changelog tables) -> ``optimize`` -> ``vacuum`` (``lakestate.engine.maintenance``: the
+    time): three Python tasks, no Spark, ``compact`` (``lakestate.ops.compaction``: the
+    changelog tables) -> ``optimize`` -> ``vacuum`` (``lakestate.ops.maintenance``: the
     changelog tables, the progress table and the topics the app writes). It runs beside
     the app's batches: nothing it commits changes data, txn versions or end offsets, and
     VACUUM keeps what the last ``vacuum_retention_hours`` (Param; default 168, 7 days)
@@ -106,7 +106,7 @@ from lakestate.airflow.operator import (
     LakestateRunOperator,
 )
 from lakestate.app import load_app
-from lakestate.engine import spark as lakestate_spark
+from lakestate.runtime import spark_session as lakestate_spark
 from lakestate.warehouse import Warehouse
 
 __all__ = [
@@ -266,7 +266,7 @@ def instance_runs(app: lakestate.App, state_dir: str) -> list[InstanceRun]:
     """The run tasks of ``app``'s DAG, one per instance in config order; ``state_dir`` is
     the state root (``LAKESTATE_STATE_DIR``). An app without ``lakestate.instances`` has one,
     ``run_batches``, in the state root itself, as before instances existed."""
-    from lakestate.engine.instances import INSTANCES_KEY, instances_of
+    from lakestate.scaleout.instances import INSTANCES_KEY, instances_of
 
     instances = instances_of(app, state_dir)  # a bad config is an import error of the DAG file
     if INSTANCES_KEY not in app.config:
@@ -390,16 +390,16 @@ def make_dag(
 
 def compact_task(warehouse: str, app: str) -> None:
     """The maintenance DAG's ``compact`` task: compaction of the app's changelog tables
-    (``lakestate.engine.maintenance.compact_changelogs``)."""
-    from lakestate.engine import maintenance
+    (``lakestate.ops.maintenance.compact_changelogs``)."""
+    from lakestate.ops import maintenance
 
     result = maintenance.compact_changelogs(Warehouse(warehouse), app)
     print(f"compact: {len(result.committed)} of {len(result.tasks)} task changelogs compacted")
 
 
 def optimize_task(warehouse: str, app: str) -> None:
-    """The maintenance DAG's ``optimize`` task (``lakestate.engine.maintenance.optimize``)."""
-    from lakestate.engine import maintenance
+    """The maintenance DAG's ``optimize`` task (``lakestate.ops.maintenance.optimize``)."""
+    from lakestate.ops import maintenance
 
     done = maintenance.optimize(Warehouse(warehouse), app)
     before, after = sum(t.files_before for t in done), sum(t.files_after for t in done)
@@ -408,7 +408,7 @@ def optimize_task(warehouse: str, app: str) -> None:
 
 def vacuum_task(warehouse: str, app: str, params: Mapping[str, Any]) -> None:
     """The maintenance DAG's ``vacuum`` task, with the run's ``vacuum_retention_hours``."""
-    from lakestate.engine import maintenance
+    from lakestate.ops import maintenance
 
     retention = timedelta(hours=int(params["vacuum_retention_hours"]))
     done = maintenance.vacuum(Warehouse(warehouse), app, retention)
@@ -439,7 +439,7 @@ def make_maintenance_dag(
     ``retries``: a task that lost a commit race to a concurrent writer retries later.
     ``is_paused_upon_creation`` as in ``make_dag``.
     """
-    from lakestate.engine.maintenance import retention_hours
+    from lakestate.ops.maintenance import retention_hours
 
     app_path = Path(app_path).resolve()
     app = load_app(app_path)  # a broken app is an import error of the DAG file
@@ -477,7 +477,7 @@ def make_maintenance_dag(
             python_callable=compact_task,
             op_kwargs=arguments,
             execution_timeout=execution_timeout,
-            doc_md="Compaction of the app's changelog tables (`lakestate.engine.compaction`).",
+            doc_md="Compaction of the app's changelog tables (`lakestate.ops.compaction`).",
         )
         optimize = PythonOperator(
             task_id="optimize",

@@ -16,12 +16,12 @@ What a DAG run does, by its type and Params (``run_arguments``):
   ``max_batches`` batches, within ``time_budget_s``, ``max_records`` per batch;
 - backfill runs (``dag_run.run_type == "backfill"``): the source records stamped before the
   run's ``data_interval_end``, in offset order, until caught up to that cut
-  (``--until-timestamp``; ``engine/cutoff.py``), whatever ``until_caught_up`` and
+  (``--until-timestamp``; ``runtime/cutoff.py``), whatever ``until_caught_up`` and
   ``max_batches`` say, with a time budget only if the run's conf gives one: a green
   backfill run has processed its interval (or found it processed before: a no-op);
 - any run with Param ``rewind`` (and ``confirm_rewind`` equal to the app's name, checked
   before anything is touched): the rebalance task first rewinds the app
-  (``lakestate.engine.rewind.rewind``) to the latest point at which no task's stream time
+  (``lakestate.ops.rewind.rewind``) to the latest point at which no task's stream time
   had reached ``data_interval_start``, once, then rebalances; every instance's run task
   then processes up to ``data_interval_end`` as a backfill run does.
 
@@ -254,7 +254,7 @@ class LakestateRebalanceOperator(LakestateCliOperator):
         self.run_command(self.command(), "rebalance")
 
     def _rewind(self, start: datetime) -> None:
-        from lakestate.engine.rewind import rewind
+        from lakestate import rewind
 
         result = rewind(
             self.warehouse,

@@ -5,7 +5,7 @@ dead-letter queue, decided in one place for the test driver and the engine.
 - log-and-fail (the default of both): the error is raised; its task's batch fails and
   commits nothing (so no dead letter either: the record is retried by the next run).
 - log-and-continue: the record is skipped as if it never arrived (the runtime undoes
-  whatever it had done: see ``Task.abort`` and engine/process.py) and becomes a dead
+  whatever it had done: see ``Task.abort`` and runtime/task_executor.py) and becomes a dead
   letter: a record of the dead-letter topic, committed exactly once with its batch, with
   the failed record's key, value and timestamp as read and the error in its headers.
 

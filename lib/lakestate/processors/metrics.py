@@ -18,7 +18,7 @@ A metric is one of two kinds, by how a processor sets it:
   second of stream time, ``record-lateness-avg`` and ``-max``; every suppress metric).
   Those totals commit, replay and restore with the task's state, so they need no adding.
 
-A replayed batch (engine/recovery.py) starts from the same previous row, so it reports the
+A replayed batch (restore/recovery.py) starts from the same previous row, so it reports the
 same counts and gets the same totals; the totals never depend on batch boundaries.
 """
 

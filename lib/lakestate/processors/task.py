@@ -289,7 +289,9 @@ class Task:
                 chunk = processor.process_chunk(chunk)
                 # What a node forwards, as its forward() calls count it one record at a time.
                 if chunk.records:
-                    self.metrics.add(NODES, processor.context.node, FORWARD_TOTAL, len(chunk.records))
+                    self.metrics.add(
+                        NODES, processor.context.node, FORWARD_TOTAL, len(chunk.records)
+                    )
         except Exception:
             # Nothing was written to the stores yet (finish_chunk does that): undo the rest.
             del self._output[output_mark:]
@@ -473,7 +475,7 @@ class Task:
         """Phase 1 of every commit, in the test driver and in the engine: hand over the
         open transaction (with the stream time written into it), ``offsets`` and the output.
         The runtime then commits (the driver: ``complete_commit`` at once; the engine's
-        worker stages the writes, and ``engine/commit.py`` commits Delta, then the local
+        worker stages the writes, and ``checkpoint/commit.py`` commits Delta, then the local
         store) and calls ``post_commit``."""
         self.transaction.set_stream_time(self.stream_time)
         committed = self._committed_metadata

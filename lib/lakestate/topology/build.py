@@ -100,7 +100,9 @@ def _copartition_groups(
                         f"invalid topology: join {join} reads source {source} from another "
                         "sub-topology; both sides of a join must be co-partitioned"
                     )
-        internal = frozenset(t for s in left + right if nodes[s].internal_topic for t in nodes[s].topics)
+        internal = frozenset(
+            t for s in left + right if nodes[s].internal_topic for t in nodes[s].topics
+        )
         groups.append(
             CopartitionGroup(
                 join,

@@ -1,0 +1,292 @@
+"""The commit protocol of a batch: the steps, in order, in one place.
+
+A batch is a set of task batches: task ``t`` processes its next offset ranges as its batch
+``b_t`` (each task numbers its own batches). The steps (the engine's runner calls
+``commit_batch`` after step 1; the test driver goes through the same task phases, see
+``processors/task.py``: ``prepare_commit`` then ``complete_commit``):
+
+1. Prepare: each task's worker processes its records against its local store, stages its
+   transaction durably beside the store (data, offsets, stream time) and hands over its
+   output rows, changelog rows and a ``TaskResult``.
+2. Record progress: one commit to the app's progress table, a row per task with its plan,
+   offsets, stream time, metrics totals (so status reads the last row only) and the tables
+   it writes, and a Delta ``txn`` per task (version: its batch). This is the fence: if another run committed one of these task batches, this
+   commit fails and the run stops having written nothing. (A task being replayed already
+   has its row: it is skipped here.)
+3. Commit the tables: one append per sink topic, repartition topic and changelog, at once,
+   each carrying the ``txn`` of every task whose rows it holds and the batch's identity in
+   its metadata. A table that already holds a task's batch (a replay) gets none of that
+   task's rows. When all have succeeded the batch is complete.
+4. Complete: each task's local store applies its staged transaction (data, offsets, stream
+   time and batch marker in one RocksDB write batch).
+
+A crash between steps is repaired by the next run (``recovery.py``): after step 2 the
+batch is replayed from its progress rows (same ranges, same state, so the same rows), and
+tables that hold it skip it; after step 3 the staged transaction is applied (or the store
+catches up from the changelog). Before step 2 nothing durable happened: the batch is
+planned afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lakestate.checkpoint import changelog, faults, progress, task_dir
+from lakestate.checkpoint.layout import AppLayout
+from lakestate.errors import TaskMigratedException
+from lakestate.io import delta_commits, logtable
+from lakestate.state.base import IsolationLevel
+from lakestate.task_id import TaskId
+
+# Tables of one batch committed at once (step 3).
+COMMIT_THREADS = 4
+
+
+class BatchRefused(TaskMigratedException):
+    """The batch's progress commit failed (another run committed one of its task batches
+    first, or a fence moved): nothing of the batch was committed, its staged transactions
+    are discarded."""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a task's worker hands over in step 1."""
+
+    task: TaskId
+    batch_id: int
+    ranges: dict[str, tuple[int, int]]
+    offsets: dict[str, int]  # every input's next offset after the batch
+    stream_time: int
+    records: int
+    # The task's metrics totals after the batch: its previous progress row's plus the
+    # batch's counts, its values replacing theirs (lakestate.processors.metrics.accumulate).
+    metrics: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> partition -> n
+    stores: tuple[str, ...] = ()  # stores with changelog rows
+    processor_metadata: dict[str, int] = field(default_factory=dict)
+
+
+def tables_of(layout: AppLayout, result: TaskResult) -> tuple[str, ...]:
+    """The tables a task's batch writes, relative to the warehouse: topics it output to,
+    changelogs it changed."""
+    wh = layout.warehouse
+    topics = [wh.topic_path(t) for t, per in sorted(result.outputs.items()) if any(per.values())]
+    stores = [layout.changelog_path(s) for s in sorted(result.stores)]
+    return tuple(wh.relative(p) for p in topics + stores)
+
+
+def commit_batch(
+    layout: AppLayout,
+    run_id: str,
+    results: list[TaskResult],
+    rows: pa.Table,
+    replayed: set[TaskId],
+    state_dir: str,
+    isolation: IsolationLevel,
+    fences: Mapping[str, int] | None = None,
+) -> None:
+    """Steps 2-4 for the task batches ``results`` (step 1 done); ``rows`` is the processing
+    output (kind ``out`` and ``state`` rows of every task). ``fences``: txn versions the
+    progress commit checks and carries (``progress.record``). A progress commit that fails
+    (TaskMigratedException: another run got there first, or a fence moved) discards the
+    batch's staged transactions: nothing of the batch is left anywhere."""
+    app = layout.app.name
+    batches = {r.task: r.batch_id for r in results}
+    identity = {
+        "app": app,
+        "run_id": run_id,
+        "batches": {str(t): b for t, b in sorted(batches.items())},
+    }
+    at = progress.now_ms()
+
+    first = min(batches.values())
+    faults.maybe_fail("before_progress", first)
+
+    # 2. Record progress (the fence).
+    fresh = [r for r in results if r.task not in replayed]
+    if fresh:
+        try:
+            _record(layout, run_id, results, replayed, identity, at, fences)
+        except TaskMigratedException as exc:
+            for r in results:
+                task_dir.discard_staged(state_dir, app, r.task)
+            raise BatchRefused(str(exc)) from exc
+    faults.maybe_fail("after_progress", first)
+
+    # 3. Commit the tables, at once.
+    writes: list[tuple[str, Callable[[], None] | None]] = []
+    out = rows.filter(pc.equal(rows.column("kind"), "out"))
+    for topic in sorted(layout.outputs):
+        counts = {
+            r.task: r.outputs[topic] for r in results if any(r.outputs.get(topic, {}).values())
+        }
+        write = None
+        if counts:
+            topic_rows = out.filter(pc.equal(out.column("topic"), topic))
+            write = _bind(_append_topic, layout, topic, topic_rows, counts, batches, identity)
+        writes.append((f"after_sink:{topic}", write))
+    state = rows.filter(pc.equal(rows.column("kind"), "state"))
+    for store in sorted({s for r in results for s in r.stores}):
+        store_tasks = {r.task: r.batch_id for r in results if store in r.stores}
+        store_rows = state.filter(pc.equal(state.column("store"), store))
+        write = _bind(_append_changelog, layout, store, store_rows, store_tasks, identity)
+        writes.append((f"after_changelog:{store}", write))
+    _run_all(writes, first)
+    faults.maybe_fail("after_tables", first)
+
+    # 4. Complete: the local stores commit.
+    for index, r in enumerate(sorted(results, key=lambda r: r.task)):
+        store = task_dir.open_task_store(state_dir, app, r.task, isolation)
+        try:
+            task_dir.apply_staged(store, state_dir, app, r.task, r.batch_id)
+        finally:
+            store.close()
+        if index == 0:
+            faults.maybe_fail("mid_local_commit", first)
+
+
+def _record(
+    layout: AppLayout,
+    run_id: str,
+    results: list[TaskResult],
+    replayed: set[TaskId],
+    identity: dict,
+    at: int,
+    fences: Mapping[str, int] | None,
+) -> None:
+    """Step 2: the progress rows of the task batches not being replayed."""
+    progress.record(
+        layout.progress_path,
+        layout.app.name,
+        [
+            progress.TaskProgress(
+                r.task,
+                r.batch_id,
+                run_id,
+                at,
+                r.ranges,
+                r.offsets,
+                r.stream_time,
+                r.records,
+                tables_of(layout, r),
+                r.metrics,
+                r.processor_metadata,
+            )
+            for r in results
+            if r.task not in replayed
+        ],
+        identity,
+        fences=fences,
+    )
+
+
+def _bind(fn: Callable[..., None], *args: Any) -> Callable[[], None]:
+    return lambda: fn(*args)
+
+
+def _not_held(table, app: str, batches: Mapping[TaskId, int]) -> dict[TaskId, int]:
+    """The task batches ``table`` does not hold yet."""
+    held = delta_commits.txn_versions(table, app, list(batches))
+    return {t: b for t, b in batches.items() if held[t] < b}
+
+
+def _task_mask(rows: pa.Table, tasks: set[TaskId]) -> pa.Array:
+    subs = rows.column("sub").to_numpy(zero_copy_only=False)
+    parts = rows.column("task").to_numpy(zero_copy_only=False)
+    mask = np.zeros(len(subs), dtype=bool)
+    for t in tasks:
+        mask |= (subs == t.subtopology) & (parts == t.partition)
+    return pa.array(mask)
+
+
+def _append_changelog(
+    layout: AppLayout, store: str, rows: pa.Table, batches: dict[TaskId, int], identity: dict
+) -> None:
+    app = layout.app.name
+    path = layout.changelog_path(store)
+    table = delta_commits.open_table(path)
+    todo = _not_held(table, app, batches)
+    if not todo:
+        return
+    if len(todo) < len(batches):
+        rows = rows.filter(_task_mask(rows, set(todo)))
+    kind = layout.app.topology.stores[store].kind
+    data = changelog.batch_rows(kind, rows, {t.partition: b for t, b in todo.items()})
+    delta_commits.append(table, data, app, todo, identity)
+
+
+def _append_topic(
+    layout: AppLayout,
+    topic: str,
+    rows: pa.Table,
+    counts: dict[TaskId, dict[int, int]],
+    batches: dict[TaskId, int],
+    identity: dict,
+) -> None:
+    """Append the batch's records of ``topic``: after each partition's end, in task order,
+    each task's records in the order it emitted them (``pseq`` numbers them per partition)."""
+    app = layout.app.name
+    wh = layout.warehouse
+    path = wh.topic_path(topic)
+    with logtable.append_lock(wh, topic):
+        table = delta_commits.open_table(path)
+        todo = _not_held(table, app, {t: batches[t] for t in counts})
+        if not todo:
+            return
+        if len(todo) < len(counts):
+            rows = rows.filter(_task_mask(rows, set(todo)))
+        ends = logtable.end_offsets_of(wh, topic, layout.outputs[topic])
+        bases: dict[tuple[int, int, int], int] = {}
+        next_offset = dict(ends)
+        for task in sorted(todo):
+            for p, n in sorted(counts[task].items()):
+                bases[(task.subtopology, task.partition, p)] = next_offset[p]
+                next_offset[p] += n
+        subs = rows.column("sub").to_pylist()
+        parts = rows.column("task").to_pylist()
+        targets = rows.column("partition").to_pylist()
+        base = np.fromiter(
+            (bases[k] for k in zip(subs, parts, targets, strict=True)),
+            dtype=np.int64,
+            count=len(subs),
+        )
+        offsets = base + rows.column("pseq").to_numpy(zero_copy_only=False)
+        data = pa.table(
+            {
+                "partition": rows.column("partition").cast(pa.int32()),
+                "offset": pa.array(offsets, pa.int64()),
+                "timestamp": rows.column("timestamp").cast(pa.int64()),
+                "key": rows.column("key"),
+                "value": rows.column("value"),
+                "headers": rows.column("headers"),
+            },
+            schema=logtable.LOG_ARROW_SCHEMA,
+        )
+        metadata = dict(identity)
+        metadata[logtable.ENDS_METADATA_KEY] = {str(p): n for p, n in sorted(next_offset.items())}
+        version = delta_commits.append(table, data, app, todo, metadata)
+        logtable.remember_ends(wh, topic, version, next_offset)
+
+
+def _run_all(writes: list[tuple[str, Callable[[], None] | None]], batch_id: int) -> None:
+    """Run the writes at once, each followed by its fault point; wait for all, then raise
+    the first failure (the batch stays incomplete: the next run replays it). Under fault
+    injection they run one after another, so that a kill after table X leaves exactly the
+    tables before X written."""
+
+    def run(point: str, write: Callable[[], None] | None) -> None:
+        if write is not None:
+            write()
+        faults.maybe_fail(point, batch_id)
+
+    workers = 1 if faults.active() else COMMIT_THREADS
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="commit") as pool:
+        futures = [pool.submit(run, point, write) for point, write in writes]
+    for future in futures:
+        future.result()

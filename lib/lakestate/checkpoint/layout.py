@@ -1,0 +1,238 @@
+"""Where an app's records and state live: its topics, tasks and tables in the warehouse."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from lakestate.app import App
+from lakestate.checkpoint import changelog, progress
+from lakestate.errors import StreamsException
+from lakestate.io import delta_commits, logtable
+from lakestate.processors.exception_handlers import DEAD_LETTER_QUEUE_TOPIC, ExceptionHandlers
+from lakestate.task_id import TaskId
+from lakestate.topology import copartition
+from lakestate.topology.graph import SubTopology, internal_topic_name
+from lakestate.warehouse import Warehouse
+
+
+@dataclass(frozen=True)
+class AppLayout:
+    """The app's sub-topologies resolved against the warehouse.
+
+    ``inputs``: sub-topology -> its input topics (real names) in input order.
+    ``task_counts``: sub-topology -> number of tasks (the most partitions of its inputs).
+    ``outputs``: every topic the app writes -> its partition count.
+    ``global_topics``: the global tables' topics, which every task reads whole.
+    """
+
+    app: App
+    warehouse: Warehouse
+    inputs: dict[int, list[str]]
+    task_counts: dict[int, int]
+    outputs: dict[str, int]
+    partitions: dict[str, int]  # every topic the app reads or writes -> partition count
+    global_topics: tuple[str, ...] = ()
+
+    @property
+    def progress_path(self) -> str:
+        return self.warehouse.progress_path(self.app.name)
+
+    def changelog_path(self, store: str) -> str:
+        return self.warehouse.changelog_path(self.app.name, store)
+
+    def tasks(self) -> list[TaskId]:
+        return [
+            TaskId(sub, p) for sub in sorted(self.task_counts) for p in range(self.task_counts[sub])
+        ]
+
+    def stores_of(self, sub: int) -> tuple[str, ...]:
+        return self.app.topology.subtopologies[sub].stores
+
+    def tables_of(self, sub: int) -> list[str]:
+        """Every table a task of ``sub`` may write: its output topics (the dead-letter
+        topic included) and changelogs."""
+        sinks = self.app.topology.subtopologies[sub]
+        topics = list(sinks.sink_topics) + [
+            internal_topic_name(self.app.name, s) for s in sinks.repartition_sinks
+        ]
+        dead_letters = ExceptionHandlers.from_config(
+            self.app.config, self.app.name
+        ).dead_letter_topic
+        if dead_letters is not None and dead_letters not in topics:
+            topics.append(dead_letters)
+        return [self.warehouse.topic_path(t) for t in topics] + [
+            self.changelog_path(s) for s in self.stores_of(sub)
+        ]
+
+
+def prepare(app: App, warehouse: Warehouse) -> AppLayout:
+    """Resolve topics and tasks; create the app's repartition and sink topics, changelog
+    tables and progress table if they do not exist yet. Everything goes through delta-rs:
+    no JVM."""
+    check_format(warehouse, app.name)
+    dead_letters = _dead_letter_topic_name(app)  # refused before anything is created
+    topology = app.topology
+    inputs: dict[int, list[str]] = {}
+    task_counts: dict[int, int] = {}
+    outputs: dict[str, int] = {}
+    partitions: dict[str, int] = {}
+
+    def real(topic: str) -> str:
+        return internal_topic_name(app.name, topic) if topic in internal else topic
+
+    internal = {s for sub in topology.subtopologies for s in sub.repartition_sources}
+    groups = topology.copartition_groups
+    # A join's sides must be co-partitioned (Kafka's CopartitionedTopicsEnforcer): checked
+    # on the input topics before anything is created or committed.
+    known = {
+        real(t): logtable.partitions(None, warehouse, real(t))
+        for g in groups
+        for t in g.topics
+        if logtable.topic_exists(None, warehouse, real(t))
+    }
+    for group in groups:
+        copartition.check(group, known, real)
+    for sub in _writers_first(topology.subtopologies):
+        names = list(sub.source_topics) + [
+            internal_topic_name(app.name, s) for s in sub.repartition_sources
+        ]
+        counts = []
+        for topic in names:
+            what = f"input topic {topic!r} of sub-topology {sub.id}"
+            partitions[topic] = _read_topic(app, warehouse, topic, what)
+            counts.append(partitions[topic])
+        inputs[sub.id] = names
+        task_counts[sub.id] = max(counts)
+        # Sinks and repartition topics get as many partitions as the tasks writing them.
+        for topic in list(sub.sink_topics) + [
+            internal_topic_name(app.name, s) for s in sub.repartition_sinks
+        ]:
+            if not logtable.topic_exists(None, warehouse, topic):
+                # A repartition topic feeding a join gets the other side's partition count.
+                count = task_counts[sub.id]
+                for group in groups:
+                    if any(real(t) == topic for t in group.topics):
+                        count = copartition.external_count(group, partitions, real) or count
+                logtable.create_topic(warehouse, topic, count)
+            outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
+    for group in groups:  # a repartition topic made earlier with another count, too
+        copartition.check(group, partitions, real)
+    global_topics = tuple(g.topic for g in topology.global_tables)
+    for topic in global_topics:
+        what = f"the topic {topic!r} of a global table"
+        partitions[topic] = _read_topic(app, warehouse, topic, what)
+    if dead_letters is not None:
+        _ensure_dead_letter_topic(warehouse, dead_letters, task_counts)
+        count = logtable.partitions(None, warehouse, dead_letters)
+        outputs[dead_letters] = partitions[dead_letters] = count
+    for name, spec in topology.stores.items():
+        if not spec.is_global:
+            changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
+    progress.ensure_table(warehouse.progress_path(app.name), app.name)
+    return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions, global_topics)
+
+
+def _dead_letter_topic_name(app: App) -> str | None:
+    """The app's dead-letter topic (processors/exception_handlers.py); None when no handler
+    continues. An unknown handler, or a dead-letter topic the app reads, is refused."""
+    try:
+        topic = ExceptionHandlers.from_config(app.config, app.name).dead_letter_topic
+    except StreamsException as exc:
+        raise StreamsException(f"app {app.name}: {exc}") from None
+    if topic is None:
+        return None
+    topology = app.topology
+    read = {t for sub in topology.subtopologies for t in sub.source_topics}
+    read |= {
+        internal_topic_name(app.name, t)
+        for sub in topology.subtopologies
+        for t in sub.repartition_sources
+    }
+    read |= {g.topic for g in topology.global_tables}
+    if topic in read:
+        raise StreamsException(
+            f"app {app.name}: the dead-letter topic {topic!r} "
+            f"({DEAD_LETTER_QUEUE_TOPIC}) is one of the app's inputs; name another topic"
+        )
+    return topic
+
+
+def _ensure_dead_letter_topic(
+    warehouse: Warehouse, topic: str, task_counts: dict[int, int]
+) -> None:
+    """Create the dead-letter topic if missing, with as many partitions as the app's widest
+    sub-topology has tasks. It is one more sink of every task: committed in step 3 with the
+    task's txn like the others."""
+    if logtable.topic_exists(None, warehouse, topic):
+        _check_columns(warehouse, topic)
+    else:
+        logtable.create_topic(warehouse, topic, max(task_counts.values(), default=1))
+
+
+def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:
+    """Sub-topologies ordered so that each comes after those writing its repartition
+    topics (a join's sub-topology may have a lower id than the one repartitioning its
+    stream), so each input exists when its readers are resolved."""
+    writers = {t: sub.id for sub in subtopologies for t in sub.repartition_sinks}
+    by_id = {sub.id: sub for sub in subtopologies}
+    ordered: list[SubTopology] = []
+    done: set[int] = set()
+
+    def visit(sub: SubTopology, path: set[int]) -> None:
+        if sub.id in done or sub.id in path:
+            return
+        for topic in sub.repartition_sources:
+            if topic in writers:
+                visit(by_id[writers[topic]], path | {sub.id})
+        done.add(sub.id)
+        ordered.append(sub)
+
+    for sub in subtopologies:
+        visit(sub, set())
+    return ordered
+
+
+def check_format(warehouse: Warehouse, app: str) -> None:
+    """Refuse an app folder in lakestate's first state format: reading it as this format
+    would silently miss its state."""
+    old = warehouse.old_format_path(app)
+    if warehouse.is_local and os.path.isdir(os.path.join(old, "_delta_log")):
+        raise StreamsException(
+            f"app {app}: {warehouse.app_path(app)} holds state in lakestate's first format "
+            f"(a batch log at {old} and MERGE-written state tables), which this version does "
+            f"not read. Convert it once with `lakestate convert {app}` (its state and "
+            "committed offsets become format 2; the old tables are kept aside), or rebuild "
+            f"state from the topics: move {warehouse.app_path(app)} away and rerun the app "
+            "(it reprocesses every input from offset 0, so its sinks get every record again)."
+        )
+
+
+def end_offsets(layout: AppLayout, topic: str) -> dict[int, int]:
+    """End offsets of one of the app's topics (no Spark job)."""
+    return logtable.end_offsets_of(layout.warehouse, topic, layout.partitions[topic])
+
+
+def _read_topic(app: App, warehouse: Warehouse, topic: str, what: str) -> int:
+    """The partition count of a topic the app reads (``what`` names it in errors), which
+    must exist with a log table's columns."""
+    if not logtable.topic_exists(None, warehouse, topic):
+        raise StreamsException(
+            f"app {app.name}: {what} does not exist in {warehouse.root}; "
+            f"create it with `lakestate produce {topic} FILE`"
+        )
+    _check_columns(warehouse, topic)
+    return logtable.partitions(None, warehouse, topic)
+
+
+def _check_columns(warehouse: Warehouse, topic: str) -> None:
+    table = delta_commits.open_table(warehouse.topic_path(topic))
+    columns = {f.name for f in table.schema().fields}
+    # The Arrow schema, not LOG_SCHEMA: that one imports pyspark (a run may need no JVM).
+    expected = logtable.LOG_ARROW_SCHEMA
+    missing = [f.name for f in expected if f.name not in columns]
+    if missing:
+        raise StreamsException(
+            f"topic {topic!r} at {warehouse.topic_path(topic)} is not a log table: it has no "
+            f"column {', '.join(missing)} (expected {', '.join(f'{f.name} {f.type}' for f in expected)})"
+        )

@@ -1,0 +1,5 @@
+"""``python -m lakestate.cli``: the ``lakestate`` command."""
+
+from lakestate.cli.main import entrypoint
+
+entrypoint()

@@ -1,0 +1,234 @@
+"""What the Airflow plugin shows of an app's scale-out: ``assignment_view(warehouse, app)``.
+
+Read without a JVM, through delta-rs: the generations (``assign.history``, the
+``_assignment`` table), the instances' lag reports (``engine.reports``, the ``_instances``
+table) and the progress table (``engine.status``: each task's last complete batch, its
+committed offsets and the topics' end offsets). The api-server holds no local store, so an
+instance's lag on a task is its newest report's ``local_offsets`` against the offsets
+committed now (``reports.lag_of``, as the rebalance computes it).
+
+Warmup progress: the share of the task's committed offsets the warmup's store holds
+(``held_pct``: 100 once it holds the last complete batch), its lag now, and its lag when
+it became the task's warmup (``lag_at_assignment``: the lag that generation was computed
+from; None: it held no store then). An instance is caught up on a task when its lag is at most
+``acceptable.recovery.lag``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lakestate.assign import history as generations_table
+from lakestate.read.status import TaskStatus, app_status
+from lakestate.scaleout import lag_reports as reports_table
+from lakestate.task_id import TaskId
+from lakestate.topology.graph import Topology
+from lakestate.warehouse import Warehouse
+
+__all__ = ["DEFAULT_ACCEPTABLE_RECOVERY_LAG", "app_summary", "assignment_view", "held_pct"]
+
+#: Kafka's default ``acceptable.recovery.lag`` (records).
+DEFAULT_ACCEPTABLE_RECOVERY_LAG = 10000
+#: Generations listed in a view's history, newest first.
+HISTORY_LIMIT = 20
+
+
+def app_summary(warehouse: Warehouse, app: str) -> dict[str, Any]:
+    """One line of the apps list: the app's latest generation (None: never assigned), when
+    and why it was computed, its instances and how many tasks it assigns."""
+    latest = generations_table.latest(warehouse, app)
+    if latest is None:
+        return {"app": app, "generation": None, "at_ms": None, "reason": None,
+                "instances": [], "tasks": 0}  # fmt: skip
+    return {
+        "app": app,
+        "generation": latest.number,
+        "at_ms": latest.at_ms,
+        "reason": latest.reason,
+        "instances": latest.instance_names,
+        "tasks": len(latest.assignment.active),
+    }
+
+
+def held_pct(local_offsets: Mapping[str, int] | None, committed: Mapping[str, int]) -> float | None:
+    """The share (percent, one decimal) of ``committed`` (offsets per input topic) that a
+    store holding ``local_offsets`` has: None for no store, 100 when nothing is committed."""
+    if local_offsets is None:
+        return None
+    total = sum(committed.values())
+    if total == 0:
+        return 100.0
+    held = sum(min(end, int(local_offsets.get(key, 0))) for key, end in committed.items())
+    return round(100.0 * held / total, 1)
+
+
+def _committed(task: TaskStatus, global_topics: set[str]) -> dict[str, int]:
+    """Per input topic of the task its committed offset, keyed as a report's
+    ``local_offsets`` (global topics left out: every instance restores them, whoever owns
+    the task)."""
+    return {
+        i.topic: i.committed
+        for i in task.inputs
+        if i.topic not in global_topics and i.partition == task.task.partition
+    }
+
+
+def _summary(
+    generation: generations_table.Generation, before: generations_table.Generation | None
+) -> dict[str, Any]:
+    """A generation as the history lists it: when, why, for which instances, and the tasks
+    whose active instance changed from the generation before."""
+    a = generation.assignment
+    previous = before.assignment.active if before is not None else {}
+    return {
+        "generation": generation.number,
+        "reason": generation.reason,
+        "at_ms": generation.at_ms,
+        "probing_rebalance_needed": a.probing_rebalance_needed,
+        "instances": list(generation.instances),
+        "tasks": len(a.active),
+        "moved": [str(t) for t in sorted(a.active) if before and previous.get(t) != a.active[t]],
+        "warmups": sum(len(w) for w in a.warmup.values()),
+        "standbys": sum(len(s) for s in a.standby.values()),
+    }
+
+
+def _warmup_since(
+    history: list[generations_table.Generation], task: TaskId, instance: str
+) -> generations_table.Generation:
+    """The generation since which ``instance`` has been a warmup of ``task`` without a
+    break (``history``: oldest first; the latest's, if it became one there)."""
+    since = history[-1]
+    for generation in reversed(history[:-1]):
+        if instance not in generation.assignment.warmup.get(task, ()):
+            break
+        since = generation
+    return since
+
+
+def assignment_view(
+    warehouse: Warehouse,
+    app: str,
+    topology: Topology | None = None,
+    acceptable_recovery_lag: int = DEFAULT_ACCEPTABLE_RECOVERY_LAG,
+    history_limit: int = HISTORY_LIMIT,
+) -> dict[str, Any]:
+    """The app's assignment as the plugin's page and JSON show it (JSON-ready).
+
+    ``generation``: the latest generation's number (None: never assigned; every run then
+    owns every task, as one instance does), with its ``reason``, ``at_ms``,
+    ``probing_rebalance_needed``; ``history``: the generations newest first (at most
+    ``history_limit``), each with its instances and the tasks whose active changed
+    (``moved``); ``tasks``: per task (of ``topology``'s sub-topologies when given, of the
+    progress rows, the generation and the reports) its ``active``, ``warmup`` and
+    ``standby`` instances, its last complete batch (``last_batch``, ``last_commit_at_ms``),
+    ``pending_batch``, ``input_lag`` (end offsets minus committed), ``committed_offsets``,
+    and ``instances``: per instance assigned the task or reporting on it, its ``role`` in
+    the latest generation ("none" if not assigned), ``lag`` now, ``caught_up``,
+    ``held_pct``, and its newest report's ``local_batch``, ``reported_at_ms``,
+    ``reported_generation``, ``reported_role``; a warmup also ``warmup_since`` (a
+    generation) and ``lag_at_assignment``. ``instances``: per instance (the latest
+    generation's, then any other that reported) ``configured`` (in the latest generation),
+    ``queue``, ``capacity``, its active/warmup/standby task counts and
+    ``last_report_at_ms``.
+    """
+    history = generations_table.history(warehouse, app)
+    newest = reports_table.latest_by_instance(warehouse, app)
+    status = app_status(warehouse, app, None, topology)
+    latest = history[-1] if history else None
+    assignment = latest.assignment if latest is not None else None
+
+    global_topics = {g.topic for g in topology.global_tables} if topology is not None else set()
+    global_topics |= {
+        i.topic for t in status.tasks for i in t.inputs if i.partition != t.task.partition
+    }
+    by_task = {t.task: t for t in status.tasks}
+    task_ids = sorted(
+        set(by_task)
+        | (set(assignment.active) if assignment else set())
+        | {t for by in newest.values() for t in by}
+    )
+    configured = latest.instance_names if latest is not None else []
+    names = configured + sorted(set(newest) - set(configured))
+
+    tasks = []
+    for task in task_ids:
+        found = by_task.get(task)
+        committed = _committed(found, global_topics) if found is not None else {}
+        active = assignment.active.get(task) if assignment else None
+        warmup = sorted(assignment.warmup.get(task, ())) if assignment else []
+        standby = sorted(assignment.standby.get(task, ())) if assignment else []
+        per_instance = []
+        for name in names:
+            role = (
+                "active" if name == active
+                else "warmup" if name in warmup
+                else "standby" if name in standby
+                else "none"
+            )  # fmt: skip
+            report = newest.get(name, {}).get(task)
+            if role == "none" and report is None:
+                continue
+            local = report.local_offsets if report is not None else None
+            lag = reports_table.lag_of(local, committed)
+            entry: dict[str, Any] = {
+                "instance": name,
+                "role": role,
+                "lag": lag,
+                "caught_up": None if lag is None else lag <= acceptable_recovery_lag,
+                "held_pct": held_pct(local, committed),
+                "local_batch": report.local_batch if report else None,
+                "reported_at_ms": report.at_ms if report else None,
+                "reported_generation": report.generation if report else None,
+                "reported_role": report.role if report else None,
+            }
+            if role == "warmup":
+                since = _warmup_since(history, task, name)
+                entry["warmup_since"] = since.number
+                entry["lag_at_assignment"] = since.lags.get(name, {}).get(task)
+            per_instance.append(entry)
+        tasks.append(
+            {
+                "task": str(task),
+                "active": active,
+                "warmup": warmup,
+                "standby": standby,
+                "last_batch": found.batch if found else 0,
+                "last_commit_at_ms": found.committed_at_ms if found else None,
+                "pending_batch": found.pending_batch if found else None,
+                "input_lag": found.lag if found else None,
+                "committed_offsets": committed,
+                "instances": per_instance,
+            }
+        )
+
+    described = {i["name"]: i for i in latest.instances} if latest is not None else {}
+    instances = [
+        {
+            "name": name,
+            "configured": name in described,
+            "queue": described.get(name, {}).get("queue"),
+            "capacity": described.get(name, {}).get("capacity"),
+            "active": sum(1 for t in tasks if t["active"] == name),
+            "warmup": sum(1 for t in tasks if name in t["warmup"]),
+            "standby": sum(1 for t in tasks if name in t["standby"]),
+            "last_report_at_ms": max(
+                (r.at_ms for r in newest.get(name, {}).values()), default=None
+            ),
+        }
+        for name in names
+    ]
+    summaries = [_summary(g, history[i - 1] if i else None) for i, g in enumerate(history)]
+    return {
+        "app": app,
+        "generation": latest.number if latest is not None else None,
+        "reason": latest.reason if latest is not None else None,
+        "at_ms": latest.at_ms if latest is not None else None,
+        "probing_rebalance_needed": bool(assignment and assignment.probing_rebalance_needed),
+        "acceptable_recovery_lag": acceptable_recovery_lag,
+        "instances": instances,
+        "tasks": tasks,
+        "history": summaries[::-1][:history_limit],
+        "unresolved_subtopologies": status.unresolved,
+    }

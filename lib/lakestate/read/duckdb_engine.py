@@ -1,0 +1,71 @@
+"""The DuckDB engine of ``lakestate sql``: the warehouse's views (``inspect.views``, the
+same definitions Spark registers) over Arrow datasets that delta-rs reads at the pinned
+table versions, queried in process by DuckDB. No JVM, and no pyspark import.
+
+DuckDB scans each dataset itself, so a query's filters and columns reach the Parquet
+files (a store's pin prunes its changelog by the ``task`` partition). Tables are read
+through delta-rs, not DuckDB's own ``delta`` extension (which is downloaded on first
+use). The query is Spark SQL: ``spark_dialect`` transpiles it and gives DuckDB Spark's
+functions and behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import duckdb
+from deltalake import DeltaTable
+from lakestate.read import spark_dialect
+from lakestate.read.result import Result
+from lakestate.read.views import View, pinned_app, views, views_named
+from lakestate.warehouse import Warehouse
+
+__all__ = ["connect", "register", "sql"]
+
+
+def quote(name: str) -> str:
+    """``name`` as a DuckDB identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection that speaks Spark SQL (``spark_dialect.install``)."""
+    con = duckdb.connect(":memory:")
+    spark_dialect.install(con)
+    return con
+
+
+def register(con: duckdb.DuckDBPyConnection, found: Iterable[View]) -> list[str]:
+    """Create ``found`` as views of ``con``, each over its Delta table read by delta-rs at
+    the view's version. Returns their names."""
+    names = []
+    for i, view in enumerate(found):
+        dataset = DeltaTable(view.path.removeprefix("file://"), version=view.version)
+        dataset = dataset.to_pyarrow_dataset()
+        source = f"_lakestate_source_{i}"
+        con.register(source, dataset)
+        select = view.select(source, dataset.schema.names, quote)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {quote(view.name)} AS {select}")
+        names.append(view.name)
+    return names
+
+
+def sql(
+    warehouse: Warehouse, query: str, batch: int | None = None, limit: int | None = None
+) -> Result:
+    """Run ``query`` (Spark SQL) over the warehouse's views that it names; ``batch`` pins
+    the one app it names (as ``inspect.sql``). At most ``limit`` rows. ValueError for a
+    query DuckDB refuses, with its message."""
+    batch_app = pinned_app(warehouse, query, batch)
+    con = connect()
+    try:
+        register(con, views(warehouse, batch, batch_app, views_named(warehouse, query)))
+        try:
+            cursor = con.execute(spark_dialect.to_duckdb(query))
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchall() if limit is None else cursor.fetchmany(max(limit, 0))
+        except duckdb.Error as e:
+            raise ValueError(str(e)) from None
+        return Result(columns, rows)
+    finally:
+        con.close()

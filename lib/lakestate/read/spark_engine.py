@@ -1,0 +1,62 @@
+"""The Spark SQL engine of ``lakestate sql --engine spark`` and of Spark users: the views
+``read.views`` defines, registered as Spark temporary views and read as DataFrames."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from lakestate.checkpoint.standing import app_pin
+from lakestate.read.views import View, _store_pin, pinned_app, view_name, views, views_named
+from lakestate.warehouse import Warehouse
+from pyspark.sql import DataFrame, SparkSession
+
+
+def _spark_quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _spark_frame(spark: SparkSession, view: View) -> DataFrame:
+    reader = spark.read.format("delta")
+    if view.version is not None:
+        reader = reader.option("versionAsOf", view.version)
+    table = reader.load(view.path)
+    if view.pin is None:
+        return table
+    # The table is handed to spark.sql as a DataFrame argument, named {source} in the text.
+    return spark.sql(view.select("{source}", table.columns, _spark_quote), source=table)
+
+
+def state_frame(
+    spark: SparkSession, warehouse: Warehouse, app: str, store: str, batch: int | None = None
+) -> DataFrame:
+    """A store's current state as a DataFrame (pinned as ``register_views`` pins it): the
+    helper for plain Spark SQL users."""
+    path = warehouse.changelog_path(app, store)
+    pin = _store_pin(app, app_pin(warehouse, app, batch), path)
+    return _spark_frame(spark, View(view_name(f"{app}__{store}"), path, pin.version, pin))
+
+
+def register_views(
+    spark: SparkSession,
+    warehouse: Warehouse,
+    batch: int | None = None,
+    batch_app: str | None = None,
+    only: Collection[str] | None = None,
+) -> dict[str, str]:
+    """Register ``views(warehouse, batch, batch_app, only)`` as Spark temporary views.
+    Returns view -> table path."""
+    registered: dict[str, str] = {}
+    for view in views(warehouse, batch, batch_app, only):
+        _spark_frame(spark, view).createOrReplaceTempView(view.name)
+        registered[view.name] = view.path
+    return registered
+
+
+def sql(
+    spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
+) -> DataFrame:
+    """Run ``query`` on Spark over the warehouse's views (those it names are registered);
+    ``batch`` pins the one app it names."""
+    batch_app = pinned_app(warehouse, query, batch)
+    register_views(spark, warehouse, batch, batch_app, views_named(warehouse, query))
+    return spark.sql(query)

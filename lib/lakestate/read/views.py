@@ -1,0 +1,251 @@
+"""What users ask of a warehouse: SQL over every topic and store, and an app's status.
+
+A store's SQL view is its current state: per task and key, the changelog row with the
+highest ``batch_id`` up to the task's pinned batch, tombstones removed. All stores of an app
+are pinned together: each task at its last complete batch (or at ``batch`` when given, if
+it got that far). The raw changelog is registered beside it (``<app>__<store>__changelog``),
+read at the same table version, so both answer the same until they are registered again.
+
+What each view holds is decided here once (``views``: which tables, at which versions, and
+for a store's state the SQL that selects it, ``View.select``); the engines only read the
+tables and run that SQL: Spark (``lakestate.read.spark_engine``) and DuckDB
+(``lakestate.read.duckdb_engine``), so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from lakestate.assign.history import assignment_path
+from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, compaction_txn_id
+from lakestate.checkpoint.standing import AppPin, app_pin
+from lakestate.io import delta_commits
+from lakestate.read.status import format_time
+from lakestate.scaleout.lag_reports import reports_path
+from lakestate.warehouse import Warehouse
+
+CHANGELOG_SUFFIX = "__changelog"
+# An app's scale-out tables, as views <app>__<suffix>.
+ASSIGNMENT_VIEW = "assignment"
+INSTANCES_VIEW = "instances"
+
+
+def view_name(name: str) -> str:
+    """The SQL name of a table: ``-`` and ``.`` become ``_`` so names need no quoting
+    (topic ``event-counts`` is ``event_counts``; store ``counts`` of app ``demo`` is
+    ``demo__counts``)."""
+    return name.replace("-", "_").replace(".", "_")
+
+
+@dataclass(frozen=True)
+class _StorePin:
+    """How a store's changelog is read at an app pin: at table ``version`` (the one the pin
+    was checked at), its rows that meet ``condition`` (SQL). ``snapshot_only`` is True when
+    every task is pinned at exactly the batch its rows were compacted through, so no row of
+    the pin lies in a tail and those rows are the state as they are."""
+
+    version: int
+    condition: str
+    snapshot_only: bool
+
+
+def _store_pin(app: str, pin: AppPin, changelog_path: str) -> _StorePin:
+    """The pin of one store. A pin before the batch a task's rows were compacted through
+    cannot be answered: ValueError."""
+    subs = pin.writers.get(changelog_path, set())
+    table = pin.tables.get(changelog_path) or delta_commits.open_table(changelog_path)
+    pinned = {t: b for t, b in sorted(pin.batches.items()) if t.subtopology in subs}
+    snapshot_only = True
+    for task, batch in pinned.items():
+        compacted = table.transaction_version(compaction_txn_id(app, task)) or 0
+        if batch < compacted:
+            raise ValueError(
+                f"{changelog_path}: task {task} was compacted through batch {compacted}, so "
+                f"its state as of batch {batch} is gone from the changelog; query batch "
+                f"{compacted} or later (or read an older table version with Delta time travel)"
+            )
+        snapshot_only = snapshot_only and batch == compacted
+    if not pinned:
+        return _StorePin(table.version(), "false", True)
+    # The partition filter prunes the files of tasks outside the pin.
+    tasks = f"task IN ({', '.join(str(t.partition) for t in pinned)})"
+    if snapshot_only:
+        # A task's snapshot rows hold its state as of the batch compacted through (its
+        # compaction replaced every row of batches up to there, and its later batches'
+        # rows are not snapshot rows), so the batch condition is implied.
+        conditions = [tasks, *_snapshot_conditions(table, [t.partition for t in pinned])]
+        return _StorePin(table.version(), " AND ".join(conditions), True)
+    cases = " ".join(f"WHEN {t.partition} THEN {b}" for t, b in pinned.items())
+    return _StorePin(table.version(), f"{tasks} AND batch_id <= CASE task {cases} END", False)
+
+
+def _snapshot_conditions(table: DeltaTable, partitions: list[int]) -> list[str]:
+    """What selects the live snapshot rows of tasks ``partitions``: not a tail row, not a
+    tombstone (a snapshot keeps one when all its keys are deleted); each left out when the
+    statistics of the tasks' files show that no row fails it."""
+    adds = pa.table(table.get_add_actions(flatten=True))
+    if adds.num_rows == 0:
+        return []
+    mine = adds.filter(
+        pc.is_in(
+            adds.column("partition.task"),
+            pa.array(partitions, pa.int64()).cast(adds.column("partition.task").type),
+        )
+    ).to_pylist()
+    tails = [f.get("null_count." + SNAPSHOT_COLUMN) for f in mine]
+    tombstones = [
+        0 if tail is not None and tail == f.get("num_records") else f.get("null_count.raw_value")
+        for f, tail in zip(mine, tails, strict=True)
+    ]
+    conditions = []
+    if any(n is None or n > 0 for n in tails):
+        conditions.append(f"{SNAPSHOT_COLUMN} IS NOT NULL")
+    if any(n is None or n > 0 for n in tombstones):
+        conditions.append("raw_value IS NOT NULL")
+    return conditions
+
+
+def state_sql(
+    source: str, pin: _StorePin, columns: Sequence[str], quote: Callable[[str], str]
+) -> str:
+    """The current state of a store as one SELECT over ``source`` (its changelog read at
+    ``pin.version``, with ``columns``), in SQL that Spark and DuckDB both run (``quote``
+    quotes a column name for the engine): per task and key, the row with the highest
+    batch_id up to the pin, unless a tombstone. Rows compaction wrote (``snapshot_through``
+    set) hold one row per key and are older than every other row of their task, so they
+    need no ranking: a snapshot row stands unless a newer row of its key follows it (an
+    anti-join with the tail's keys); only the tail since the last compaction is ranked.
+    When the pin has no tail (every task pinned at its compaction), the pin's rows are the
+    state as they are."""
+    pinned = f"SELECT * FROM {source} WHERE {pin.condition}"
+    if pin.snapshot_only:
+        return pinned
+    listed = ", ".join(quote(c) for c in columns)
+    return (
+        f"WITH pinned AS ({pinned}), "
+        f"tail AS (SELECT * FROM pinned WHERE {SNAPSHOT_COLUMN} IS NULL), "
+        "ranked AS (SELECT *, row_number() OVER "
+        "(PARTITION BY task, raw_key ORDER BY batch_id DESC) AS _lakestate_rank FROM tail) "
+        f"SELECT {listed} FROM pinned AS s WHERE s.{SNAPSHOT_COLUMN} IS NOT NULL "
+        "AND s.raw_value IS NOT NULL AND NOT EXISTS "
+        "(SELECT 1 FROM tail AS t WHERE t.task = s.task AND t.raw_key = s.raw_key) "
+        f"UNION ALL SELECT {listed} FROM ranked "
+        "WHERE _lakestate_rank = 1 AND raw_value IS NOT NULL"
+    )
+
+
+@dataclass(frozen=True)
+class View:
+    """A view of the warehouse: its SQL ``name``, the Delta table at ``path`` it reads (at
+    table ``version``; None: the newest), and for a store's current state the ``pin``
+    that selects its rows (None: the table as it is: a topic, a raw changelog)."""
+
+    name: str
+    path: str
+    version: int | None = None
+    pin: _StorePin | None = None
+
+    def select(self, source: str, columns: Sequence[str], quote: Callable[[str], str]) -> str:
+        """The view as one SELECT over ``source``, the table read at ``version`` (with
+        ``columns``); ``quote`` quotes a column name for the engine running it."""
+        if self.pin is None:
+            return f"SELECT * FROM {source}"
+        return state_sql(source, self.pin, columns, quote)
+
+
+def views(
+    warehouse: Warehouse,
+    batch: int | None = None,
+    batch_app: str | None = None,
+    only: Collection[str] | None = None,
+) -> list[View]:
+    """Every topic (by name), every store (``<app>__<store>``, its state, and
+    ``<app>__<store>__changelog``) and an app's scale-out tables as they are
+    (``<app>__assignment``: every generation, a row per task; ``<app>__instances``: the
+    instances' lag reports), or only the views named in ``only`` (any case); ``batch`` pins
+    app ``batch_app`` only. ValueError for a batch that cannot be read."""
+    wanted = None if only is None else {n.lower() for n in only}
+
+    def registers(name: str) -> bool:
+        return wanted is None or name.lower() in wanted
+
+    found: list[View] = []
+    for topic in warehouse.list_topics():
+        if registers(view_name(topic)):
+            found.append(View(view_name(topic), warehouse.topic_path(topic)))
+    for app in warehouse.list_apps():
+        tables = [(t, view_name(f"{app}__{t.store}")) for t in warehouse.list_state_tables(app)]
+        states = [(t, n) for t, n in tables if registers(n)]
+        changelogs = [(t, n) for t, n in tables if registers(n + CHANGELOG_SUFFIX)]
+        pin = None
+        if states or (app == batch_app and changelogs):
+            pin = app_pin(warehouse, app, batch if app == batch_app else None)
+        store_pins = {t.path: _store_pin(app, pin, t.path) for t, _ in states}
+        for table, name in changelogs:
+            # Read at the version its state view is pinned at, so both answer the same.
+            version = store_pins[table.path].version if table.path in store_pins else None
+            found.append(View(name + CHANGELOG_SUFFIX, table.path, version))
+        for table, name in states:
+            store_pin = store_pins[table.path]
+            found.append(View(name, table.path, store_pin.version, store_pin))
+        for suffix, path in (
+            (ASSIGNMENT_VIEW, assignment_path(warehouse, app)),
+            (INSTANCES_VIEW, reports_path(warehouse, app)),
+        ):
+            name = view_name(f"{app}__{suffix}")
+            if registers(name) and delta_commits.table_exists(path):
+                found.append(View(name, path))
+    return found
+
+
+def pinned_app(warehouse: Warehouse, query: str, batch: int | None) -> str | None:
+    """The app whose stores ``--batch`` pins: the one app ``query`` names (None without a
+    batch); ValueError when it names none or several."""
+    if batch is None:
+        return None
+    named = apps_named(warehouse, query)
+    if len(named) != 1:
+        raise ValueError(
+            f"--batch {batch} applies to one app, but the query names the stores of "
+            + (", ".join(named) if named else "none")
+        )
+    return named[0]
+
+
+def views_named(warehouse: Warehouse, query: str) -> set[str]:
+    """The names of the warehouse's views that ``query`` names (as whole words, in any
+    case)."""
+    names = [view_name(t) for t in warehouse.list_topics()]
+    for app in warehouse.list_apps():
+        for table in warehouse.list_state_tables(app):
+            name = view_name(f"{app}__{table.store}")
+            names += [name, name + CHANGELOG_SUFFIX]
+        names += [view_name(f"{app}__{s}") for s in (ASSIGNMENT_VIEW, INSTANCES_VIEW)]
+    return {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", query, re.IGNORECASE)}
+
+
+def apps_named(warehouse: Warehouse, query: str) -> list[str]:
+    """The apps whose store views ``query`` names."""
+    text = query.lower()
+    return [
+        app
+        for app in warehouse.list_apps()
+        if re.search(rf"\b{re.escape(view_name(app).lower())}__\w", text)
+    ]
+
+
+__all__ = [
+    "View",
+    "apps_named",
+    "format_time",
+    "pinned_app",
+    "state_sql",
+    "view_name",
+    "views",
+    "views_named",
+]

@@ -1,0 +1,637 @@
+"""Processing one task's share of a batch, inside a Spark worker.
+
+Runs the same Task and processors as the test driver against the task's local store, stages
+the resulting transaction beside the store, and returns rows for the driver to commit:
+``out`` rows (records for sink and repartition topics, in emission order), ``state`` rows
+(the task's state changes, one per changed key, with the store's typed columns in a struct
+column per store kind, so that they reach the Delta table without a JSON round trip) and one
+``task`` row (offsets reached, stream time, metrics).
+
+Global tables: a task's rows also hold the new records of every global table's topic (all
+partitions, ``input_index`` ``GLOBAL_INPUT``), which it puts into its global stores, in its
+own transaction, before it processes its inputs: the global stores live in the task's local
+store, commit with it and have no changelog (the global topic is their record).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from lakestate.app import App, load_app
+from lakestate.checkpoint import changelog, task_dir
+from lakestate.checkpoint.batch import global_key, split_global_key
+from lakestate.errors import ProcessingException, SerializationException, StreamsException
+from lakestate.io.partitioner import partitions_of_texts
+from lakestate.processors.exception_handlers import RecordFailure
+from lakestate.processors.gc_pause import cyclic_gc_paused
+from lakestate.processors.task import Output, Task
+from lakestate.records import Record
+from lakestate.state.base import IsolationLevel, TopicPartition
+from lakestate.state.constants import RESERVED_NAMESPACES
+from lakestate.state.registry import open_view, view_class
+from lakestate.state.serde import loads as serde_loads
+from lakestate.task_id import TaskId
+
+# The columns of a batch's input rows: the task (sub-topology, partition), which of the
+# task's inputs (GLOBAL_INPUT: a global table's topic), and the log table's record.
+INPUT_COLUMNS = (
+    "sub",
+    "task",
+    "input_index",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "key",
+    "value",
+    "headers",
+)
+# One table for every kind of row a task returns: "out" (a record for a sink or repartition
+# topic; pseq numbers it within its topic partition), "state" (a changed store entry; its
+# typed columns in the struct column ``state_column(kind)``) and "task" (offsets reached,
+# stream time, metrics, output counts: JSON in ``info``). Columns a kind does not use are null.
+OUT_FIELDS = (
+    ("kind", pa.string()),
+    ("sub", pa.int32()),
+    ("task", pa.int32()),
+    ("seq", pa.int64()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("pseq", pa.int64()),
+    ("timestamp", pa.int64()),
+    ("key", pa.string()),
+    ("value", pa.string()),
+    ("headers", pa.string()),
+    ("store", pa.string()),
+    ("raw_key", pa.binary()),
+    ("raw_value", pa.binary()),
+    ("info", pa.string()),
+)
+# The Spark DDL type of each Arrow type the out rows use.
+_DDL_TYPES = {
+    pa.string(): "string",
+    pa.int64(): "bigint",
+    pa.int32(): "int",
+    pa.float64(): "double",
+    pa.bool_(): "boolean",
+    pa.binary(): "binary",
+}
+# Decoded keys are reused across the records of a batch (a few thousand keys usually carry
+# most records); only immutable ones, and only this many.
+_KEY_CACHE_LIMIT = 100_000
+_IMMUTABLE = frozenset((str, int, bool, float, type(None)))
+# Records a task takes at once when its processors take chunks (see Task.process_chunk).
+CHUNK_RECORDS = 50_000
+_MISSING = object()
+GLOBAL_INPUT = -1
+
+_apps: dict[str, App] = {}
+
+
+def store_kinds(app: App) -> list[str]:
+    return sorted({store.kind for store in app.topology.stores.values()})
+
+
+def out_fields(kinds: list[str]) -> tuple[tuple[str, pa.DataType], ...]:
+    """The out rows' columns for an app whose stores are of ``kinds``."""
+    typed = []
+    for kind in kinds:
+        try:
+            fields = changelog.typed_fields(kind)
+        except ValueError as exc:
+            raise StreamsException(str(exc)) from None
+        typed.append((changelog.struct_column(kind), pa.struct(fields)))
+    return OUT_FIELDS + tuple(typed)
+
+
+def out_schema(kinds: list[str]) -> str:
+    """``out_fields(kinds)`` as the Spark DDL schema of the batch's processing output."""
+    columns = []
+    for name, type_ in out_fields(kinds):
+        if pa.types.is_struct(type_):
+            inner = ", ".join(f"`{f.name}`: {_DDL_TYPES[f.type]}" for f in type_)
+            columns.append(f"`{name}` struct<{inner}>")
+        else:
+            columns.append(f"`{name}` {_DDL_TYPES[type_]}")
+    return ", ".join(columns)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """Everything a worker needs, shipped with the function (small and picklable)."""
+
+    app_path: str
+    app_name: str
+    batches: dict[str, int]  # task id -> the task's batch
+    state_dir: str
+    isolation: IsolationLevel
+    topic_partitions: dict[str, int]  # output topic -> partition count
+    starts: dict[str, dict[str, int]]  # task id -> input topic -> first offset of the batch
+    # task id -> the run whose progress row records the batch, staged with it (recovery
+    # applies a staged batch only for the row of the same run)
+    run_ids: dict[str, str] = field(default_factory=dict)
+
+
+def _app(path: str) -> App:
+    # Load the app module in the worker itself: its lambdas need not be picklable.
+    app = _apps.get(path)
+    if app is None:
+        app = _apps[path] = load_app(path)
+    return app
+
+
+def _texts(columns: dict[str, list], i: int) -> tuple[str | None, str | None, str | None]:
+    """Row ``i``'s key, value and headers as read."""
+    return columns["key"][i], columns["value"][i], columns["headers"][i]
+
+
+def _bad_json(task: Task, columns: dict[str, list], i: int) -> RecordFailure:
+    """The failure of row ``i``, whose key, value or headers is not valid JSON."""
+    texts = _texts(columns, i)
+    for what, text in zip(("key", "value", "headers"), texts, strict=True):
+        if text is None:
+            continue
+        try:
+            json.loads(text)
+        except (TypeError, ValueError) as exc:
+            return task.deserialization_failure(
+                exc, columns["topic"][i], columns["offset"][i], columns["timestamp"][i], texts, what
+            )
+    raise StreamsException(f"row {i} could not be decoded")  # not reached
+
+
+def _decoded_headers(text: str | None) -> Any:
+    try:
+        return None if text is None else json.loads(text)
+    except ValueError:
+        return None
+
+
+def _in_order(columns: dict[str, list]) -> list[int]:
+    """Row indices of one task's records: each input in offset order; across inputs, the
+    input whose next record has the lowest timestamp goes first (ties: input order), like
+    Kafka's PartitionGroup."""
+    offsets, inputs, timestamps = columns["offset"], columns["input_index"], columns["timestamp"]
+    by_input: dict[int, list[int]] = {}
+    for i, index in enumerate(inputs):
+        by_input.setdefault(index, []).append(i)
+    queues = [sorted(rows, key=offsets.__getitem__) for _, rows in sorted(by_input.items())]
+    if len(queues) == 1:
+        return queues[0]
+    order = []
+    heap = [(timestamps[q[0]], inputs[q[0]], 0, n) for n, q in enumerate(queues) if q]
+    heapq.heapify(heap)
+    while heap:
+        _, _, pos, n = heapq.heappop(heap)
+        order.append(queues[n][pos])
+        if pos + 1 < len(queues[n]):
+            nxt = queues[n][pos + 1]
+            heapq.heappush(heap, (timestamps[nxt], inputs[nxt], pos + 1, n))
+    return order
+
+
+def process_partition(
+    batches: Iterator[pa.RecordBatch], ctx: BatchContext
+) -> Iterator[pa.RecordBatch]:
+    """Process the records of one Spark partition: every task they belong to, one task
+    at a time, in task order (a partition usually holds one task)."""
+    received = list(batches)
+    table = pa.Table.from_batches(received) if received else None
+    if table is None or table.num_rows == 0:
+        return  # an empty partition (Spark may pass no batch at all)
+    sub_column, task_column = table.column("sub"), table.column("task")
+    tasks = sorted(set(zip(sub_column.to_pylist(), task_column.to_pylist(), strict=True)))
+    for sub, partition in tasks:
+        if len(tasks) == 1:
+            records = table
+        else:
+            mask = pc.and_(pc.equal(sub_column, sub), pc.equal(task_column, partition))
+            records = table.filter(mask)
+        yield from process_task(records, ctx).to_batches()
+
+
+def process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
+    """Process the batch's records of one task (all rows share ``sub`` and ``task``), with
+    the cyclic garbage collector paused (see processors/gc_pause.py)."""
+    with cyclic_gc_paused():
+        return _process_task(records, ctx)
+
+
+def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
+    sub = records.column("sub")[0].as_py()
+    partition = records.column("task")[0].as_py()
+    is_global = pc.equal(records.column("input_index"), GLOBAL_INPUT)
+    updates = records.filter(is_global)
+    records = records.filter(pc.invert(is_global))
+    columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
+    del records  # the columns above are what is needed: free the Arrow buffers early
+    task_id = str(TaskId(sub, partition))
+    batch_id = ctx.batches[task_id]
+    app = _app(ctx.app_path)
+    global_topics = [g.topic for g in app.topology.global_tables]
+    store = task_dir.open_task_store(ctx.state_dir, ctx.app_name, task_id, ctx.isolation)
+    try:
+        held = store.committed_offsets()
+        for topic, start in ctx.starts[task_id].items():
+            split = split_global_key(topic, global_topics)
+            tp = TopicPartition(*split) if split else TopicPartition(topic, partition)
+            if held.get(tp, 0) != start:
+                raise StreamsException(
+                    f"local store of task {task_id} holds offset {held.get(tp, 0)} of "
+                    f"{topic!r}, but batch {batch_id} starts at {start}: recovery must run "
+                    "before processing"
+                )
+        task: Task | None = None
+        # The global stores read and write the task's open transaction (bound late: the
+        # task, made below, opens it).
+        global_views = {
+            g.store: open_view(
+                g.store,
+                app.topology.stores[g.store].kind,
+                app.topology.stores[g.store].options,
+                lambda: task.transaction,
+            )
+            for g in app.topology.global_tables
+        }
+        task = Task(app.topology, sub, partition, store, app.config, app.name, global_views)
+        reached, processed, global_reached = _process_all(task, app, global_views, updates, columns)
+        del updates, columns
+        offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
+        for key, o in global_reached.items():
+            offsets[TopicPartition(*split_global_key(key, global_topics))] = o
+        reached.update(global_reached)
+        for offset_tp, offset in store.committed_offsets().items():
+            offsets.setdefault(offset_tp, offset)
+        # Step 1 of the commit (checkpoint/commit.py): the task hands over its transaction,
+        # which is staged durably beside the store, and its output.
+        prepared = task.prepare_commit(offsets)
+        writes = prepared.writes()
+        task_dir.stage(
+            ctx.state_dir,
+            ctx.app_name,
+            task_id,
+            batch_id,
+            writes,
+            prepared.offsets,
+            ctx.run_ids.get(task_id),
+        )
+        rows = _Rows(out_fields(store_kinds(app)))
+        counts = _output_rows(rows, prepared.output, sub, partition, ctx)
+        task.close()
+        stores = _state_rows(rows, app, writes, sub, partition)
+        info = {
+            "outputs": {topic: sum(per.values()) for topic, per in counts.items()},
+            "output_partitions": {
+                topic: {str(p): n for p, n in per.items()} for topic, per in counts.items()
+            },
+            "reached": reached,
+            "processed": processed,
+            "stream_time": task.stream_time,
+            "processor_metadata": task.processor_metadata,
+            "metrics": task.metrics.report(),
+            "stores": stores,
+        }
+        rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
+    finally:
+        store.close()
+    return rows.table()
+
+
+def _process_all(
+    task: Task, app: App, global_views: dict[str, Any], updates: pa.Table, columns: dict
+) -> tuple[dict[str, int], int, dict[str, int]]:
+    """The global updates, then the task's records; returns the offsets reached per input,
+    the records processed and the offsets reached per global partition.
+
+    A record that fails is handled as its handler says (processors/exception_handlers.py):
+    log-and-fail raises its one-line error (the batch commits nothing). Log-and-continue
+    skips it as if it never arrived: one that could not be decoded touched nothing and is
+    skipped where it stands; one that failed in processing may have written state, forwarded
+    output or moved in-memory processor state, so the task aborts its transaction (back to
+    the batch's start: the engine opens a task per batch) and processes the batch again
+    with every failed record skipped. A failure costs one replay of the records before it
+    in its task's batch. The dead letters are emitted once the batch went through."""
+    failures: dict[int, RecordFailure] = {}
+    order = _in_order(columns)
+    while True:
+        global_reached = _apply_global_updates(app, global_views, updates)
+        reached, processed, failed = _process_records(task, columns, order, failures)
+        if failed is None:
+            break
+        row, failure = failed
+        failures[row] = failure
+        task.abort()
+    if failures:
+        position = {row: n for n, row in enumerate(order)}
+        for row in sorted(failures, key=position.__getitem__):
+            task.dead_letter(failures[row], _decoded_headers(columns["headers"][row]))
+    return reached, processed, global_reached
+
+
+def _apply_global_updates(app: App, views: dict[str, Any], updates: pa.Table) -> dict[str, int]:
+    """Put the batch's records of the global tables' topics into the task's global stores
+    (each topic's partitions in turn, each in offset order; a null key is skipped, a null
+    value deletes, as Kafka's global store update); returns the next offset reached per
+    ``global_key``. A global record that cannot be decoded always fails the batch (a dead
+    letter per task reading it would repeat it; the record stays in its topic)."""
+    if updates.num_rows == 0:
+        return {}
+    columns = {name: updates.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
+    topics, partitions, offsets = columns["topic"], columns["partition"], columns["offset"]
+    decode = _Decoder(columns)
+    reached: dict[str, int] = {}
+    for g in app.topology.global_tables:
+        rows = sorted(
+            (i for i, topic in enumerate(topics) if topic == g.topic),
+            key=lambda i: (partitions[i], offsets[i]),
+        )
+        view = views[g.store]
+        for i, record in zip(rows, decode.many(rows), strict=True):
+            if record.key is not None:
+                view.put(record.key, record.value, record.timestamp)
+            reached[global_key(g.topic, partitions[i])] = offsets[i] + 1
+    return reached
+
+
+def _process_records(
+    task: Task, columns: dict[str, list], order: list[int], failures: dict[int, RecordFailure]
+) -> tuple[dict[str, int], int, tuple[int, RecordFailure] | None]:
+    """Run the rows of ``order`` through the task until done or a commit is needed
+    (KIP-892: the uncommitted bound forces the commit there), skipping the rows of
+    ``failures`` (they count as processed: their offsets are behind the batch). A task that
+    reads one topic through a chain of chunk-capable processors takes them in chunks, which
+    shrink near the bound so that it is checked about as often as record by record would.
+    Returns the offset reached per input topic, the number of records processed, and the
+    row that failed in processing and its failure, if one did and its handler continues
+    (the caller then undoes the attempt and starts again); a row that cannot be decoded is
+    added to ``failures`` here. Log-and-fail raises the failure's error."""
+    topics, offsets = columns["topic"], columns["offset"]
+    decode = _Decoder(columns, task, failures)
+    reached: dict[str, int] = {}
+    processed = 0
+    position = 0
+    single_topic = len(set(topics)) == 1
+    while position < len(order):
+        topic = topics[order[position]]
+        if single_topic and task.can_process_chunks(topic):
+            rows = order[position : position + _chunk_length(task)]
+            good, records = decode.good(rows)
+            chunk_offsets = [offsets[i] for i in good]
+            if task.process_chunk(topic, chunk_offsets, records):
+                reached[topic] = offsets[rows[-1]] + 1
+                processed += len(rows)
+                position += len(rows)
+                if task.commit_needed():
+                    break
+                continue
+            # A record of the chunk failed: one by one, up to it, raises its error.
+            todo = zip(good, records, strict=True)
+            done = set(good)
+            # Rows of the chunk that were skipped are passed over on the way.
+            steps = [(i, None) if i not in done else next(todo) for i in rows]
+        else:
+            i = order[position]
+            good, records = decode.good([i])
+            steps = [(i, records[0] if good else None)]
+        for i, record in steps:
+            offset = offsets[i]
+            if record is not None:
+                try:
+                    task.process(topic, offset, record)
+                except (ProcessingException, SerializationException) as exc:
+                    failure = task.failure(exc, topic, offset, record, _texts(columns, i))
+                    if not task.continues(failure):
+                        raise
+                    return reached, processed, (i, failure)
+            reached[topic] = offset + 1
+            processed += 1
+            position += 1
+            if record is not None and task.commit_needed():
+                return reached, processed, None
+    return reached, processed, None
+
+
+def _chunk_length(task: Task) -> int:
+    """Records for the next chunk: up to CHUNK_RECORDS, fewer as the open transaction
+    nears statestore.uncommitted.max.* (a record adds a few entries and some bytes)."""
+    txn = task.transaction
+    room_entries = task.max_uncommitted_records - txn.approximate_num_uncommitted_entries()
+    room_bytes = task.max_uncommitted_bytes - txn.approximate_num_uncommitted_bytes()
+    return max(1, min(CHUNK_RECORDS, room_entries // 4, room_bytes // 1024))
+
+
+class _Decoder:
+    """Row index -> Record, decoding the JSON of key, value and headers (keys cached).
+    With a task, rows that cannot be decoded are its deserialization failures (``good``);
+    without, they fail the batch."""
+
+    def __init__(
+        self,
+        columns: dict[str, list],
+        task: Task | None = None,
+        failures: dict[int, RecordFailure] | None = None,
+    ) -> None:
+        self.columns = columns
+        self.task = task
+        self.failures = {} if failures is None else failures
+        self.keys, self.values = columns["key"], columns["value"]
+        self.headers, self.timestamps = columns["headers"], columns["timestamp"]
+        self.key_cache: dict[str, Any] = {}
+
+    def __call__(self, i: int) -> Record:
+        return self.many([i])[0]
+
+    def good(self, rows: list[int]) -> tuple[list[int], list[Record]]:
+        """The rows of ``rows`` that are not known failures and decode, and their records.
+        A row that does not decode is a failure: its handler raises (log-and-fail) or it is
+        added to the failures (log-and-continue)."""
+        failures = self.failures
+        if failures:
+            rows = [i for i in rows if i not in failures]
+        try:
+            return rows, self.many(rows)
+        except _Undecodable:
+            pass
+        good, records = [], []
+        for i in rows:
+            try:
+                records.append(self.many([i])[0])
+            except _Undecodable:
+                failure = _bad_json(self.task, self.columns, i)
+                if not self.task.continues(failure):
+                    raise SerializationException(failure.message) from None
+                failures[i] = failure
+                continue
+            good.append(i)
+        return good, records
+
+    def many(self, rows: list[int]) -> list[Record]:
+        """The records of rows ``rows``, in that order."""
+        loads, cache, missing = serde_loads, self.key_cache, _MISSING
+        keys, values, headers, timestamps = self.keys, self.values, self.headers, self.timestamps
+        records = []
+        append = records.append
+        i = -1
+        try:
+            for i in rows:
+                key_text = keys[i]
+                if key_text is None:
+                    key = None
+                else:
+                    key = cache.get(key_text, missing)
+                    if key is missing:
+                        key = loads(key_text)
+                        if type(key) in _IMMUTABLE and len(cache) < _KEY_CACHE_LIMIT:
+                            cache[key_text] = key
+                value_text = values[i]
+                header_text = headers[i]
+                append(
+                    Record(
+                        key,
+                        None if value_text is None else loads(value_text),
+                        timestamps[i],
+                        None if header_text is None else loads(header_text),
+                    )
+                )
+        except (TypeError, ValueError):
+            if self.task is not None:
+                raise _Undecodable(i) from None
+            raise StreamsException(_global_bad_json(self.columns, i)) from None
+        return records
+
+
+class _Undecodable(Exception):
+    """Row ``args[0]`` could not be decoded."""
+
+
+def _global_bad_json(columns: dict[str, list], i: int) -> str:
+    for what in ("key", "value", "headers"):
+        text = columns[what][i]
+        try:
+            json.loads(text) if text is not None else None
+        except (TypeError, ValueError) as exc:
+            return (
+                f"{what} is not valid JSON in topic {columns['topic'][i]!r} partition "
+                f"{columns['partition'][i]} offset {columns['offset'][i]} (a global table's "
+                f"topic; the batch commits nothing): {type(exc).__name__}: {exc}"
+            )
+    return f"row {i} of a global table's topic could not be decoded"
+
+
+class _Rows:
+    """The rows a task returns, gathered by kind as column lists, built into one Arrow
+    table (columns a kind does not use are null)."""
+
+    def __init__(self, fields: tuple[tuple[str, pa.DataType], ...] = OUT_FIELDS) -> None:
+        self.fields = fields
+        self.schema = pa.schema([pa.field(name, type_) for name, type_ in fields])
+        self.parts: list[tuple[int, dict[str, Any]]] = []
+
+    def add(self, n: int, **columns: Any) -> None:
+        """``n`` rows: each column a list of ``n`` values or one value for all of them."""
+        if n:
+            self.parts.append((n, columns))
+
+    def table(self) -> pa.Table:
+        tables = []
+        for n, columns in self.parts:
+            arrays = []
+            for name, type_ in self.fields:
+                values = columns.get(name)
+                if values is None:
+                    arrays.append(pa.nulls(n, type_))
+                elif isinstance(values, list):
+                    arrays.append(pa.array(values, type_))
+                else:
+                    arrays.append(pa.repeat(pa.scalar(values, type_), n))
+            tables.append(pa.Table.from_arrays(arrays, schema=self.schema))
+        if not tables:
+            return self.schema.empty_table()
+        return pa.concat_tables(tables)
+
+
+def _output_rows(
+    rows: _Rows, output: list[Output], sub: int, partition: int, ctx: BatchContext
+) -> dict[str, dict[int, int]]:
+    """Add the task's output records; returns their count per topic and partition."""
+    counts: dict[str, dict[int, int]] = {}
+    topics = [o.topic for o in output]
+    targets = [0] * len(output)
+    by_topic: dict[str, list[int]] = {}
+    for i, topic in enumerate(topics):
+        rows_of = by_topic.get(topic)
+        if rows_of is None:
+            rows_of = by_topic[topic] = []
+        rows_of.append(i)
+    for topic, rows_of in by_topic.items():
+        found = partitions_of_texts(
+            [output[i].partition_text for i in rows_of], ctx.topic_partitions[topic]
+        )
+        for i, target in zip(rows_of, found, strict=True):
+            targets[i] = target
+    pseqs = []
+    for topic, target in zip(topics, targets, strict=True):
+        per_topic = counts.get(topic)
+        if per_topic is None:
+            per_topic = counts[topic] = {}
+        pseq = per_topic.get(target, 0)
+        per_topic[target] = pseq + 1
+        pseqs.append(pseq)
+    rows.add(
+        len(output),
+        kind="out",
+        sub=sub,
+        task=partition,
+        seq=list(range(len(output))),
+        topic=topics,
+        partition=targets,
+        pseq=pseqs,
+        timestamp=[o.record.timestamp for o in output],
+        key=[o.key_text for o in output],
+        value=[o.value_text for o in output],
+        headers=[o.headers_text for o in output],
+    )
+    return counts
+
+
+def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:
+    """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
+    for a store kind's index-only entries); returns the stores that have rows."""
+    per_store: dict[str, tuple[list, list, list, list]] = {}
+    kinds: dict[str, Any] = {}  # namespace -> its StoreKind
+    global_stores = {g.store for g in app.topology.global_tables}  # no changelog
+    for seq, (namespace, raw_key, raw_value) in enumerate(writes):
+        if namespace in RESERVED_NAMESPACES or namespace in global_stores:
+            continue
+        kind = kinds.get(namespace)
+        if kind is None:
+            kind = kinds[namespace] = view_class(app.topology.stores[namespace].kind)
+        if kind.is_index_only(raw_key):
+            continue
+        columns = per_store.get(namespace)
+        if columns is None:
+            columns = per_store[namespace] = ([], [], [], [])
+        seqs, raw_keys, raw_values, typed = columns
+        seqs.append(seq)
+        raw_keys.append(raw_key)
+        raw_values.append(raw_value)
+        typed.append(None if raw_value is None else kind.changelog_row(raw_key, raw_value))
+    for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
+        rows.add(
+            len(seqs),
+            kind="state",
+            sub=sub,
+            task=partition,
+            seq=seqs,
+            store=namespace,
+            raw_key=raw_keys,
+            raw_value=raw_values,
+            **{changelog.struct_column(app.topology.stores[namespace].kind): typed},
+        )
+    return sorted(per_store)

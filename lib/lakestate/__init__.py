@@ -16,7 +16,7 @@ from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
-from lakestate.dsl.windows import SessionWindows, TimeWindows
+from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.errors import (
     InvalidStateStoreException,
     ProcessingException,
@@ -47,6 +47,7 @@ __all__ = [
     "SerializationException",
     "SessionWindowedKStream",
     "SessionWindows",
+    "SlidingWindows",
     "StreamsBuilder",
     "StreamsException",
     "Suppressed",

@@ -50,7 +50,8 @@ class Change:
 @dataclass(frozen=True, slots=True, order=True)
 class Window:
     """A time window: ``start`` inclusive, ``end`` exclusive, epoch ms (Kafka's ``Window``;
-    a session window's end is its last record's timestamp, inclusive, as in Kafka)."""
+    a session window's end is its last record's timestamp, inclusive, and a sliding
+    window's end is inclusive too, as in Kafka)."""
 
     start: int
     end: int

@@ -21,6 +21,7 @@ from scenario import (
     Buffer,
     Params,
     SessionWindowedParams,
+    SlidingWindowedParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -140,6 +141,19 @@ def session_windowed_aggregate(params: SessionWindowedParams) -> ls.Topology:
     return builder.build()
 
 
+def sliding_windowed_aggregate(params: SlidingWindowedParams) -> ls.Topology:
+    windows_cls = _require("SlidingWindows", params.kind)
+    difference = _ms(params.time_difference)
+    if params.grace is None:
+        windows = windows_cls.of_time_difference_with_no_grace(difference)
+    else:
+        windows = windows_cls.of_time_difference_and_grace(difference, _ms(params.grace))
+    builder = ls.StreamsBuilder()
+    table = _aggregated(_grouped(builder).windowed_by(windows), params.aggregation)
+    _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 def _joined(left: Any, right: Any) -> str:
     return f"{'null' if left is None else left}|{'null' if right is None else right}"
 
@@ -178,6 +192,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     AggregateParams.kind: aggregate,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,
+    SlidingWindowedParams.kind: sliding_windowed_aggregate,
     StreamTableJoinParams.kind: stream_table_join,
     TableTableJoinParams.kind: table_table_join,
 }

@@ -5,8 +5,9 @@ Windows and grace periods are a few milliseconds, so random timestamps cross bou
 often; on top of that, a third of the records are put exactly on one: a window's end + grace
 - 1 and end + grace (the last stream time at which the window is open, the first at which
 it is closed), a window's last millisecond, a window end + grace at the current stream time
-(a record just in time or just too late), a session gap's edge (merge or not), and a
-suppression time limit's edge.
+(a record just in time or just too late), a session gap's edge (merge or not), a sliding
+window's edges (a record time difference d from another, or d + 1; its left or right
+window closing; the early records' window [0, d]), and a suppression time limit's edge.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from scenario import (
     Params,
     Scenario,
     SessionWindowedParams,
+    SlidingWindowedParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -100,6 +102,26 @@ def session_boundaries(gap: int, grace: int) -> Boundaries:
     return candidates
 
 
+def sliding_boundaries(difference: int, grace: int) -> Boundaries:
+    """Sliding windows of time difference d: a record d or d + 1 from a recent one (in its
+    left or right window, or just out), the same time or one apart; a record whose left
+    window (or a recent record's left or right window) closes at the stream time or one
+    later; the early records' window [0, d] and its edge."""
+
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        d = difference
+        out = [t + s for t in recent for s in (0, 1, -1, d, d + 1, -d, -d - 1, 2 * d + 1)]
+        close = stream_time - grace
+        out += [close - d - 1, close - d, close - d + 1]  # its own left window's end
+        # a recent record's left window [t - d, t] or right window [t + 1, t + 1 + d]
+        # closes when stream time reaches its end + grace + 1
+        out += [t + grace + e for t in recent for e in (0, 1, d + 1, d + 2)]
+        out += [d - 1, d, d + 1]
+        return out
+
+    return candidates
+
+
 def time_limit_boundaries(limit: int, inner: Boundaries) -> Boundaries:
     def candidates(stream_time: int, recent: list[int]) -> list[int]:
         return inner(stream_time, recent) + [t + limit + d for t in recent for d in (-1, 0)]
@@ -147,6 +169,16 @@ def _session_windows(
     )
 
 
+def _sliding_windows(
+    rng: random.Random, aggregation: Aggregation, suppress: Suppress | None = None
+) -> tuple[SlidingWindowedParams, Boundaries]:
+    difference = rng.choice((1, 2, 3, 5, 10))
+    grace = rng.choice((None, 0, 1, 4))
+    return SlidingWindowedParams(aggregation, difference, grace, suppress), sliding_boundaries(
+        difference, grace or 0
+    )
+
+
 def unwindowed(seed: int, aggregation: Aggregation, count: int) -> list[Scenario]:
     rng = random.Random(f"{seed}/aggregate/{aggregation}")
     return [
@@ -158,12 +190,14 @@ def unwindowed(seed: int, aggregation: Aggregation, count: int) -> list[Scenario
 
 
 def windowed(seed: int, shape: str, aggregation: Aggregation, count: int) -> list[Scenario]:
-    """``shape``: "tumbling", "hopping" or "session"."""
+    """``shape``: "tumbling", "hopping", "sliding" or "session"."""
     rng = random.Random(f"{seed}/{shape}/{aggregation}")
     scenarios = []
     for i in range(count):
         if shape == "session":
             params, boundaries = _session_windows(rng, aggregation)
+        elif shape == "sliding":
+            params, boundaries = _sliding_windows(rng, aggregation)
         else:
             params, boundaries = _time_windows(rng, aggregation, shape == "hopping")
         scenarios.append(_scenario(rng, f"{shape}-{aggregation}-{i}", params, boundaries, 6))
@@ -187,7 +221,7 @@ def suppressed(
     seed: int, group: str, until: str, shapes: tuple[str, ...], count: int, max_bytes: bool = False
 ) -> list[Scenario]:
     """Suppressed tables, ``until`` "window_closes" or "time_limit", over aggregations of
-    the ``shapes`` ("tumbling", "hopping", "session", "unwindowed"); buffers bounded by
+    the ``shapes`` ("tumbling", "hopping", "sliding", "session", "unwindowed"); buffers bounded by
     bytes only with ``max_bytes``. Scenarios are named ``{group}-{i}``."""
     rng = random.Random(f"{seed}/{group}")
     scenarios = []
@@ -204,6 +238,8 @@ def suppressed(
             params, boundaries = AggregateParams(aggregation, suppress), no_boundaries
         elif shape == "session":
             params, boundaries = _session_windows(rng, aggregation, suppress)
+        elif shape == "sliding":
+            params, boundaries = _sliding_windows(rng, aggregation, suppress)
         else:
             params, boundaries = _time_windows(rng, aggregation, shape == "hopping", suppress)
         if suppress.time_limit is not None:

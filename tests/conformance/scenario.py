@@ -7,8 +7,8 @@ the Kafka runner reads is ``Scenario.to_json()``; it answers in ``Outcome``'s fi
 Every kind reads topic "in" (string keys; values by ``value_serde``) and writes topic
 "out". The functions are fixed on both sides (see kstreams/.../Topologies.java): reduce sums
 longs; aggregate starts from "0" and appends "+value"; a session merger joins two aggregates
-as "one&two". Windowed aggregations pass null values on (unwindowed ones drop them), so sum
-takes a null as 0 and append writes it as "null".
+as "one&two". Time and session windowed aggregations pass null values on (unwindowed and
+sliding ones drop them), so sum takes a null as 0 and append writes it as "null".
 """
 
 from __future__ import annotations
@@ -89,6 +89,19 @@ class SessionWindowedParams:
     suppress: Suppress | None = None
 
 
+@dataclass(frozen=True)
+class SlidingWindowedParams:
+    """``windowedBy(SlidingWindows.ofTimeDifferenceWithNoGrace(time_difference))`` (grace
+    None) or ``ofTimeDifferenceAndGrace(time_difference, grace)`` (KIP-450). A window is
+    ``[start, start + time_difference]``, its end inclusive; null values are dropped."""
+
+    kind: ClassVar[str] = "sliding_windowed_aggregate"
+    aggregation: Aggregation
+    time_difference: int
+    grace: int | None = None
+    suppress: Suppress | None = None
+
+
 # Joins read a second topic: the table side of a stream-table join, the right side of a
 # table-table join. Their joiner writes "left|right", a null as "null" (Java's concatenation).
 TABLE_TOPIC = "table"
@@ -124,6 +137,7 @@ Params = (
     AggregateParams
     | TimeWindowedParams
     | SessionWindowedParams
+    | SlidingWindowedParams
     | StreamTableJoinParams
     | TableTableJoinParams
 )

@@ -41,6 +41,7 @@ from scenario import (
     OutRecord,
     Scenario,
     SessionWindowedParams,
+    SlidingWindowedParams,
     Suppress,
     TableTableJoinParams,
     TimeWindowedParams,
@@ -64,7 +65,7 @@ GROUPS: dict[str, list[Scenario]] = {
     **{f"aggregate-{a}": unwindowed(SEED, a, PER_GROUP) for a in AGGREGATIONS},
     **{
         f"{shape}-{a}": windowed(SEED, shape, a, PER_GROUP)
-        for shape in ("tumbling", "hopping", "session")
+        for shape in ("tumbling", "hopping", "sliding", "session")
         for a in AGGREGATIONS
     },
     "suppress-window_closes": suppressed(
@@ -73,11 +74,17 @@ GROUPS: dict[str, list[Scenario]] = {
     "suppress-window_closes-session": suppressed(
         SEED, "suppress-window_closes-session", "window_closes", ("session",), PER_GROUP
     ),
+    "suppress-window_closes-sliding": suppressed(
+        SEED, "suppress-window_closes-sliding", "window_closes", ("sliding",), PER_GROUP
+    ),
     "suppress-time_limit": suppressed(
         SEED, "suppress-time_limit", "time_limit", ("unwindowed",) + TIME_WINDOWS, 2 * PER_GROUP
     ),
     "suppress-time_limit-session": suppressed(
         SEED, "suppress-time_limit-session", "time_limit", ("session",), PER_GROUP
+    ),
+    "suppress-time_limit-sliding": suppressed(
+        SEED, "suppress-time_limit-sliding", "time_limit", ("sliding",), PER_GROUP
     ),
     "suppress-max_bytes": suppressed(
         SEED, "suppress-max_bytes", "time_limit", ("unwindowed",) + TIME_WINDOWS, PER_GROUP, True
@@ -233,6 +240,53 @@ KNOWN.append(
         ),
     )
 )
+
+KNOWN += [
+    (
+        # Kafka's KStreamSlidingWindowAggregateTest (skipping expired windows by grace):
+        # time difference 10, grace 90. Stream time 200 closes every window ending before
+        # 110: the records at 100..105 lose their left windows (one dropped record each),
+        # and the one at 15 is dropped whole (its left window would end at 25).
+        Scenario(
+            "known-sliding-expired-by-grace",
+            SlidingWindowedParams("aggregate", time_difference=10, grace=90),
+            tuple(
+                Input("k", v, t)
+                for v, t in (("100", 200), ("0", 100), ("1", 101), ("2", 102), ("3", 103))
+                + (("4", 104), ("5", 105), ("6", 15), ("101", 300), ("102", 400))
+            ),
+            "string",
+        ),
+        Outcome(
+            (
+                OutRecord("k", 190, 200, "0+100", 200, 0),
+                OutRecord("k", 290, 300, "0+101", 300, 8),
+                OutRecord("k", 390, 400, "0+102", 400, 9),
+            ),
+            dropped_records=7,
+        ),
+    ),
+    (
+        # A sliding window's end is inclusive, but suppress emits a window once stream time
+        # reaches its end + grace, as for time windows: [0,10] goes out at stream time 10
+        # while it is still open, and again with the next record at 10.
+        Scenario(
+            "known-sliding-until-window-closes",
+            SlidingWindowedParams("count", time_difference=10, suppress=Suppress("window_closes")),
+            (Input("a", 1, 10), Input("a", 1, 10), Input("a", 1, 11), Input("a", 1, 25)),
+        ),
+        Outcome(
+            (
+                OutRecord("a", 0, 10, 1, 10, 0),
+                OutRecord("a", 0, 10, 2, 10, 1),
+                OutRecord("a", 1, 11, 3, 11, 2),
+                OutRecord("a", 11, 21, 1, 11, 3),
+                OutRecord("a", 15, 25, 1, 25, 3),
+            ),
+            dropped_records=0,
+        ),
+    ),
+]
 
 ALL = [s for group in GROUPS.values() for s in group] + [s for s, _ in KNOWN]
 

@@ -79,7 +79,7 @@ def test_bad_window_specs_are_rejected_with_a_clear_error(make, message):
 
 def test_windowed_by_takes_windows_only():
     b = ls.StreamsBuilder()
-    with pytest.raises(ls.TopologyException, match="TimeWindows or SessionWindows"):
+    with pytest.raises(ls.TopologyException, match="TimeWindows, SlidingWindows or SessionWindows"):
         b.stream("in").group_by_key().windowed_by(timedelta(seconds=1))
 
 

@@ -9,7 +9,7 @@ from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder, check_cal
 from lakestate.dsl.ktable import KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
-from lakestate.dsl.windows import SessionWindows, TimeWindows
+from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.errors import TopologyException
 from lakestate.processors.aggregate import (
     StreamAggregate,
@@ -63,18 +63,19 @@ class KGroupedStream:
         return KTable(self._graph, name, store)
 
     def windowed_by(
-        self, windows: TimeWindows | SessionWindows
+        self, windows: TimeWindows | SlidingWindows | SessionWindows
     ) -> TimeWindowedKStream | SessionWindowedKStream:
-        """Aggregate per key and window: ``TimeWindows`` (tumbling, hopping) or
-        ``SessionWindows``. The result is a windowed KTable."""
-        if isinstance(windows, TimeWindows):
+        """Aggregate per key and window: ``TimeWindows`` (tumbling, hopping),
+        ``SlidingWindows`` (KIP-450) or ``SessionWindows``. The result is a windowed KTable."""
+        if isinstance(windows, TimeWindows | SlidingWindows):
             return TimeWindowedKStream(self._graph, self._node, self._repartition_required, windows)
         if isinstance(windows, SessionWindows):
             return SessionWindowedKStream(
                 self._graph, self._node, self._repartition_required, windows
             )
         raise TopologyException(
-            f"windowed_by takes TimeWindows or SessionWindows, got {type(windows).__name__}"
+            "windowed_by takes TimeWindows, SlidingWindows or SessionWindows, got "
+            f"{type(windows).__name__}"
         )
 
     def count(self, materialized: Materialized | None = None) -> KTable:

@@ -1,5 +1,6 @@
-"""Windowed streams: a grouped stream cut into time windows or sessions, then aggregated
-into a windowed KTable (keys ``Windowed(key, Window(start, end))``)."""
+"""Windowed streams: a grouped stream cut into time windows (tumbling, hopping or sliding)
+or sessions, then aggregated into a windowed KTable (keys ``Windowed(key, Window(start,
+end))``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from typing import Any
 from lakestate.dsl.builder import GraphBuilder, check_callable
 from lakestate.dsl.ktable import KTable
 from lakestate.dsl.materialized import Materialized
-from lakestate.dsl.windows import SessionWindows, TimeWindows
+from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.processors.aggregate import (
     count_aggregator,
     count_initializer,
     reducer_as_aggregator,
 )
+from lakestate.processors.sliding_window_aggregate import SlidingWindowedAggregate
 from lakestate.processors.windowed_aggregate import (
     SessionWindowedAggregate,
     TimeWindowedAggregate,
@@ -54,10 +56,15 @@ class _Windowed:
 
 
 class TimeWindowedKStream(_Windowed):
-    """A grouped stream in time windows (tumbling or hopping)."""
+    """A grouped stream in time windows: tumbling or hopping (``TimeWindows``) or sliding
+    (``SlidingWindows``, KIP-450), as Kafka's ``TimeWindowedKStream``."""
 
     def __init__(
-        self, graph: GraphBuilder, node: str, repartition_required: bool, windows: TimeWindows
+        self,
+        graph: GraphBuilder,
+        node: str,
+        repartition_required: bool,
+        windows: TimeWindows | SlidingWindows,
     ) -> None:
         super().__init__(graph, node, repartition_required)
         self._windows = windows
@@ -71,17 +78,23 @@ class TimeWindowedKStream(_Windowed):
         prefix: str = "KSTREAM-AGGREGATE-",
     ) -> KTable:
         windows = self._windows
+        processor = (
+            SlidingWindowedAggregate
+            if isinstance(windows, SlidingWindows)
+            else TimeWindowedAggregate
+        )
         return self._add(
             prefix,
             materialized,
             WINDOW,
             checks,
-            lambda store: lambda: TimeWindowedAggregate(store, windows, initializer, aggregator),
+            lambda store: lambda: processor(store, windows, initializer, aggregator),
             windows.grace_ms,
         )
 
     def count(self, materialized: Materialized | None = None) -> KTable:
-        """The number of records per key and window (null values count, as in Kafka)."""
+        """The number of records per key and window (null values count in time windows,
+        not in sliding windows, as in Kafka)."""
         return self._aggregate(count_initializer, count_aggregator, materialized)
 
     def aggregate(

@@ -1,5 +1,6 @@
-"""Window specifications (KIP-328 grace periods): tumbling and hopping time windows, and
-session windows. Durations are ``timedelta``; windows and timestamps are epoch ms."""
+"""Window specifications (KIP-328 grace periods): tumbling and hopping time windows,
+sliding windows (KIP-450) and session windows. Durations are ``timedelta``; windows and
+timestamps are epoch ms."""
 
 from __future__ import annotations
 
@@ -92,3 +93,54 @@ class SessionWindows:
     def close_after_ms(self) -> int:
         """How long after a session's end it stays open: the gap plus the grace period."""
         return self.gap_ms + self.grace_ms
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Sliding windows (KIP-450): windows ``[start, start + time_difference]``, both ends
+    inclusive, defined by the records: every record of a key has a window ending at it
+    (``[ts - time_difference, ts]``) and one starting just after it (``[ts + 1, ts + 1 +
+    time_difference]``, created only when it holds records), so each distinct set of records
+    at most ``time_difference`` apart has one window. A window accepts records until stream
+    time passes its end + ``grace`` (closed once ``end < stream time - grace``)."""
+
+    time_difference_ms: int
+    grace_ms: int
+
+    @staticmethod
+    def of_time_difference_with_no_grace(time_difference: timedelta) -> SlidingWindows:
+        """No grace: a record after its window's end (in stream time) is dropped."""
+        return SlidingWindows(_time_difference(time_difference), 0)
+
+    # The brief's spelling of the same (Kafka's is ``ofTimeDifferenceWithNoGrace``).
+    of_time_difference_without_grace = of_time_difference_with_no_grace
+
+    @staticmethod
+    def of_time_difference_and_grace(
+        time_difference: timedelta, grace: timedelta
+    ) -> SlidingWindows:
+        return SlidingWindows(
+            _time_difference(time_difference), _millis(grace, "grace period", positive=False)
+        )
+
+    @property
+    def close_after_ms(self) -> int:
+        """How long after a window's end it stays open: the grace period."""
+        return self.grace_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the store keeps a window after the latest one it wrote starts: Kafka's
+        default, 2 * time difference + grace (the oldest window a new record can need)."""
+        return 2 * self.time_difference_ms + self.grace_ms
+
+
+def _time_difference(value: timedelta) -> int:
+    # Kafka accepts 0 but then fails on the first record (a window [ts, ts] is not a valid
+    # TimeWindow): refuse it where the app is built instead.
+    if isinstance(value, timedelta) and value == timedelta(0):
+        raise TopologyException(
+            "sliding windows' time difference must be positive (at least 1 ms), got 0: "
+            "Kafka Streams fails on the first record with a time difference of 0"
+        )
+    return _millis(value, "sliding windows' time difference", positive=True)

@@ -29,7 +29,7 @@ _TOTALS = ("late-record-drop-total", "record-lateness-count", "record-lateness-s
 _MAX = "record-lateness-max"
 
 
-class _Lateness:
+class Lateness:
     """The late-record and lateness metrics of one chunk."""
 
     def __init__(self) -> None:
@@ -46,7 +46,7 @@ class _Lateness:
             self.max = lateness
 
 
-class _Metrics:
+class WindowMetrics:
     """One windowed aggregation's metrics, all of its node: ``dropped-records`` (null keys
     and late records; a count), and values derived from totals kept as processor metadata
     of the node's store (so they survive batches and restarts): ``late-record-drop-total``
@@ -57,7 +57,7 @@ class _Metrics:
         self.context = context
         self.prefix = f"{store_name}."
         self.first_key = f"{store_name}.first-stream-time"
-        self.pending: _Lateness | None = None
+        self.pending: Lateness | None = None
         for name in _TOTALS:
             held = context.processor_metadata(self.prefix + name)
             if held:
@@ -71,7 +71,7 @@ class _Metrics:
     def _add(self, name: str, delta: int) -> None:
         self.context.set_metric(name, self.context.get_metric(name) + delta)
 
-    def publish(self, chunk: _Lateness, observed: int) -> None:
+    def publish(self, chunk: Lateness, observed: int) -> None:
         """Add a chunk's counts to the task metrics (rolled back with a failed chunk); they
         are kept as metadata by ``keep``."""
         context = self.context
@@ -139,7 +139,7 @@ class TimeWindowedAggregate(Processor):
         self._time_key = f"{self.store_name}.observed_stream_time"
         self._pending: dict[Windowed, tuple[Any, int]] = {}
         self._observed = NO_TIME
-        self._metrics = _Metrics(context, self.store_name)
+        self._metrics = WindowMetrics(context, self.store_name)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         store, windows = self.store, self.windows
@@ -150,7 +150,7 @@ class TimeWindowedAggregate(Processor):
         pending: dict[Windowed, tuple[Any, int] | None] = {}
         out: list[Record] = []
         at: list[int] = []
-        metrics = _Lateness()
+        metrics = Lateness()
         for i, record in enumerate(chunk.records):
             key = record.key
             if key is None:
@@ -237,11 +237,11 @@ class SessionWindowedAggregate(Processor):
         super().init(context)
         self.store = context.get_state_store(self.store_name)
         self._time_key = f"{self.store_name}.observed_stream_time"
-        self._metrics = _Metrics(context, self.store_name)
+        self._metrics = WindowMetrics(context, self.store_name)
 
     def process(self, record: Record) -> None:
         context = self.context
-        metrics = _Lateness()
+        metrics = Lateness()
         key = record.key
         observed = context.processor_metadata(self._time_key)
         observed = NO_TIME if observed is None else observed

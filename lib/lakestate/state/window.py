@@ -97,6 +97,19 @@ class WindowStore:
         for raw_key, raw in self._source().iterate(self.name, start, end, False):
             yield decode_key(raw_key[1:]).window, ValueAndTimestamp(*decode_value(raw))
 
+    def windows_starting(
+        self, key: Any, time_from: int, time_to: int, backward: bool = False
+    ) -> Iterator[tuple[Window, ValueAndTimestamp]]:
+        """``key``'s windows starting in [time_from, time_to], by start then end (``backward``:
+        the reverse), with one range scan (Kafka's ``fetch``/``backwardFetch`` by key)."""
+        if time_to < time_from:
+            return
+        low = _window_key(Windowed(key, Window(time_from, time_from)))
+        # Every window starting at time_to sorts below the first key starting after it.
+        high = _window_key(Windowed(key, Window(time_to + 1, time_to + 1)))
+        for raw_key, raw in self._source().iterate(self.name, low, high, backward):
+            yield decode_key(raw_key[1:]).window, ValueAndTimestamp(*decode_value(raw))
+
     def fetch(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         """(window start, aggregate) of ``key``'s windows starting in [time_from, time_to],
         by start (Kafka's ``WindowStore.fetch(key, timeFrom, timeTo)``)."""

@@ -19,6 +19,7 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
+import org.apache.kafka.streams.kstream.SlidingWindows;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.Suppressed.BufferConfig;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
@@ -55,6 +56,7 @@ final class Topologies {
             "aggregate", Topologies::aggregate,
             "time_windowed_aggregate", Topologies::timeWindowedAggregate,
             "session_windowed_aggregate", Topologies::sessionWindowedAggregate,
+            "sliding_windowed_aggregate", Topologies::slidingWindowedAggregate,
             "stream_table_join", Topologies::streamTableJoin,
             "table_table_join", Topologies::tableTableJoin);
 
@@ -97,7 +99,25 @@ final class Topologies {
         if (!params.path("advance").isNull() && !params.path("advance").isMissingNode()) {
             windows = windows.advanceBy(millis(params, "advance"));
         }
-        TimeWindowedKStream<String, Object> windowed = grouped(builder, values).windowedBy(windows);
+        return timeWindowed(builder, grouped(builder, values).windowedBy(windows), size, params, values);
+    }
+
+    /**
+     * groupByKey().windowedBy(SlidingWindows) (KIP-450): "time_difference", and "grace" (none:
+     * ofTimeDifferenceWithNoGrace). A window's end is its start + the time difference (inclusive).
+     */
+    static Built slidingWindowedAggregate(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        Duration difference = millis(params, "time_difference");
+        SlidingWindows windows = params.path("grace").isNull() || params.path("grace").isMissingNode()
+                ? SlidingWindows.ofTimeDifferenceWithNoGrace(difference)
+                : SlidingWindows.ofTimeDifferenceAndGrace(difference, millis(params, "grace"));
+        return timeWindowed(builder, grouped(builder, values).windowedBy(windows), difference, params, values);
+    }
+
+    /** count / reduce / aggregate of a time-windowed stream (windows of "size"), suppressed if asked, to "out". */
+    static Built timeWindowed(StreamsBuilder builder, TimeWindowedKStream<String, Object> windowed,
+                              Duration size, JsonNode params, Serde<Object> values) {
         String aggregation = params.get("aggregation").asText();
         Serde<Object> outValues = resultSerde(aggregation, values);
         KTable<Windowed<String>, Object> table = switch (aggregation) {
@@ -108,6 +128,7 @@ final class Topologies {
                     Materialized.with(Serdes.String(), Serdes.String())));
             default -> throw unknown("aggregation", aggregation);
         };
+        // A time-windowed key is serialized as key and start: the reader adds the size.
         Serde<Windowed<String>> keys = WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
         table = suppress(table, params.get("suppress"));
         table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, outValues));

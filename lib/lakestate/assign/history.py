@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 
 from lakestate.assign import Assignment
 from lakestate.errors import StreamsException, TaskMigratedException
-from lakestate.io import delta_commits
+from lakestate.io import delta_commits, txn_ids
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -109,7 +109,7 @@ def assignment_path(warehouse: Warehouse, app: str) -> str:
 
 def assignment_txn_id(app: str) -> str:
     """The Delta txn app id, in ``_assignment``, whose version is the latest generation."""
-    return f"lakestate-assignment/{app}"
+    return txn_ids.assignment(app)
 
 
 def _instances_json(instances: Iterable[Any]) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from lakestate.io import delta_commits
+from lakestate.io import delta_commits, txn_ids
 from lakestate.state.registry import view_class
 from lakestate.task_id import TaskId
 
@@ -53,7 +53,7 @@ def compaction_txn_id(app: str, task: TaskId) -> str:
     """The Delta ``txn`` app id of ``task``'s compactions in each changelog of ``app``
     (version: the batch last compacted through). Unlike the batches' id it is not a
     fence for anything but other compactions."""
-    return f"lakestate-compaction/{app}/{task}"
+    return txn_ids.compaction(app, task)
 
 
 def typed_fields(kind: str) -> list[pa.Field]:

@@ -25,7 +25,7 @@ from deltalake.schema import Field, PrimitiveType
 from lakestate.checkpoint import faults
 from lakestate.checkpoint.rewind_intent import refuse_if_mid_rewind
 from lakestate.errors import TaskMigratedException
-from lakestate.io import delta_commits
+from lakestate.io import delta_commits, txn_ids
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -121,7 +121,7 @@ class TaskProgress:
 def rewind_txn_id(app: str, task: TaskId) -> str:
     """The Delta ``txn`` app id, in the progress table, whose version is the batch of the
     task's latest rewind row (ops/rewind.py): a local store behind it is restored."""
-    return f"lakestate-rewind/{app}/{task}"
+    return txn_ids.rewind(app, task)
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,8 @@ def _adopt_submit_master() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _adopt_submit_master()
-    from lakestate.scaleout.instance_run import run_app  # lazily: the file imports without Spark
     from lakestate.runtime.cutoff import parse_timestamp
+    from lakestate.scaleout.instance_run import run_app  # lazily: the file imports without Spark
 
     until = None if args.until_timestamp is None else parse_timestamp(args.until_timestamp)
     run_app(

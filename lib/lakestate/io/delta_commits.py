@@ -23,6 +23,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from lakestate.errors import TaskMigratedException
+from lakestate.io import txn_ids
 from lakestate.task_id import TaskId
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
 
 def txn_app_id(app: str, task: TaskId) -> str:
     """The Delta ``txn`` app id of ``task`` of ``app`` in every table the app writes."""
-    return f"lakestate/{app}/{task}"
+    return txn_ids.batch(app, task)
 
 
 def _uri(path: str) -> str:

@@ -55,7 +55,7 @@ from lakestate.checkpoint.changelog import compaction_txn_id
 from lakestate.checkpoint.progress import TaskProgress, rewind_txn_id
 from lakestate.checkpoint.standing import is_complete
 from lakestate.errors import StreamsException, TaskMigratedException
-from lakestate.io import delta_commits, delta_log, logtable
+from lakestate.io import delta_commits, delta_log, logtable, txn_ids
 from lakestate.ops.table_lock import table_lock
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -471,7 +471,7 @@ class _History:
         one where it holds): (progress version, each task's batch there). Walks the
         progress table's commits back from its newest; the last is the beginning (every
         task at 0). RewindRefused when the log needed was cleaned up."""
-        prefix = f"lakestate/{self.app}/"
+        prefix = txn_ids.batch_prefix(self.app)
         path = self.warehouse.progress_path(self.app)
         log = delta_log.local_log(path)
         if log is None:
@@ -539,7 +539,7 @@ def _table_restore(
     log = delta_log.local_log(path)
     if log is None:
         raise RewindRefused(f"rewind needs a local warehouse, not {warehouse.root}")
-    prefix = f"lakestate/{app}/"
+    prefix = txn_ids.batch_prefix(app)
     past: list[int] = []
     foreign: list[int] = []
     within_above: int | None = None
@@ -606,7 +606,7 @@ def _table_restore(
 def _is_foreign(commit: delta_log.Commit, app: str) -> bool:
     """Whether a commit changed data and is not this app's (no batch or compaction txn of
     it): another writer's. OPTIMIZE and the table's creation change no data."""
-    ours = (f"lakestate/{app}/", f"lakestate-compaction/{app}/")
+    ours = (txn_ids.batch_prefix(app), txn_ids.compaction_prefix(app))
     return commit.changes_data and not any(i.startswith(ours) for i, _ in commit.txns)
 
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from lakestate.checkpoint import progress
 from lakestate.errors import StreamsException, TaskMigratedException
-from lakestate.io import delta_commits
+from lakestate.io import delta_commits, txn_ids
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -47,7 +47,7 @@ FENCE_ATTEMPTS = 50
 
 def owner_txn_id(app: str, task: TaskId) -> str:
     """The Delta txn app id, in ``_progress``, whose version is the task's owner epoch."""
-    return f"lakestate-owner/{app}/{task}"
+    return txn_ids.owner(app, task)
 
 
 def _table(progress_table_or_path: DeltaTable | str) -> DeltaTable:

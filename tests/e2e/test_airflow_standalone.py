@@ -5,12 +5,13 @@ The demo DAG is unpaused when created, so its first scheduled run starts as soon
 dag-processor has parsed it, before the api-server (whose execution API every task needs in
 Airflow 3) answers: that run must still go green. A plugin of the test's delays the
 api-server by 30 s, so that this holds on any machine (unloaded, the api-server may win the
-race; on a busy 2-core machine it answers a minute after the scheduler starts). The admin logs in with the password the
-README points to (the simple auth manager's generated passwords file), triggers a run
-through the REST API and waits for it to go green. Then one SIGTERM to scripts/airflow.sh
-must stop everything it started: standalone, the scheduler and its LocalExecutor workers,
-the dag-processor, the api-server and the triggerer. Every process that inherited this
-test's marker variable is checked, so a process that left the process group is found too.
+race; on a busy 2-core machine it answers a minute after the scheduler starts). The admin
+logs in with the password the README points to (the simple auth manager's generated
+passwords file), triggers a run through the REST API and waits for it to go green. Then one
+SIGTERM to scripts/airflow.sh must stop everything it started: standalone, the scheduler and
+its LocalExecutor workers, the dag-processor, the api-server, the triggerer and any task
+running. The processes checked are those under the script before the signal, any process
+in their process groups after it, and any whose environment holds this test's marker.
 
 One DAG (the demo) in a DAGs folder of its own, over a warehouse holding the demo's input.
 """

@@ -38,12 +38,6 @@ def table_store_spec(store: str, materialized: Materialized | None) -> StoreSpec
     return StoreSpec(store, TIMESTAMPED_KEY_VALUE)
 
 
-def check_callable(fn: Any, what: str, node: str) -> None:
-    """DSL functions are checked when the node is added, so the error names the node."""
-    if not callable(fn):
-        raise TopologyException(f"node {node}: {what} must be callable, got {fn!r}")
-
-
 def check_topic(topic: Any, node: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise TopologyException(f"node {node}: topic must be a non-empty string, got {topic!r}")

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lakestate.dsl.builder import GraphBuilder, check_callable, check_topic
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import GraphBuilder, check_topic
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.stateless import Filter, Map, MapValues, Peek, SelectKey
@@ -41,18 +42,23 @@ class KStream:
         factory_of: Callable[[str], Any],
         key_changing: bool = False,
         fn: Any = None,
-        what: str = "",
+        signature: str = "",
+        operator: str = "",
     ) -> KStream:
         name = self._graph.new_name(prefix)
-        if what:
-            check_callable(fn, what, name)
+        if signature:
+            check_function(fn, name, f"KStream.{operator}", signature)
         self._graph.add_processor(name, self._node, factory_of(name))
         return KStream(self._graph, name, self._repartition_required or key_changing)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
         """Keeps the records for which ``predicate(key, value)`` is true."""
         return self._then(
-            "KSTREAM-FILTER-", lambda _: lambda: Filter(predicate), fn=predicate, what="predicate"
+            "KSTREAM-FILTER-",
+            lambda _: lambda: Filter(predicate),
+            fn=predicate,
+            signature="predicate(key, value)",
+            operator="filter",
         )
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KStream:
@@ -61,13 +67,18 @@ class KStream:
             "KSTREAM-FILTER-",
             lambda _: lambda: Filter(predicate, negate=True),
             fn=predicate,
-            what="predicate",
+            signature="predicate(key, value)",
+            operator="filter_not",
         )
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
         """Replaces each value with ``mapper(value)``; keys (and partitioning) stay."""
         return self._then(
-            "KSTREAM-MAPVALUES-", lambda _: lambda: MapValues(mapper), fn=mapper, what="mapper"
+            "KSTREAM-MAPVALUES-",
+            lambda _: lambda: MapValues(mapper),
+            fn=mapper,
+            signature="mapper(value)",
+            operator="map_values",
         )
 
     def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
@@ -77,7 +88,8 @@ class KStream:
             lambda _: lambda: SelectKey(selector),
             key_changing=True,
             fn=selector,
-            what="key selector",
+            signature="key_selector(key, value)",
+            operator="select_key",
         )
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
@@ -87,12 +99,19 @@ class KStream:
             lambda _: lambda: Map(mapper),
             key_changing=True,
             fn=mapper,
-            what="mapper",
+            signature="mapper(key, value)",
+            operator="map",
         )
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged."""
-        return self._then("KSTREAM-PEEK-", lambda _: lambda: Peek(action), fn=action, what="action")
+        return self._then(
+            "KSTREAM-PEEK-",
+            lambda _: lambda: Peek(action),
+            fn=action,
+            signature="action(key, value)",
+            operator="peek",
+        )
 
     def to(self, topic: str) -> None:
         """Writes the stream to ``topic``."""
@@ -210,6 +229,7 @@ class KStream:
             lambda _: lambda: SelectKey(key_selector),
             key_changing=True,
             fn=key_selector,
-            what="key selector",
+            signature="key_selector(key, value)",
+            operator="group_by",
         )
         return KGroupedStream(self._graph, keyed._node, True)

@@ -123,7 +123,7 @@ class GraphBuilder:
         self._check_new(name)
 
         def factory() -> Processor:
-            return Sink(topic, encode_changes=carries_changes)
+            return Sink(topic, drop_null_keys=internal, encode_changes=carries_changes)
 
         node = Node(
             name,

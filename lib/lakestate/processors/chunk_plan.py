@@ -114,9 +114,10 @@ class ChunkPlan:
             if step.sorted_sink:
                 before = len(output())
                 processor.process_chunk(chunk)
-                if len(output()) - before != len(chunk.records):
-                    raise StreamsException(f"sink {step.name} did not write one record per record")
-                sink_keys.extend(keys or ())
+                written = processor.outgoing_positions(chunk)
+                if len(output()) - before != len(written) or keys is None:
+                    raise StreamsException(f"sink {step.name}: its outputs cannot be ordered")
+                sink_keys.extend(keys[i] for i in written)
                 continue
             if processor.routes_chunks:
                 routed = processor.route_chunk(chunk)

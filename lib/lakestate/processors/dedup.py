@@ -49,8 +49,8 @@ LATE_RECORDS_FORWARDED = "dedup-late-records-forwarded"
 STORE_SIZE = "dedup-store-size"
 
 # ``deduplicate`` repartitions by id: the record travels keyed by its id, with its original
-# key and value in the value, {"k": key, "v": value}. A record with a null id is not keyed
-# by it (all of them would go to partition 0), so it travels keyed by its original key (or,
+# key and value in the value, {"k": key, "v": value}. A record with a null id cannot be keyed
+# by it (a repartition sink drops null keys), so it travels keyed by its original key (or,
 # if that is null too, by NO_ID_PARTITION_KEY) and is marked {"k", "v", "no_id": true}.
 WRAPPED_KEY = "k"
 WRAPPED_VALUE = "v"

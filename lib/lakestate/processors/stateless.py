@@ -203,25 +203,37 @@ class Foreach(Processor):
 
 
 class Sink(Processor):
-    """Writes to a topic through the task's record collector, one output per record.
+    """Writes to a topic through the task's record collector.
 
-    Records with a null key are written too (to partition 0, io/partitioner.py): a
-    repartition topic carries them as Kafka Streams' do since 3.7 (KAFKA-12317), so the
-    operator reading it decides: an aggregation drops and counts them, a left join joins
-    them. ``encode_changes`` is set on repartition sinks carrying KTable changes.
+    ``drop_null_keys`` is set on repartition sinks: a record without a key cannot be
+    routed to the right partition, and Kafka Streams (4.4, checked by the conformance
+    suite) drops it there too, uncounted. ``encode_changes`` is set on repartition sinks
+    carrying KTable changes.
     """
 
     chunked = True
 
-    def __init__(self, topic: str, encode_changes: bool = False):
+    def __init__(self, topic: str, drop_null_keys: bool = False, encode_changes: bool = False):
         self.topic = topic
+        self.drop_null_keys = drop_null_keys
         self.encode_changes = encode_changes
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        records = chunk.records
+        self.context.send_many(self.topic, self._outgoing(chunk.records))
+        return chunk.select([])
+
+    def outgoing_positions(self, chunk: Chunk) -> list[int]:
+        """The indices of the records of ``chunk`` that ``process_chunk`` writes."""
+        if not self.drop_null_keys:
+            return list(range(len(chunk.records)))
+        return [i for i, r in enumerate(chunk.records) if r.key is not None]
+
+    def _outgoing(self, records: list[Record]) -> list[Record]:
+        """What the sink writes of ``records``."""
+        if self.drop_null_keys:
+            records = [r for r in records if r.key is not None]
         if self.encode_changes:
             records = [
                 r.with_value({"new": r.value.new_value, "old": r.value.old_value}) for r in records
             ]
-        self.context.send_many(self.topic, records)
-        return chunk.select([])
+        return records

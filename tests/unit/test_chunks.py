@@ -132,7 +132,29 @@ def _branch_aggregates(b: StreamsBuilder) -> None:
         branch.group_by_key().count(Materialized.as_(f"store-{i}")).to_stream().to("out")
 
 
+def _branches_merged(b: StreamsBuilder) -> None:
+    # Straight from the split to the merge: each record in one branch, merged by position.
+    branches = (
+        b.stream("in")
+        .split()
+        .branch(lambda k, v: k == "a")
+        .branch(lambda k, v: v is None)
+        .default_branch()
+    )
+    first, second, rest = branches.values()
+    first.map_values(lambda v: v and {"n": v["n"] * 10}).merge(rest).merge(second).to("out")
+
+
+def _branches_one_topic(b: StreamsBuilder) -> None:
+    # Two branches written to one topic by two sinks: the output is put back in order.
+    branches = b.stream("in").split().branch(lambda k, v: k in ("a", 7)).default_branch()
+    for branch in branches.values():
+        branch.filter(lambda k, v: v is None or v["n"] != 3).to("out")
+
+
 TOPOLOGIES = {
+    "branches-merged": _branches_merged,
+    "branches-one-topic": _branches_one_topic,
     "split-merge": _split_merge,
     "fan-out-merge": _fan_out_merge,
     "dedup-merge": _dedup_merge,

@@ -32,7 +32,10 @@ from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.topology.graph import SINK, Topology
 
-Keys = list[tuple[int, ...]]
+# A chunk's keys: a list, one per record, or PLAIN: each record's key is its position alone
+# (positions distinct), as long as nothing gave two records for one.
+PLAIN: Any = type("PlainKeys", (), {"__repr__": lambda self: "PLAIN"})()
+Keys = Any  # list[tuple[int, ...]] | PLAIN
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,14 @@ class ChunkPlan:
             chunk = Chunk(
                 chunk.topic, list(chunk.offsets), list(chunk.stream_times), chunk.records, chunk.at
             )
-            keys = [(p,) for p in chunk.at]
+            keys = PLAIN
         inbox: dict[str, list[tuple[Chunk, Keys | None]]] = {self.steps[0].name: [(chunk, keys)]}
         mark = len(output())
-        sink_keys: Keys = []
+        sunk: list[tuple[list[int], Keys]] = []  # sorted sinks: (positions written, keys)
         for step in self.steps:
             parts = inbox.pop(step.name)
             chunk, keys = parts[0] if len(parts) == 1 else _merged(parts)
-            if step.keyed and _repeats(chunk.at):
+            if step.keyed and keys is not PLAIN and _repeats(chunk.at):
                 chunk = _own_positions(chunk)
             processor = step.processor
             if step.sorted_sink:
@@ -117,7 +120,7 @@ class ChunkPlan:
                 written = processor.outgoing_positions(chunk)
                 if len(output()) - before != len(written) or keys is None:
                     raise StreamsException(f"sink {step.name}: its outputs cannot be ordered")
-                sink_keys.extend(keys[i] for i in written)
+                sunk.append(([chunk.at[i] for i in written], _select(keys, written)))
                 continue
             if processor.routes_chunks:
                 routed = processor.route_chunk(chunk)
@@ -129,21 +132,76 @@ class ChunkPlan:
                 count = len(out.records)
             if count:
                 forwarded(processor, count)
-            fan_out = len(outs) > 1 and not processor.routes_chunks
-            shared = _keys_of(outs[0], chunk, keys) if step.keyed and fan_out else None
-            for index, (child, out) in enumerate(zip(step.children, outs, strict=True)):
-                out_keys = None
-                if shared is not None:
-                    out_keys = [k + (index,) for k in shared]
-                elif step.keyed:
-                    out_keys = _keys_of(out, chunk, keys)
-                inbox.setdefault(child, []).append((out, out_keys))
+            self._hand_on(step, chunk, keys, outs, inbox)
         if self.sort_output:
-            _sort_tail(output(), mark, sink_keys)
+            _sort_tail(output(), mark, sunk)
+
+    @staticmethod
+    def _hand_on(
+        step: _Step,
+        chunk: Chunk,
+        keys: Keys | None,
+        outs: list[Chunk],
+        inbox: dict[str, list[tuple[Chunk, Keys | None]]],
+    ) -> None:
+        """Put each child's chunk (and its keys, when the step is keyed) in its inbox."""
+        if not step.keyed:
+            for child, out in zip(step.children, outs, strict=True):
+                inbox.setdefault(child, []).append((out, None))
+            return
+        index = _Index(chunk, keys)
+        if len(outs) > 1 and not step.processor.routes_chunks:  # a fan-out: the child's index
+            shared = _tuples(outs[0], index.keys_of(outs[0]))
+            for c, (child, out) in enumerate(zip(step.children, outs, strict=True)):
+                inbox.setdefault(child, []).append((out, [k + (c,) for k in shared]))
+            return
+        for child, out in zip(step.children, outs, strict=True):
+            inbox.setdefault(child, []).append((out, index.keys_of(out)))
+
+
+class _Index:
+    """A step's input records by position (distinct), to key what the step made of them."""
+
+    def __init__(self, chunk: Chunk, keys: Keys | None) -> None:
+        if keys is None:
+            raise StreamsException("a keyed step got records without keys")
+        self.chunk, self.keys = chunk, keys
+        self._by_position: dict[int, int] | None = None
+
+    def keys_of(self, out: Chunk) -> Keys:
+        """Each output's input record's key, plus its index among that record's outputs
+        when some record gave several."""
+        keys = self.keys
+        if not _repeats(out.at):
+            if keys is PLAIN:
+                return PLAIN
+            return [keys[i] for i in self._positions(out.at)]
+        seen: dict[int, int] = {}
+        result = []
+        for p, i in zip(out.at, self._positions(out.at), strict=True):
+            j = seen.get(p, 0)
+            seen[p] = j + 1
+            result.append(((p,) if keys is PLAIN else keys[i]) + (j,))
+        return result
+
+    def _positions(self, at: list[int]) -> list[int]:
+        """The input indices of positions ``at``."""
+        if self._by_position is None:
+            self._by_position = {p: i for i, p in enumerate(self.chunk.at)}
+        by_position = self._by_position
+        return [by_position[p] for p in at]
 
 
 def _repeats(at: list[int]) -> bool:
     return len(set(at)) != len(at)
+
+
+def _tuples(chunk: Chunk, keys: Keys) -> list[tuple[int, ...]]:
+    return [(p,) for p in chunk.at] if keys is PLAIN else keys
+
+
+def _select(keys: Keys, indices: list[int]) -> Keys:
+    return PLAIN if keys is PLAIN else [keys[i] for i in indices]
 
 
 def _own_positions(chunk: Chunk) -> Chunk:
@@ -156,53 +214,47 @@ def _own_positions(chunk: Chunk) -> Chunk:
     return Chunk(chunk.topic, offsets, times, chunk.records, list(range(base, len(offsets))))
 
 
-def _keys_of(out: Chunk, source: Chunk, keys: Keys | None) -> Keys:
-    """The keys of ``out``, what a step made of ``source`` (whose positions are distinct):
-    each output's input record's key, plus its index among that record's outputs when
-    some record gave several."""
-    if keys is None:
-        raise StreamsException("a keyed step got records without keys")
-    index = {p: i for i, p in enumerate(source.at)}
-    if not _repeats(out.at):
-        return [keys[index[p]] for p in out.at]
-    seen: dict[int, int] = {}
-    result = []
-    for p in out.at:
-        j = seen.get(p, 0)
-        seen[p] = j + 1
-        result.append(keys[index[p]] + (j,))
-    return result
-
-
 def _merged(parts: list[tuple[Chunk, Keys | None]]) -> tuple[Chunk, Keys]:
-    """The parts' records as one chunk, in key order (the order one by one gives)."""
+    """The parts' records as one chunk, in key order (the order one by one gives). Parts
+    keyed by their positions alone (split's branches) merge by position."""
     records: list[Any] = []
     at: list[int] = []
-    keys: Keys = []
-    for chunk, part_keys in parts:
-        if part_keys is None:
-            raise StreamsException("a merge got records without keys")
+    for chunk, _ in parts:
         records.extend(chunk.records)
         at.extend(chunk.at)
-        keys.extend(part_keys)
-    order = sorted(range(len(keys)), key=keys.__getitem__)
+    plain = all(keys is PLAIN for _, keys in parts)
+    if plain and not _repeats(at):
+        order = sorted(range(len(at)), key=at.__getitem__)
+        keys: Keys = PLAIN
+    else:
+        if any(keys is None for _, keys in parts):
+            raise StreamsException("a merge got records without keys")
+        tuples = [k for chunk, part_keys in parts for k in _tuples(chunk, part_keys)]
+        if len(set(tuples)) != len(tuples):
+            raise StreamsException("a merge got two records with one key")
+        order = sorted(range(len(tuples)), key=tuples.__getitem__)
+        keys = [tuples[i] for i in order]
     first = parts[0][0]
-    return (
-        Chunk(
-            first.topic,
-            first.offsets,
-            first.stream_times,
-            [records[i] for i in order],
-            [at[i] for i in order],
-        ),
-        [keys[i] for i in order],
+    merged = Chunk(
+        first.topic,
+        first.offsets,
+        first.stream_times,
+        [records[i] for i in order],
+        [at[i] for i in order],
     )
+    return merged, keys
 
 
-def _sort_tail(output: list, mark: int, keys: Keys) -> None:
-    """Put ``output[mark:]`` (one entry per key) in key order; stable."""
+def _sort_tail(output: list, mark: int, sunk: list[tuple[list[int], Keys]]) -> None:
+    """Put ``output[mark:]``, what the sorted sinks wrote, in key order (stable)."""
+    if all(keys is PLAIN for _, keys in sunk):
+        order_keys: list[Any] = [p for at, _ in sunk for p in at]
+    else:
+        order_keys = [
+            k for at, keys in sunk for k in ([(p,) for p in at] if keys is PLAIN else keys)
+        ]
     tail = output[mark:]
-    if len(tail) != len(keys):
+    if len(tail) != len(order_keys):
         raise StreamsException("the plan's outputs and their keys differ in number")
-    order = sorted(range(len(keys)), key=keys.__getitem__)
+    order = sorted(range(len(order_keys)), key=order_keys.__getitem__)
     output[mark:] = [tail[i] for i in order]

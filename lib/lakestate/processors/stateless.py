@@ -103,6 +103,7 @@ class FlatMap(Processor):
         mapper = self.mapper
         out: list[Record] = []
         at: list[int] = []
+        emit, place = out.append, at.append
         for record, position in zip(chunk.records, chunk.at, strict=True):
             pairs = mapper(record.key, record.value)
             if pairs is None:
@@ -116,8 +117,8 @@ class FlatMap(Processor):
                     raise TypeError(
                         f"flat_map's mapper must give (key, value) tuples, got {pair!r}"
                     )
-                out.append(Record(pair[0], pair[1], timestamp, headers))
-                at.append(position)
+                emit(Record(pair[0], pair[1], timestamp, headers))
+                place(position)
         return chunk.with_records(out, at)
 
 
@@ -134,6 +135,7 @@ class FlatMapValues(Processor):
         mapper = self.mapper
         out: list[Record] = []
         at: list[int] = []
+        emit, place = out.append, at.append
         for record, position in zip(chunk.records, chunk.at, strict=True):
             values = mapper(record.value)
             if values is None:
@@ -142,8 +144,8 @@ class FlatMapValues(Processor):
                     "values (an empty one to drop the record)"
                 )
             for value in values:
-                out.append(record.with_value(value))
-                at.append(position)
+                emit(record.with_value(value))
+                place(position)
         return chunk.with_records(out, at)
 
 
@@ -175,10 +177,21 @@ class Branch(Processor):
 
     def route_chunk(self, chunk: Chunk) -> dict[str, Chunk]:
         """Per child, the chunk of the records that go to it (in order)."""
-        picked: list[list[int]] = [[] for _ in range(len(self.predicates) + 1)]
-        branch = self._branch
+        predicates = self.predicates
+        picked: list[list[int]] = [[] for _ in range(len(predicates) + 1)]
+        rest = picked[-1].append
+        tests = [
+            (predicate, indices.append)
+            for predicate, indices in zip(predicates, picked[:-1], strict=True)
+        ]
         for i, record in enumerate(chunk.records):
-            picked[branch(record)].append(i)
+            key, value = record.key, record.value
+            for predicate, take in tests:
+                if predicate(key, value):
+                    take(i)
+                    break
+            else:
+                rest(i)
         return {child: chunk.select(picked[i]) for i, child in enumerate(self.children)}
 
 

@@ -8,12 +8,14 @@ Build a topology with the DSL (``StreamsBuilder``), test it with
 from typing import Any
 
 from lakestate.app import App
+from lakestate.dsl.branched import Branched, BranchedKStream, Named
 from lakestate.dsl.builder import StreamsBuilder
 from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.repartitioned import Repartitioned
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
@@ -31,6 +33,8 @@ from lakestate.topology.graph import Topology
 
 __all__ = [
     "App",
+    "Branched",
+    "BranchedKStream",
     "BufferConfig",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
@@ -42,8 +46,10 @@ __all__ = [
     "KStream",
     "KTable",
     "Materialized",
+    "Named",
     "ProcessingException",
     "Record",
+    "Repartitioned",
     "SerializationException",
     "SessionWindowedKStream",
     "SessionWindows",

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from scenario import (
     INPUT_TOPIC,
+    OTHER_TOPIC,
     TABLE_TOPIC,
     AggregateParams,
     Aggregation,
@@ -27,6 +28,7 @@ from scenario import (
     Scenario,
     SessionWindowedParams,
     SlidingWindowedParams,
+    StatelessParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -332,4 +334,51 @@ def table_table_joins(seed: int, versioned: bool, count: int) -> list[Scenario]:
         )
         retentions = tuple(r for r in (params.left_retention, params.right_retention) if r)
         scenarios.append(_join_scenario(rng, f"{group}-{i}", params, retentions))
+    return scenarios
+
+
+# -- stateless operators ---------------------------------------------------------------------
+
+STATELESS_OPS = ("flat_map", "flat_map_values", "split", "split_no_default", "repartition")
+
+
+def _repartition_topics(ops: tuple[str, ...], count: bool) -> int:
+    """How many repartition topics the ops (and a count) make."""
+    keyed_changed = False
+    topics = 0
+    for op in ops:
+        if op == "repartition":
+            topics, keyed_changed = topics + 1, False
+        elif op == "flat_map":
+            keyed_changed = True
+    return topics + (count and keyed_changed)
+
+
+def _stateless_ops(rng: random.Random) -> tuple[tuple[str, ...], bool]:
+    """Random ops with at most one repartition topic: with two, the order in which Kafka's
+    driver takes records of equal timestamps from two internal topics is its heap's."""
+    while True:
+        ops = [rng.choice(STATELESS_OPS) for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.3:
+            ops.insert(rng.randint(0, len(ops)), "merge_other")
+        count = rng.random() < 0.5
+        if _repartition_topics(tuple(ops), count) <= 1:
+            return tuple(ops), count
+
+
+def stateless(seed: int, count: int) -> list[Scenario]:
+    """Chains of flat maps, splits, merges and repartitions, with a count or not, over
+    records with null keys and values (on a second topic too, for "merge_other")."""
+    rng = random.Random(f"{seed}/stateless")
+    scenarios = []
+    for i in range(count):
+        ops, counted = _stateless_ops(rng)
+        serde = "long" if rng.random() < 0.5 else "string"
+        records = inputs(rng, rng.randint(8, 40), no_boundaries, 5)
+        if "merge_other" in ops:
+            records = [replace(r, topic=OTHER_TOPIC) if rng.random() < 0.4 else r for r in records]
+        params = StatelessParams(ops, counted)
+        scenarios.append(
+            Scenario(f"stateless-{i}", params, _with_values(rng, records, serde), serde)
+        )
     return scenarios

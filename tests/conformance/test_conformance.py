@@ -19,13 +19,15 @@ Where lakestate deliberately differs from Kafka:
 from __future__ import annotations
 
 import os
+import random
 
 import lakestate as ls
 import pytest
-from harness import KafkaRun, compare, run_kafka, run_lakestate
+from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_lakestate
 from random_scenarios import (
     AGGREGATIONS,
     spilling,
+    stateless,
     stream_table_joins,
     suppressed,
     table_table_joins,
@@ -62,6 +64,9 @@ NO_SUPPRESS = pytest.mark.skipif(
 TIME_WINDOWS = ("tumbling", "hopping")
 
 GROUPS: dict[str, list[Scenario]] = {
+    # flat_map, flat_map_values, split, merge and repartition chained at random, with and
+    # without a count after them (issue 25).
+    "stateless": stateless(SEED, 4 * PER_GROUP),
     **{f"aggregate-{a}": unwindowed(SEED, a, PER_GROUP) for a in AGGREGATIONS},
     **{
         f"{shape}-{a}": windowed(SEED, shape, a, PER_GROUP)
@@ -125,7 +130,7 @@ def _group_param(group: str) -> object:
     marks = []
     if group.startswith(("suppress", "spill")):
         marks.append(NO_SUPPRESS)
-    elif not group.startswith(("aggregate-", "join-")):
+    elif not group.startswith(("aggregate-", "join-", "stateless")):
         marks.append(NO_WINDOWS)
     if group in KNOWN_DIFFERENCES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[group]))
@@ -326,6 +331,13 @@ def test_lakestate_conforms(kafka: KafkaRun, group: str) -> None:
     _assert_conforms(kafka, GROUPS[group])
 
 
+@pytest.mark.parametrize("group", [_group_param(g) for g in GROUPS if g != "spill_to_disk"])
+def test_lakestate_conforms_in_record_lists(kafka: KafkaRun, group: str) -> None:
+    """The driver's chunked mode (``pipe_record_list``, of random lengths): the same records
+    as Kafka's one at a time, each output read after its list."""
+    _assert_conforms(kafka, GROUPS[group], chunked=True)
+
+
 @NO_SUPPRESS
 def test_spill_to_disk_emits_as_unbounded(kafka: KafkaRun) -> None:
     """Deliberate difference: Kafka has no spill to disk; a lakestate buffer that spills
@@ -333,14 +345,21 @@ def test_spill_to_disk_emits_as_unbounded(kafka: KafkaRun) -> None:
     _assert_conforms(kafka, GROUPS["spill_to_disk"])
 
 
-def _assert_conforms(kafka: KafkaRun, scenarios: list[Scenario]) -> None:
+def _assert_conforms(kafka: KafkaRun, scenarios: list[Scenario], chunked: bool = False) -> None:
     differences = []
+    rng = random.Random(f"{SEED}/lists")
     for scenario in scenarios:
+        expected, cuts = kafka.outcomes[scenario.name], None
+        if chunked:
+            cuts = [rng.choice((1, 2, 3, 5, 8, 40)) for _ in range(4)]
+            expected = as_listed(expected, record_lists(scenario.inputs, cuts))
         try:
-            outcome = run_lakestate(scenario)
+            outcome = run_lakestate(scenario, cuts)
         except NotImplementedError as exc:
             pytest.skip(str(exc))
-        difference = compare(kafka.outcomes[scenario.name], outcome, scenario)
+        difference = compare(expected, outcome, scenario)
+        if difference is not None and cuts is not None:
+            difference += f"\n  (piped as lists cut at {cuts})"
         if difference is not None:
             differences.append(difference)
     assert not differences, (

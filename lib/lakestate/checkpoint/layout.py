@@ -82,6 +82,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         return internal_topic_name(app.name, topic) if topic in internal else topic
 
     internal = {s for sub in topology.subtopologies for s in sub.repartition_sources}
+    fixed = {real(s): n for s, n in topology.repartition_partitions().items()}
     groups = topology.copartition_groups
     # A join's sides must be co-partitioned (Kafka's CopartitionedTopicsEnforcer): checked
     # on the input topics before anything is created or committed.
@@ -114,8 +115,14 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
                 for group in groups:
                     if any(real(t) == topic for t in group.topics):
                         count = copartition.external_count(group, partitions, real) or count
-                logtable.create_topic(warehouse, topic, count)
+                logtable.create_topic(warehouse, topic, fixed.get(topic, count))
             outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
+            if fixed.get(topic, partitions[topic]) != partitions[topic]:
+                raise StreamsException(
+                    f"app {app.name}: repartition topic {topic!r} has {partitions[topic]} "
+                    f"partitions, but Repartitioned sets {fixed[topic]}: a topic keeps its "
+                    "partitions; set its count back, or name a new topic with Repartitioned.as_"
+                )
     for group in groups:  # a repartition topic made earlier with another count, too
         copartition.check(group, partitions, real)
     global_topics = tuple(g.topic for g in topology.global_tables)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -10,19 +10,32 @@ from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder, check_topic
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
-from lakestate.processors.stateless import Filter, Map, MapValues, Peek, SelectKey
+from lakestate.processors.stateless import (
+    Filter,
+    FlatMap,
+    FlatMapValues,
+    Foreach,
+    Map,
+    MapValues,
+    PassThrough,
+    Peek,
+    SelectKey,
+)
 
 if TYPE_CHECKING:
+    from lakestate.dsl.branched import BranchedKStream, Named
     from lakestate.dsl.deduplicated import Deduplicated
     from lakestate.dsl.grouped import KGroupedStream
     from lakestate.dsl.ktable import GlobalKTable, KTable
+    from lakestate.dsl.repartitioned import Repartitioned
 
 
 class KStream:
     """An unbounded stream of records. Operators return new streams; nothing runs until
     the built topology is run by the test driver or the engine.
 
-    ``repartition_required`` is set after a key change (select_key, map, group_by): the
+    ``repartition_required`` is set after a key change (select_key, map, flat_map,
+    group_by, or a merge with a stream that changed its key): the
     next stateful operation then reads the records through a repartition topic, so that
     records with the same new key meet in the same task.
     """
@@ -102,6 +115,82 @@ class KStream:
             signature="mapper(key, value)",
             operator="map",
         )
+
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
+        """Replaces each record with the records of ``mapper(key, value)``, an iterable of
+        (new_key, new_value) tuples (empty: none), each with the record's timestamp; a later
+        stateful operation repartitions."""
+        return self._then(
+            "KSTREAM-FLATMAP-",
+            lambda _: lambda: FlatMap(mapper),
+            key_changing=True,
+            fn=mapper,
+            signature="mapper(key, value)",
+            operator="flat_map",
+        )
+
+    def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
+        """Replaces each record with one record per value of ``mapper(value)`` (an iterable;
+        empty: none), each with the record's key and timestamp."""
+        return self._then(
+            "KSTREAM-FLATMAPVALUES-",
+            lambda _: lambda: FlatMapValues(mapper),
+            fn=mapper,
+            signature="mapper(value)",
+            operator="flat_map_values",
+        )
+
+    def split(self, named: Named | None = None) -> BranchedKStream:
+        """Splits the stream into branches (``.branch(predicate, Branched.as_(name))``...,
+        then ``.default_branch()`` or ``.no_default_branch()``, which return the branches by
+        name): a record goes to the first branch whose ``predicate(key, value)`` holds.
+        ``Named.as_(prefix)`` prefixes the branches' names (see dsl/branched.py)."""
+        from lakestate.dsl.branched import BranchedKStream
+
+        return BranchedKStream(self, named)
+
+    def merge(self, other: KStream, named: Named | None = None) -> KStream:
+        """Both streams' records as one stream, each record once, in the order they are
+        processed. A later stateful operation repartitions when either side changed keys."""
+        from lakestate.dsl.branched import Named
+
+        if not isinstance(other, KStream) or other._graph is not self._graph:
+            raise TopologyException(
+                f"merge() takes a KStream of the same StreamsBuilder, got {other!r}"
+            )
+        if named is not None and not isinstance(named, Named):
+            raise TopologyException(f"merge() takes a Named, got {named!r}")
+        name = self._graph.new_name("KSTREAM-MERGE-") if named is None else named.name
+        self._graph.add_processor(name, self._node, PassThrough, other_parents=(other._node,))
+        required = self._repartition_required or other._repartition_required
+        return KStream(self._graph, name, required)
+
+    def foreach(self, action: Callable[[Any, Any], None]) -> None:
+        """Calls ``action(key, value)`` for each record (terminal: forwards nothing)."""
+        name = self._graph.new_name("KSTREAM-FOREACH-")
+        check_function(action, name, "KStream.foreach", "action(key, value)")
+        self._graph.add_processor(name, self._node, lambda: Foreach(action))
+
+    def repartition(self, repartitioned: Repartitioned | None = None) -> KStream:
+        """The stream through a repartition topic (``<name>-repartition``, see
+        ``Repartitioned``): records by their current key's partition. Ends the need to
+        repartition before a stateful operation."""
+        from lakestate.dsl.repartitioned import Repartitioned
+
+        if repartitioned is None:
+            repartitioned = Repartitioned()
+        if not isinstance(repartitioned, Repartitioned):
+            raise TopologyException(f"repartition() takes a Repartitioned, got {repartitioned!r}")
+        graph = self._graph
+        name = repartitioned.name or graph.new_name("KSTREAM-REPARTITION-")
+        topic = name if name.endswith("-repartition") else f"{name}-repartition"
+        source = graph.repartition(
+            self._node,
+            topic,
+            num_partitions=repartitioned.number_of_partitions,
+            named=repartitioned.name is not None,
+        )
+        return KStream(graph, source, False)
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged."""

@@ -113,7 +113,8 @@ class SlidingWindows:
         time_difference: timedelta, grace: timedelta
     ) -> SlidingWindows:
         return SlidingWindows(
-            _time_difference(time_difference), _millis(grace, "grace period", positive=False)
+            _time_difference(time_difference),
+            duration_ms(grace, "grace period", "SlidingWindows.of_time_difference_and_grace"),
         )
 
     @property
@@ -136,4 +137,4 @@ def _time_difference(value: timedelta) -> int:
             "sliding windows' time difference must be positive (at least 1 ms), got 0: "
             "Kafka Streams fails on the first record with a time difference of 0"
         )
-    return _millis(value, "sliding windows' time difference", positive=True)
+    return duration_ms(value, "time difference", "SlidingWindows", positive=True)

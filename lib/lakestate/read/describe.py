@@ -118,8 +118,12 @@ def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
         for sub in topology.subtopologies
     }
 
+    fixed = {internal_topic_name(name, s): n for s, n in topology.repartition_partitions().items()}
+
     def partitions(topic: str, counts: dict[int, int]) -> int | None:
         known = topics[topic]["partitions"]
+        if known is None:
+            known = fixed.get(topic)
         return known if known is not None else counts.get(writers.get(topic, -1))
 
     task_counts: dict[int, int] = {}

@@ -11,6 +11,7 @@ from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
 from lakestate.dsl.windows import SessionWindows, TimeWindows
@@ -34,6 +35,7 @@ __all__ = [
     "Deduplicated",
     "GlobalKTable",
     "InvalidStateStoreException",
+    "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
@@ -44,6 +46,7 @@ __all__ = [
     "SerializationException",
     "SessionWindowedKStream",
     "SessionWindows",
+    "StreamJoined",
     "StreamsBuilder",
     "StreamsException",
     "Suppressed",

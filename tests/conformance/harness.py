@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lakestate import Windowed
-from lakestate.testing import TopologyTestDriver
+from lakestate.testing import TestRecord, TopologyTestDriver
 from lakestate_kinds import build
 from scenario import OUTPUT_TOPIC, Buffer, Outcome, OutRecord, Scenario
 
@@ -99,18 +99,26 @@ def _outcome(result: dict[str, Any]) -> Outcome:
 # -- lakestate -----------------------------------------------------------------------------
 
 
-def run_lakestate(scenario: Scenario) -> Outcome:
+def run_lakestate(scenario: Scenario, chunked: bool = False) -> Outcome:
     """Plays ``scenario`` on lakestate's TopologyTestDriver, one input record at a time (as
-    Kafka's driver does), reading the output after each. Raises NotImplementedError for a
-    kind (or option) lakestate does not build yet."""
+    Kafka's driver does), reading the output after each. ``chunked``: each run of
+    consecutive inputs of one topic is piped at once (``pipe_record_list``: one chunk where
+    the topology takes chunks), the output read after each run and attributed to the run's
+    last input (compare with ``by_runs`` of Kafka's outcome). Raises NotImplementedError for
+    a kind (or option) lakestate does not build yet."""
     topology = build(scenario.params)
     records: list[OutRecord] = []
     error = None
     with TopologyTestDriver(topology) as driver:
         out = driver.create_output_topic(OUTPUT_TOPIC)
-        for index, item in enumerate(scenario.inputs):
+        for first, last in _runs(scenario) if chunked else _singles(scenario):
             try:
-                driver.create_input_topic(item.topic).pipe_input(item.key, item.value, item.ts)
+                topic = driver.create_input_topic(scenario.inputs[first].topic)
+                items = scenario.inputs[first : last + 1]
+                if chunked:
+                    topic.pipe_record_list([TestRecord(i.key, i.value, i.ts) for i in items])
+                else:
+                    topic.pipe_input(items[0].key, items[0].value, items[0].ts)
             except Exception as exc:  # as the Java runner: the error, and what came before
                 error = f"{type(exc).__name__}: {exc}"
             finally:
@@ -118,11 +126,34 @@ def run_lakestate(scenario: Scenario) -> Outcome:
                     key, start, end = r.key, None, None
                     if isinstance(key, Windowed):
                         key, start, end = key.key, key.window.start, key.window.end
-                    records.append(OutRecord(key, start, end, r.value, r.timestamp, index))
+                    records.append(OutRecord(key, start, end, r.value, r.timestamp, last))
             if error is not None:
                 break
         dropped = int(driver.metrics().get("dropped-records", 0))
     return Outcome(tuple(records), dropped, error)
+
+
+def _singles(scenario: Scenario) -> list[tuple[int, int]]:
+    return [(i, i) for i in range(len(scenario.inputs))]
+
+
+def _runs(scenario: Scenario) -> list[tuple[int, int]]:
+    """(first, last) input index of each run of consecutive inputs of one topic."""
+    runs: list[tuple[int, int]] = []
+    for i, item in enumerate(scenario.inputs):
+        if runs and scenario.inputs[runs[-1][1]].topic == item.topic:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def by_runs(outcome: Outcome, scenario: Scenario) -> Outcome:
+    """``outcome`` with each record attributed to the last input of its run (what a chunked
+    ``run_lakestate`` can tell)."""
+    last = {i: end for first, end in _runs(scenario) for i in range(first, end + 1)}
+    records = tuple(replace(r, input=last[r.input]) for r in outcome.records)
+    return replace(outcome, records=records)
 
 
 # -- comparing -----------------------------------------------------------------------------

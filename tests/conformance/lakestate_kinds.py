@@ -21,6 +21,7 @@ from scenario import (
     Buffer,
     Params,
     SessionWindowedParams,
+    StreamStreamJoinParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -174,12 +175,30 @@ def table_table_join(params: TableTableJoinParams) -> ls.Topology:
     return builder.build()
 
 
+def stream_stream_join(params: StreamStreamJoinParams) -> ls.Topology:
+    windows_cls = _require("JoinWindows", params.kind)
+    if params.grace is None:
+        windows = windows_cls.of_time_difference_without_grace(_ms(params.diff))
+    else:
+        windows = windows_cls.of_time_difference_and_grace(_ms(params.diff), _ms(params.grace))
+    if params.before is not None:
+        windows = windows.before(_ms(params.before))
+    if params.after is not None:
+        windows = windows.after(_ms(params.after))
+    builder = ls.StreamsBuilder()
+    left, right = builder.stream(INPUT_TOPIC), builder.stream(TABLE_TOPIC)
+    join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[params.join]
+    join(right, _joined, windows).to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     AggregateParams.kind: aggregate,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,
     StreamTableJoinParams.kind: stream_table_join,
     TableTableJoinParams.kind: table_table_join,
+    StreamStreamJoinParams.kind: stream_stream_join,
 }
 
 

@@ -120,12 +120,27 @@ class TableTableJoinParams:
     materialized: bool = False
 
 
+@dataclass(frozen=True)
+class StreamStreamJoinParams:
+    """``stream("in").join/leftJoin/outerJoin(stream("table"), joiner, windows)`` with
+    ``JoinWindows.ofTimeDifferenceAndGrace(diff, grace)`` (``ofTimeDifferenceWithNoGrace``
+    when grace is None), then ``.before(before)`` and ``.after(after)`` when set."""
+
+    kind: ClassVar[str] = "stream_stream_join"
+    join: JoinType
+    diff: int
+    grace: int | None = None
+    before: int | None = None
+    after: int | None = None
+
+
 Params = (
     AggregateParams
     | TimeWindowedParams
     | SessionWindowedParams
     | StreamTableJoinParams
     | TableTableJoinParams
+    | StreamStreamJoinParams
 )
 
 

@@ -150,12 +150,11 @@ def stream_stream_join(
     if stream_joined is not None and not isinstance(stream_joined, StreamJoined):
         raise TopologyException(f"stream_joined must be a StreamJoined, got {stream_joined!r}")
     named = stream_joined or StreamJoined()
-    this_parent = _repartitioned(
-        graph, this, f"{named.name or this.node_name}{'-left' if named.name else ''}-repartition"
-    )
-    other_parent = _repartitioned(
-        graph, other, f"{named.name or other.node_name}{'-right' if named.name else ''}-repartition"
-    )
+    # Kafka's repartition topics: <name>-left/-right with a name, else <the stream's node>.
+    this_topic = f"{named.name}-left" if named.name else this.node_name
+    other_topic = f"{named.name}-right" if named.name else other.node_name
+    this_parent = _repartitioned(graph, this, f"{this_topic}-repartition")
+    other_parent = _repartitioned(graph, other, f"{other_topic}-repartition")
     names = _names(graph, named, left_outer, right_outer)
     check_callable(joiner, "joiner", names["this"])
     this_store, other_store, waiting = _stores(graph, named, names, left_outer, right_outer)
@@ -191,13 +190,18 @@ def stream_stream_join(
     shared = [waiting] if waiting is not None else []
     graph.add_processor(names["this"], names["this_windowed"], side(True), [other_store, *shared])
     graph.add_processor(names["other"], names["other_windowed"], side(False), [this_store, *shared])
-    graph.add_processor(names["merge"], names["this"], PassThrough)
-    graph.nodes[names["merge"]].parents.append(names["other"])
-    graph.nodes[names["other"]].children.append(names["merge"])
+    _merge(graph, names)
     graph.copartition_groups.append(
         (names["this"], graph.source_nodes(this_parent), graph.source_nodes(other_parent))
     )
     return KStream(graph, names["merge"], repartition_required=False)
+
+
+def _merge(graph: GraphBuilder, names: dict[str, str]) -> None:
+    """The node where both sides' results meet (Kafka's PassThrough merge)."""
+    graph.add_processor(names["merge"], names["this"], PassThrough)
+    graph.nodes[names["merge"]].parents.append(names["other"])
+    graph.nodes[names["other"]].children.append(names["merge"])
 
 
 def _names(

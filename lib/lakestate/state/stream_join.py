@@ -26,6 +26,7 @@ store's SQL view. The time index is derived (``is_index_only``) and rebuilt by a
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -45,7 +46,15 @@ _WAITING = b"o"
 _WAITING_END = b"p"
 _I64 = 8
 _LEFT = b"\x01"
+_U64 = struct.Struct(">Q")
+_SIGN = 1 << 63
 _RIGHT = b"\x00"
+
+
+def _i64(n: int) -> bytes:
+    """``encode_i64_be`` of a timestamp or sequence number the processor computed (known
+    to be a 64-bit int), without its checks: it runs twice per record buffered."""
+    return _U64.pack(n + _SIGN)
 
 
 class _Store:
@@ -113,11 +122,12 @@ class JoinBufferStore(_Store):
         """Keep each (key, timestamp, sequence, value); every one is encoded before
         anything is written, so a bad one writes nothing."""
         writes: list[tuple[bytes, bytes | None]] = []
+        append = writes.append
         for key, ts, seq, value in records:
             raw_key = encode_key(key)
-            tail = encode_i64_be(ts) + encode_i64_be(seq)
-            writes.append((_ENTRY + raw_key + tail, encode_value(value)))
-            writes.append((_TIME + encode_i64_be(ts) + raw_key + encode_i64_be(seq), b""))
+            raw_ts, raw_seq = _i64(ts), _i64(seq)
+            append((_ENTRY + raw_key + raw_ts + raw_seq, encode_value(value)))
+            append((_TIME + raw_ts + raw_key + raw_seq, b""))
         if writes:
             self._writer().put_all(self.name, writes)
 

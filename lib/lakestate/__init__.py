@@ -16,6 +16,7 @@ from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.repartitioned import Repartitioned
+from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
@@ -41,6 +42,7 @@ __all__ = [
     "Deduplicated",
     "GlobalKTable",
     "InvalidStateStoreException",
+    "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
@@ -54,6 +56,7 @@ __all__ = [
     "SessionWindowedKStream",
     "SessionWindows",
     "SlidingWindows",
+    "StreamJoined",
     "StreamsBuilder",
     "StreamsException",
     "Suppressed",

@@ -1146,7 +1146,7 @@ def compaction_committed() -> bool:
     """Whether ``lakestate.ops.compaction`` is in git history (not just in the tree)."""
     try:
         out = subprocess.run(
-            ["git", "log", "--oneline", "-1", "--", "lib/lakestate/engine/compaction.py"],
+            ["git", "log", "--oneline", "-1", "--", "lib/lakestate/ops/compaction.py"],
             cwd=ROOT,
             capture_output=True,
             text=True,

@@ -14,8 +14,8 @@ that for ``--ooo`` (30%) of the customers with two changes or more the last arri
 the one before it (out of order); ``orders``, N orders of random customers, timestamps
 rising evenly over the same hours, ``--late`` (10%) of them up to an hour late.
 
-Sides, each a fresh process on ``local[2]`` with the same Spark confs (``lakestate.engine.
-spark``'s: 2 shuffle partitions, ``spark.driver.memory`` 3g):
+Sides, each a fresh process on ``local[2]`` with the same Spark confs (``lakestate.runtime.
+spark_session``'s: 2 shuffle partitions, ``spark.driver.memory`` 3g):
 
 - **lakestate**: ``lakestate run jobs/orders.py --until-caught-up`` twice: first with the
   customers only (loading the version history into the versioned store: timed apart), then,

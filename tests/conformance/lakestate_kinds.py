@@ -24,6 +24,7 @@ from scenario import (
     SessionWindowedParams,
     SlidingWindowedParams,
     StatelessParams,
+    StreamStreamJoinParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -264,6 +265,22 @@ def stateless(params: StatelessParams) -> ls.Topology:
         stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
     else:
         stream.to(OUTPUT_TOPIC)
+
+
+def stream_stream_join(params: StreamStreamJoinParams) -> ls.Topology:
+    windows_cls = _require("JoinWindows", params.kind)
+    if params.grace is None:
+        windows = windows_cls.of_time_difference_without_grace(_ms(params.diff))
+    else:
+        windows = windows_cls.of_time_difference_and_grace(_ms(params.diff), _ms(params.grace))
+    if params.before is not None:
+        windows = windows.before(_ms(params.before))
+    if params.after is not None:
+        windows = windows.after(_ms(params.after))
+    builder = ls.StreamsBuilder()
+    left, right = builder.stream(INPUT_TOPIC), builder.stream(TABLE_TOPIC)
+    join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[params.join]
+    join(right, _joined, windows).to(OUTPUT_TOPIC)
     return builder.build()
 
 
@@ -275,6 +292,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     SlidingWindowedParams.kind: sliding_windowed_aggregate,
     StreamTableJoinParams.kind: stream_table_join,
     TableTableJoinParams.kind: table_table_join,
+    StreamStreamJoinParams.kind: stream_stream_join,
 }
 
 

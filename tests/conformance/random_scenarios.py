@@ -29,6 +29,7 @@ from scenario import (
     SessionWindowedParams,
     SlidingWindowedParams,
     StatelessParams,
+    StreamStreamJoinParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -381,4 +382,48 @@ def stateless(seed: int, count: int) -> list[Scenario]:
         scenarios.append(
             Scenario(f"stateless-{i}", params, _with_values(rng, records, serde), serde)
         )
+
+
+def join_window_boundaries(before: int, after: int, grace: int) -> Boundaries:
+    """Where a stream-stream join turns: a recent record's window edges on either side
+    (joins or not), the stream times at which its window closes (emitted without a partner
+    or still waiting), the buffers' retention behind stream time, and stream time itself
+    (an in-order record, which looks for closed windows)."""
+
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        out = [stream_time, *recent]
+        for t in recent:
+            for edge in (before, after):
+                out += [t - edge - 1, t - edge, t + edge, t + edge + 1]
+            for look in (after, before):
+                out += [t + look + grace, t + look + grace + 1]
+        retention = before + after + grace
+        out += [stream_time - retention + d for d in (-1, 0, 1)]
+        out += [stream_time - look - grace + d for look in (before, after) for d in (-1, 0)]
+        return out
+
+    return candidates
+
+
+def stream_stream_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Stream-stream joins (``how``: inner, left or outer) of "in" with "table", symmetric
+    windows or ``before``/``after`` set apart (one may be negative), with or without grace."""
+    group = f"join-stream_stream-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        diff = rng.choice((0, 1, 3, 5))
+        grace = rng.choice((None, 0, 2, 6))
+        before = after = None
+        if rng.random() < 0.4:
+            before = rng.choice((0, 1, 2, 4, 7))
+            after = rng.choice([a for a in (-2, -1, 0, 1, 3, 6) if before + a >= 0])
+        params = StreamStreamJoinParams(how, diff, grace, before, after)
+        b = diff if before is None else before
+        a = diff if after is None else after
+        serde = "long" if rng.random() < 0.5 else "string"
+        records = inputs(rng, rng.randint(8, 40), join_window_boundaries(b, a, grace or 0), 6)
+        topics = [INPUT_TOPIC if rng.random() < 0.5 else TABLE_TOPIC for _ in records]
+        records = [replace(r, topic=t) for r, t in zip(records, topics, strict=True)]
+        scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
     return scenarios

@@ -158,6 +158,18 @@ class StatelessParams:
     kind: ClassVar[str] = "stateless"
     ops: tuple[str, ...]
     count: bool = False
+@dataclass(frozen=True)
+class StreamStreamJoinParams:
+    """``stream("in").join/leftJoin/outerJoin(stream("table"), joiner, windows)`` with
+    ``JoinWindows.ofTimeDifferenceAndGrace(diff, grace)`` (``ofTimeDifferenceWithNoGrace``
+    when grace is None), then ``.before(before)`` and ``.after(after)`` when set."""
+
+    kind: ClassVar[str] = "stream_stream_join"
+    join: JoinType
+    diff: int
+    grace: int | None = None
+    before: int | None = None
+    after: int | None = None
 
 
 Params = (
@@ -168,6 +180,7 @@ Params = (
     | SlidingWindowedParams
     | StreamTableJoinParams
     | TableTableJoinParams
+    | StreamStreamJoinParams
 )
 
 

@@ -2,7 +2,8 @@
 views over Arrow datasets read by delta-rs, the query transpiled from Spark SQL) and Spark.
 
 One warehouse from real runs of apps with every store kind (key-value, dedup, window,
-session, suppression buffers in memory and on disk, versioned), one of them compacted and
+session, suppression buffers in memory and on disk, versioned, a stream-stream join's
+buffers and waiting records), one of them compacted and
 run again (snapshot rows and a tail), then the same queries on both engines: every SQL
 query of README.md and of the demo printers (cli/commands.py), every view and changelog
 of the warehouse as a whole, and Spark functions users write (JSON, time, casts,
@@ -77,6 +78,16 @@ def wh(spark, tmp_path_factory) -> Warehouse:
         for i in range(120)
     ], partitions=2)
     run(APPS / "payments.py")
+    # A stream-stream join's buffers and waiting records (README's ads example).
+    produce(spark, wh, "impressions", [
+        {"key": f"u{i % 6}", "value": {"ad": f"ad{i % 4}"}, "timestamp": i * MIN}
+        for i in range(40)
+    ], partitions=2)
+    produce(spark, wh, "ad-clicks", [
+        {"key": f"u{i % 6}", "value": {"page": "checkout"}, "timestamp": i * 3 * MIN + 30_000}
+        for i in range(10)
+    ], partitions=2)
+    run(APPS / "ads.py", max_records=15)
     tiers = [(42, "silver", 0), (7, "bronze", 1), (42, "gold", 10), (42, "platinum", 20),
              (42, "silver-plus", 5), (7, None, 12)]
     produce(spark, wh, "tier-updates",
@@ -237,7 +248,8 @@ def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
     apps = [load_module(JOBS / "demo.py").app, load_module(JOBS / "clicks.py").app,
             load_module(JOBS / "orders.py").app] + [
         load_module(APPS / f).app
-        for f in ("alerts.py", "dedup.py", "windowed.py", "payments.py", "versioned_tiers.py")
+        for f in ("alerts.py", "dedup.py", "windowed.py", "payments.py", "versioned_tiers.py",
+                  "ads.py")
     ]
     tables = {(t.app, t.store) for t in wh.list_state_tables()}
     kinds = {
@@ -247,7 +259,8 @@ def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
         if (app.name, name) in tables
     }
     assert kinds >= {"timestamped_key_value", "dedup", "window", "session",
-                     "suppression_buffer", "versioned"}, kinds
+                     "suppression_buffer", "versioned", "stream_join_buffer",
+                     "stream_join_waiting"}, kinds
     ctx = Context(wh)
     counts = {q: _compare(ctx, q) for q in _views(wh)}
     assert all(counts.values()), [q for q, n in counts.items() if not n]

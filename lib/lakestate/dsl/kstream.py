@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from lakestate.dsl.grouped import KGroupedStream
     from lakestate.dsl.ktable import GlobalKTable, KTable
     from lakestate.dsl.repartitioned import Repartitioned
+    from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 
 
 class KStream:
@@ -274,34 +275,71 @@ class KStream:
         )
         return KStream(self._graph, name, repartition_required)
 
-    def join(self, table: KTable | GlobalKTable, *args: Any) -> KStream:
-        """Inner join with a table: ``join(table, joiner)``, each record joined with the
-        table's row for its key, ``joiner(stream_value, table_value)``; read as of the
-        record's timestamp when the table is versioned (KIP-914), its latest row otherwise.
-        Records without a row are dropped. With a global table, ``join(global_table,
-        key_selector, joiner)`` looks up ``key_selector(key, value)``. Records with a null
-        value or join key are dropped (metric ``dropped-records``). A key change upstream
-        makes the stream go through a repartition topic first."""
-        return self._join(table, args, left=False)
+    def join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
+        """Inner join.
 
-    def left_join(self, table: KTable | GlobalKTable, *args: Any) -> KStream:
-        """Like ``join``, but a record without a table row (or with a null join key, or
-        looked up beyond a versioned table's history retention) is joined with None."""
-        return self._join(table, args, left=True)
+        With a table: ``join(table, joiner)``, each record joined with the table's row for
+        its key, ``joiner(stream_value, table_value)``; read as of the record's timestamp
+        when the table is versioned (KIP-914), its latest row otherwise. Records without a
+        row are dropped. With a global table, ``join(global_table, key_selector, joiner)``
+        looks up ``key_selector(key, value)``. Records with a null value or join key are
+        dropped (metric ``dropped-records``).
 
-    def _join(self, table: Any, args: tuple[Any, ...], left: bool) -> KStream:
+        With a stream: ``join(other_stream, joiner, JoinWindows, stream_joined=None)``, each
+        pair of records with the same key at most the windows' difference apart, joined as
+        ``joiner(value, other_value)`` at the larger timestamp (Kafka's stream-stream join;
+        both sides buffered for before + after + grace; null keys and values dropped).
+
+        A key change upstream makes a stream go through a repartition topic first."""
+        return self._join(other, args, "inner")
+
+    def left_join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
+        """Like ``join``, but a record without a partner is joined with None: with a table
+        at once (also a null join key, or a lookup beyond a versioned table's history
+        retention); with a stream once its window has closed (stream time past its
+        timestamp + after + grace), never before, and a null-key record at once."""
+        return self._join(other, args, "left")
+
+    def outer_join(
+        self,
+        other: KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows,
+        stream_joined: StreamJoined | None = None,
+    ) -> KStream:
+        """Stream-stream outer join: like ``left_join`` with a stream, and the other side's
+        records without a partner are emitted too, as ``joiner(None, other_value)``."""
+        from lakestate.dsl.stream_joins import stream_stream_join
+
+        if not isinstance(other, KStream):
+            raise TopologyException(
+                "outer_join() of a stream takes (other_stream, joiner, JoinWindows); a stream "
+                f"has no outer join with {type(other).__name__}"
+            )
+        return stream_stream_join(self, other, joiner, windows, "outer", stream_joined)
+
+    def _join(self, other: Any, args: tuple[Any, ...], how: str) -> KStream:
         from lakestate.dsl.joins import stream_global_table_join, stream_table_join
         from lakestate.dsl.ktable import GlobalKTable
+        from lakestate.dsl.stream_joins import stream_stream_join
 
-        if isinstance(table, GlobalKTable):
+        if isinstance(other, KStream):
+            if len(args) not in (2, 3):
+                raise TopologyException(
+                    "a join with a stream takes (other_stream, joiner, JoinWindows[, StreamJoined])"
+                )
+            stream_joined = args[2] if len(args) == 3 else None
+            return stream_stream_join(self, other, args[0], args[1], how, stream_joined)
+        left = how == "left"
+        if isinstance(other, GlobalKTable):
             if len(args) != 2:
                 raise TopologyException(
                     "a join with a global table takes (global_table, key_selector, joiner)"
                 )
-            return stream_global_table_join(self, table, args[0], args[1], left)
+            return stream_global_table_join(self, other, args[0], args[1], left)
         if len(args) != 1:
             raise TopologyException("a join with a table takes (table, joiner)")
-        return stream_table_join(self, table, args[0], left)
+        return stream_table_join(self, other, args[0], left)
 
     def group_by_key(self) -> KGroupedStream:
         """Groups by the current key, for an aggregation."""

@@ -17,6 +17,7 @@ import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
@@ -27,6 +28,7 @@ import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.Suppressed.BufferConfig;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
@@ -66,7 +68,8 @@ final class Topologies {
             "session_windowed_aggregate", Topologies::sessionWindowedAggregate,
             "sliding_windowed_aggregate", Topologies::slidingWindowedAggregate,
             "stream_table_join", Topologies::streamTableJoin,
-            "table_table_join", Topologies::tableTableJoin);
+            "table_table_join", Topologies::tableTableJoin,
+            "stream_stream_join", Topologies::streamStreamJoin);
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);
@@ -288,6 +291,38 @@ final class Topologies {
             default -> throw unknown("table-table join", join);
         };
         result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /**
+     * stream("in").join/leftJoin/outerJoin(stream("table"), joiner, JoinWindows): windows of
+     * "diff" ms with "grace" ms (none when null), then .before("before") and .after("after")
+     * when set.
+     */
+    static Built streamStreamJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KStream<String, Object> left = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        KStream<String, Object> right = builder.stream(TABLE_TOPIC, Consumed.with(Serdes.String(), values));
+        Duration diff = millis(params, "diff");
+        JoinWindows windows = params.path("grace").isNull() || params.path("grace").isMissingNode()
+                ? JoinWindows.ofTimeDifferenceWithNoGrace(diff)
+                : JoinWindows.ofTimeDifferenceAndGrace(diff, millis(params, "grace"));
+        if (params.hasNonNull("before")) {
+            windows = windows.before(millis(params, "before"));
+        }
+        if (params.hasNonNull("after")) {
+            windows = windows.after(millis(params, "after"));
+        }
+        StreamJoined<String, Object, Object> joined = StreamJoined.with(Serdes.String(), values, values);
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        String join = params.get("join").asText();
+        KStream<String, String> result = switch (join) {
+            case "inner" -> left.join(right, joiner, windows, joined);
+            case "left" -> left.leftJoin(right, joiner, windows, joined);
+            case "outer" -> left.outerJoin(right, joiner, windows, joined);
+            default -> throw unknown("stream-stream join", join);
+        };
+        result.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 

@@ -265,6 +265,7 @@ def stateless(params: StatelessParams) -> ls.Topology:
         stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
     else:
         stream.to(OUTPUT_TOPIC)
+    return builder.build()
 
 
 def stream_stream_join(params: StreamStreamJoinParams) -> ls.Topology:

@@ -382,6 +382,7 @@ def stateless(seed: int, count: int) -> list[Scenario]:
         scenarios.append(
             Scenario(f"stateless-{i}", params, _with_values(rng, records, serde), serde)
         )
+    return scenarios
 
 
 def join_window_boundaries(before: int, after: int, grace: int) -> Boundaries:

@@ -158,6 +158,8 @@ class StatelessParams:
     kind: ClassVar[str] = "stateless"
     ops: tuple[str, ...]
     count: bool = False
+
+
 @dataclass(frozen=True)
 class StreamStreamJoinParams:
     """``stream("in").join/leftJoin/outerJoin(stream("table"), joiner, windows)`` with

@@ -377,7 +377,9 @@ def test_lakestate_gives_the_known_answer(scenario: Scenario, expected: Outcome)
     whole_runs = [len(scenario.inputs)]  # each run of one topic's inputs as one list
     for cuts in (None, whole_runs):
         got = run_lakestate(scenario, cuts)
-        want = expected if cuts is None else as_listed(expected, record_lists(scenario.inputs, cuts))
+        want = (
+            expected if cuts is None else as_listed(expected, record_lists(scenario.inputs, cuts))
+        )
         assert got.records == want.records, cuts
         if expected.error is None:
             assert got.error is None

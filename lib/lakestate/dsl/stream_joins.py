@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lakestate.dsl.builder import GraphBuilder, check_callable
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import GraphBuilder
 from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
 from lakestate.processors.stateless import PassThrough
@@ -156,7 +157,8 @@ def stream_stream_join(
     this_parent = _repartitioned(graph, this, f"{this_topic}-repartition")
     other_parent = _repartitioned(graph, other, f"{other_topic}-repartition")
     names = _names(graph, named, left_outer, right_outer)
-    check_callable(joiner, "joiner", names["this"])
+    operator = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
+    check_function(joiner, names["this"], f"KStream.{operator}", "joiner(value, other_value)")
     this_store, other_store, waiting = _stores(graph, named, names, left_outer, right_outer)
     retention = windows.retention_ms
     graph.add_processor(

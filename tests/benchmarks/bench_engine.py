@@ -227,7 +227,7 @@ class PhaseTimer:
             (commit, "_run_all", "table_commits"),
             (commit, "_append_topic", "sink_append"),
             (commit, "_append_changelog", "changelog_append"),
-            (task_dir, "apply_staged", "local_apply"),
+            (task_dir.TaskDir, "apply_staged", "local_apply"),
         ]
         for owner, attr, label in targets:
             name = f"{getattr(owner, '__name__', owner)}.{attr}"
@@ -635,7 +635,7 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     records, against a copy of task 0_0's local store (what one Spark worker does for one
     task of a batch, minus Arrow transfer)."""
     from lakestate.app import load_app
-    from lakestate.checkpoint import task_dir
+    from lakestate.checkpoint.task_dir import TaskDir
     from lakestate.io import topics
     from lakestate.runtime import spark_topics
     from lakestate.runtime.task_executor import INPUT_COLUMNS, BatchContext, process_task
@@ -646,10 +646,10 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     isolation = isolation_for(app.config)
     copy_dir = tempfile.mkdtemp(prefix="worker-profile-", dir=Path(state_dir).parent)
     try:
-        src = task_dir.task_dir(state_dir, APP_NAME, "0_0")
-        dst = task_dir.task_dir(copy_dir, APP_NAME, "0_0")
+        src = TaskDir(state_dir, APP_NAME, "0_0").path
+        dst = TaskDir(copy_dir, APP_NAME, "0_0").path
         shutil.copytree(src, dst)
-        store = task_dir.open_task_store(copy_dir, APP_NAME, "0_0", IsolationLevel.READ_COMMITTED)
+        store = TaskDir(copy_dir, APP_NAME, "0_0").open(IsolationLevel.READ_COMMITTED)
         try:
             start = store.committed_offsets().get(TopicPartition(INPUT_TOPIC, 0), 0)
             keys_in_store = sum(1 for _ in store.iterate(STORE))

@@ -69,9 +69,10 @@ def child_restore(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import lakestate
     from lakestate.app import load_app
-    from lakestate.checkpoint import changelog, task_dir
+    from lakestate.checkpoint import changelog
     from lakestate.checkpoint.layout import prepare
     from lakestate.checkpoint.standing import where_tasks_stand
+    from lakestate.checkpoint.task_dir import TaskDir
     from lakestate.restore import recovery
     from lakestate.state.base import isolation_for
     from lakestate.warehouse import Warehouse
@@ -123,7 +124,7 @@ def child_restore(argv: list[str]) -> int:
             "wiped by the benchmark",
         )
         seconds = time.monotonic() - t
-        store = task_dir.open_task_store(args.state_dir, app.name, task, isolation_for(app.config))
+        store = TaskDir(args.state_dir, app.name, task).open(isolation_for(app.config))
         try:
             digest, entries = _digest(store)
         finally:

@@ -410,6 +410,7 @@ def worker_floor(inp: dict[str, Any], state: Path, tmp: Path, profile: bool) -> 
 
     from lakestate.app import load_app
     from lakestate.checkpoint import task_dir
+    from lakestate.checkpoint.task_dir import TaskDir
     from lakestate.runtime.task_executor import BatchContext, process_task
     from lakestate.state.base import TopicPartition, isolation_for
 
@@ -420,8 +421,8 @@ def worker_floor(inp: dict[str, Any], state: Path, tmp: Path, profile: bool) -> 
         task = f"0_{partition}"
         copy = Path(tempfile.mkdtemp(prefix="floor-", dir=tmp))
         try:
-            shutil.copytree(task_dir.task_dir(state, app.name, task), copy / app.name / task)
-            store = task_dir.open_task_store(copy, app.name, task, isolation)
+            shutil.copytree(TaskDir(state, app.name, task).path, copy / app.name / task)
+            store = TaskDir(copy, app.name, task).open(isolation)
             try:
                 batch = task_dir.local_batch(store) + 1
                 held = store.committed_offsets()

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 from lakestate.app import load_app
-from lakestate.checkpoint import task_dir
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.io import topics
 from lakestate.runtime import spark_topics
 from lakestate.state.base import IsolationLevel
@@ -93,7 +93,7 @@ def changelog_history(spark, warehouse, app: str, store: str) -> list:
 def local_state(state_dir, app_name: str, task_id: str, store: str, kind: str) -> dict:
     from lakestate.state.base import IsolationLevel
 
-    s = task_dir.open_task_store(state_dir, app_name, task_id, IsolationLevel.READ_COMMITTED)
+    s = TaskDir(state_dir, app_name, task_id).open(IsolationLevel.READ_COMMITTED)
     try:
         return dict(open_view(store, kind, {}, lambda: s).all())
     finally:
@@ -132,7 +132,7 @@ def driver_outputs(
 def dump_store(state_dir, app: str, task) -> dict[str, dict[bytes, bytes]]:
     """Every entry of every column family of a task's RocksDB store (to compare two stores
     byte for byte)."""
-    store = task_dir.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)
+    store = TaskDir(state_dir, app, task).open(IsolationLevel.READ_COMMITTED)
     try:
         backend = store._backend
         names = Rdict.list_cf(backend.path, backend._options)

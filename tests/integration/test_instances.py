@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from engine_helpers import APPS, events, local_state, produce
 from lakestate import run_app
 from lakestate.checkpoint import changelog, faults, task_dir
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import TaskMigratedException
 from lakestate.runtime.run_lock import instance_lock
 from lakestate.scaleout import lag_reports, ownership
@@ -164,10 +165,10 @@ def test_an_instance_runs_only_the_tasks_it_owns(tmp_path):
 
     result_a, _ = _run(app, wh, "a")
     assert {t for batch in result_a.batches for t in batch} == {"0_0"}
-    assert not task_dir.store_exists(tmp_path / "state-a", "counts", T1)
+    assert not TaskDir(tmp_path / "state-a", "counts", T1).exists()
     result_b, _ = _run(app, wh, "b")
     assert {t for batch in result_b.batches for t in batch} == {"0_1"}
-    assert not task_dir.store_exists(tmp_path / "state-b", "counts", T0)
+    assert not TaskDir(tmp_path / "state-b", "counts", T0).exists()
 
     assert _sinks(wh) == _sinks(reference)
     assert _state(wh) == _state(reference)
@@ -235,7 +236,7 @@ def _local(state_dir: Path, task: TaskId) -> dict:
         name: local_state(state_dir, "counts", str(task), name, "timestamped_key_value")
         for name in STORES
     }
-    store = task_dir.open_task_store(state_dir, "counts", task, IsolationLevel.READ_COMMITTED)
+    store = TaskDir(state_dir, "counts", task).open(IsolationLevel.READ_COMMITTED)
     try:
         return held | {"batch": task_dir.local_batch(store), "offsets": store.committed_offsets()}
     finally:
@@ -271,7 +272,7 @@ def test_a_run_fenced_before_its_progress_commit_stops_and_commits_nothing(tmp_p
         p: v for p, v in before.items() if p != progress
     }
     for task in (T0, T1):
-        assert task_dir.staged_batches(tmp_path / "state-a", "counts", task) == []
+        assert TaskDir(tmp_path / "state-a", "counts", task).staged_batches() == []
 
     # The new owner takes 0_1 over; a goes on with 0_0: one instance's result.
     result_b, _ = _run(app, wh, "b")
@@ -320,7 +321,7 @@ def test_a_zombie_killed_mid_batch_never_commits_nor_applies_its_staged_batch(tm
     proc = _subprocess_run(app, wh, "a", "before_progress@2", max_records=15)
     assert proc.returncode == -9, proc.stderr[-3000:]
     state_a = tmp_path / "state-a"
-    assert all(task_dir.staged_batches(state_a, "counts", t) == [2] for t in (T0, T1))
+    assert all(TaskDir(state_a, "counts", t).staged_batches() == [2] for t in (T0, T1))
 
     _assign(wh, {T0: "b", T1: "b"}, warmup={T0: {"a"}, T1: {"a"}})
     _run(app, wh, "b", max_records=10, max_batches=1)  # batch 2: other ranges than a's
@@ -334,7 +335,7 @@ def test_a_zombie_killed_mid_batch_never_commits_nor_applies_its_staged_batch(tm
     assert any("caught up from batch 1 to 2" in line for line in said), said
     rows = DeltaTable(wh.progress_path("counts")).to_pyarrow_table().to_pylist()
     assert {r["run_id"] for r in rows if r["batch_id"] == 2} == b_run
-    assert all(task_dir.staged_batches(state_a, "counts", t) == [] for t in (T0, T1))
+    assert all(TaskDir(state_a, "counts", t).staged_batches() == [] for t in (T0, T1))
 
     _run(app, wh, "b")
     assert _sinks(wh) == _sinks(reference)
@@ -391,7 +392,7 @@ def test_lakestate_run_instance_on_the_command_line(tmp_path, capsys):
     assert result["instance"] == "b" and {t for b in result["per_batch"] for t in b["tasks"]} == {
         "0_1"
     }
-    assert task_dir.store_exists(tmp_path / "state-b", "counts", T1)  # the instance's state dir
+    assert TaskDir(tmp_path / "state-b", "counts", T1).exists()  # the instance's state dir
 
     assert main([*common, "--instance", "c"]) == 1
     assert "app counts has no instance 'c'; its instances: a, b" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from lakestate.app import load_app
 from lakestate.checkpoint import changelog, task_dir
 from lakestate.checkpoint.layout import prepare
 from lakestate.checkpoint.standing import where_tasks_stand
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.restore import recovery, restored
 from lakestate.state.base import IsolationLevel
 from lakestate.state.dedup import FLOOR_KEY
@@ -54,8 +55,8 @@ def _model_restore(layout, task, committed, state_dir) -> None:
     """The restore through transactions: the changelog rows as Python objects, each chunk
     applied by the kind's ``restore_entries`` in a transaction, the batch marker last."""
     app = layout.app.name
-    task_dir.wipe(state_dir, app, task)
-    store = task_dir.open_task_store(state_dir, app, task, ISOLATION)
+    TaskDir(state_dir, app, task).wipe()
+    store = TaskDir(state_dir, app, task).open(ISOLATION)
     try:
         for name in layout.stores_of(task.subtopology):
             kind = layout.app.topology.stores[name].kind
@@ -121,6 +122,7 @@ CHILD = textwrap.dedent(
     from lakestate.app import load_app
     from lakestate.restore import recovery
     from lakestate.checkpoint.layout import prepare
+    from lakestate.checkpoint.standing import where_tasks_stand
     from lakestate.state.base import IsolationLevel
     from lakestate.task_id import TaskId
     from lakestate.warehouse import Warehouse
@@ -151,7 +153,7 @@ def test_a_kill_mid_restore_leaves_a_store_the_next_start_restores(built, tmp_pa
     partial = dump_store(state, app, task)
     first = layout.stores_of(task.subtopology)[0]
     assert list(partial) == [first] and partial[first]
-    store = task_dir.open_task_store(state, app, task, ISOLATION)
+    store = TaskDir(state, app, task).open(ISOLATION)
     try:
         assert task_dir.local_batch(store) is None
     finally:

@@ -22,9 +22,10 @@ import pytest
 from engine_helpers import APPS, dump_store, events, produce
 from lakestate import compact, run_app
 from lakestate.app import load_app
-from lakestate.checkpoint import changelog, task_dir
+from lakestate.checkpoint import changelog
 from lakestate.checkpoint.layout import prepare
 from lakestate.checkpoint.standing import where_tasks_stand
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.restore import recovery, warmup
 from lakestate.scaleout import ownership
 from lakestate.state.base import IsolationLevel
@@ -93,7 +94,7 @@ def _warm_until_done(layout, task, state: str, said: list[str]) -> list[int]:
         applied.append(recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET))
         if not warmup.in_progress(state, layout.app.name, task):
             return applied
-        assert not task_dir.store_exists(state, layout.app.name, task)  # the shadow only
+        assert not TaskDir(state, layout.app.name, task).exists()  # the shadow only
     raise AssertionError("the warmup restore did not complete in 200 runs")
 
 
@@ -166,9 +167,9 @@ def test_a_kill_between_the_last_piece_and_the_swap_leaves_a_shadow_recovery_ado
     recovery.warm(layout, task, state, ISOLATION, said.append, budget=BUDGET)
     # The task's store exists (an old one); the child completes the shadow, removes the
     # old store and is killed before the rename.
-    task_dir.open_task_store(state, app, task, ISOLATION).close()
+    TaskDir(state, app, task).open(ISOLATION).close()
     _killed(tmp_path, path, layout, state, task, "mid_warmup_swap", 10**6)
-    assert not task_dir.task_dir(state, app, task).exists()
+    assert not TaskDir(state, app, task).path.exists()
     assert warmup.in_progress(state, app, task)
     # The task became this instance's active: its recovery adopts the complete shadow.
     recovery.recover(layout, [task], state, ISOLATION, said.append)

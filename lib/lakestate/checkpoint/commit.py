@@ -37,8 +37,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lakestate.checkpoint import changelog, faults, progress, task_dir
+from lakestate.checkpoint import changelog, faults, progress
 from lakestate.checkpoint.layout import AppLayout
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import TaskMigratedException
 from lakestate.io import delta_commits
 from lakestate.io.topic_records import RECORD_SCHEMA
@@ -116,7 +117,7 @@ def commit_batch(
             _record(layout, run_id, results, replayed, identity, at, fences)
         except TaskMigratedException as exc:
             for r in results:
-                task_dir.discard_staged(state_dir, app, r.task)
+                TaskDir(state_dir, app, r.task).discard_staged()
             raise BatchRefused(str(exc)) from exc
     faults.maybe_fail("after_progress", first)
 
@@ -143,9 +144,10 @@ def commit_batch(
 
     # 4. Complete: the local stores commit.
     for index, r in enumerate(sorted(results, key=lambda r: r.task)):
-        store = task_dir.open_task_store(state_dir, app, r.task, isolation)
+        local = TaskDir(state_dir, app, r.task)
+        store = local.open(isolation)
         try:
-            task_dir.apply_staged(store, state_dir, app, r.task, r.batch_id)
+            local.apply_staged(store, r.batch_id)
         finally:
             store.close()
         if index == 0:

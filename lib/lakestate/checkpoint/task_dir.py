@@ -1,9 +1,12 @@
-"""A task's local state on this instance: its RocksDB store and its staged transactions.
+"""A task's directory on this instance (``TaskDir``: Kafka's StateDirectory and
+ProcessorStateManager for one task): its RocksDB store and its staged transactions.
 
-Processing runs in Spark workers but Delta commits run in the driver, so a worker cannot
-commit its transaction itself: it stages it durably beside the store, keyed by batch. The
-driver applies it once every Delta commit of the batch is confirmed (data, offsets, stream
-time and batch id in one WriteBatch), or recovery discards it.
+Processing may run in Spark workers while Delta commits run in the driver, so a worker
+cannot commit its transaction itself: it stages it durably beside the store, keyed by
+batch. The driver applies it once every Delta commit of the batch is confirmed (data,
+offsets, stream time and batch id in one WriteBatch, commit step 4), or recovery discards
+it. It is the local half of a checkpoint, which is why it lives in ``checkpoint/``: the
+commit's step 4 applies what step 1 staged here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import pickle
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
@@ -32,20 +36,6 @@ def state_dir_of(state_dir: str | None) -> str:
     return str(Path(state_dir or os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).resolve())
 
 
-def task_dir(state_dir: str | Path, app: str, task_id: TaskId | str) -> Path:
-    return Path(state_dir) / app / str(task_id)
-
-
-def open_task_store(
-    state_dir: str | Path, app: str, task_id: TaskId | str, isolation: IsolationLevel
-) -> StateStore:
-    return rocksdb_store(f"{app}/{task_id!s}", task_dir(state_dir, app, task_id) / "db", isolation)
-
-
-def store_exists(state_dir: str | Path, app: str, task_id: TaskId | str) -> bool:
-    return (task_dir(state_dir, app, task_id) / "db" / "CURRENT").exists()
-
-
 def local_batch(store: StateStore) -> int | None:
     """The last batch committed into this local store, or None for a new store."""
     raw = store.get(META_NAMESPACE, BATCH_KEY)
@@ -57,95 +47,108 @@ def batch_marker(batch_id: int) -> Write:
     return META_NAMESPACE, BATCH_KEY, batch_id.to_bytes(8, "big", signed=True)
 
 
-def _staged_path(state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int) -> Path:
-    return task_dir(state_dir, app, task_id) / "staged" / f"batch-{batch_id}.pkl"
+@dataclass(frozen=True)
+class TaskDir:
+    """Task ``task`` of ``app`` on the instance whose state directory is ``state_dir``:
+    ``<state dir>/<app>/<task>/``, holding ``db/`` (the store) and ``staged/``."""
 
+    state_dir: str | Path
+    app: str
+    task: TaskId | str
 
-def stage(
-    state_dir: str | Path,
-    app: str,
-    task_id: TaskId | str,
-    batch_id: int,
-    writes: list[Write],
-    offsets: Mapping[TopicPartition, int],
-    run_id: str | None = None,
-) -> None:
-    """Durably stage a task's transaction for ``batch_id`` (write, fsync, rename), with the
-    ``run_id`` whose progress row records the batch (``staged_run_id``)."""
-    path = _staged_path(state_dir, app, task_id, batch_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(
-            {"batch_id": batch_id, "writes": writes, "offsets": dict(offsets), "run_id": run_id},
-            f,
-            protocol=pickle.HIGHEST_PROTOCOL,
-        )
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    @property
+    def path(self) -> Path:
+        return Path(self.state_dir) / self.app / str(self.task)
 
+    def exists(self) -> bool:
+        """Whether the task's store exists (a RocksDB ``CURRENT`` file)."""
+        return (self.path / "db" / "CURRENT").exists()
 
-def has_staged(state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int) -> bool:
-    return _staged_path(state_dir, app, task_id, batch_id).exists()
+    def open(self, isolation: IsolationLevel) -> StateStore:
+        """The task's store (created if missing); the caller closes it."""
+        return rocksdb_store(f"{self.app}/{self.task!s}", self.path / "db", isolation)
 
+    def _staged_path(self, batch_id: int) -> Path:
+        return self.path / "staged" / f"batch-{batch_id}.pkl"
 
-def apply_staged(
-    store: StateStore, state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int
-) -> None:
-    """Commit the staged transaction of ``batch_id`` into ``store`` (one WriteBatch), then
-    drop the staged file. Applying twice is harmless: the second finds the store at the batch."""
-    path = _staged_path(state_dir, app, task_id, batch_id)
-    if local_batch(store) == batch_id:
-        path.unlink(missing_ok=True)
-        return
-    with open(path, "rb") as f:
-        staged = pickle.load(f)
-    with store.new_transaction() as txn:
-        # The writes come by namespace (Transaction.changes): one put_all per namespace.
-        for namespace, writes in groupby(staged["writes"], key=itemgetter(0)):
-            txn.put_all(namespace, ((key, value) for _, key, value in writes))
-        namespace, key, value = batch_marker(batch_id)
-        txn.put(namespace, key, value)
-        txn.commit(staged["offsets"])
-    path.unlink(missing_ok=True)
+    def stage(
+        self,
+        batch_id: int,
+        writes: list[Write],
+        offsets: Mapping[TopicPartition, int],
+        run_id: str | None = None,
+    ) -> None:
+        """Durably stage the task's transaction for ``batch_id`` (write, fsync, rename), with
+        the ``run_id`` whose progress row records the batch (``staged_run_id``)."""
+        path = self._staged_path(batch_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(
+                {
+                    "batch_id": batch_id,
+                    "writes": writes,
+                    "offsets": dict(offsets),
+                    "run_id": run_id,
+                },
+                f,
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
+    def has_staged(self, batch_id: int) -> bool:
+        return self._staged_path(batch_id).exists()
 
-def staged_run_id(
-    state_dir: str | Path, app: str, task_id: TaskId | str, batch_id: int
-) -> str | None:
-    """The run id the staged transaction of ``batch_id`` was staged with (None: none, or
-    staged by a lakestate that did not record it)."""
-    path = _staged_path(state_dir, app, task_id, batch_id)
-    try:
+    def apply_staged(self, store: StateStore, batch_id: int) -> None:
+        """Commit the staged transaction of ``batch_id`` into ``store`` (one WriteBatch),
+        then drop the staged file. Applying twice is harmless: the second finds the store at
+        the batch."""
+        path = self._staged_path(batch_id)
+        if local_batch(store) == batch_id:
+            path.unlink(missing_ok=True)
+            return
         with open(path, "rb") as f:
-            return pickle.load(f).get("run_id")
-    except FileNotFoundError:
-        return None
+            staged = pickle.load(f)
+        with store.new_transaction() as txn:
+            # The writes come by namespace (Transaction.changes): one put_all per namespace.
+            for namespace, writes in groupby(staged["writes"], key=itemgetter(0)):
+                txn.put_all(namespace, ((key, value) for _, key, value in writes))
+            namespace, key, value = batch_marker(batch_id)
+            txn.put(namespace, key, value)
+            txn.commit(staged["offsets"])
+        path.unlink(missing_ok=True)
 
+    def staged_run_id(self, batch_id: int) -> str | None:
+        """The run id the staged transaction of ``batch_id`` was staged with (None: none, or
+        staged by a lakestate that did not record it)."""
+        try:
+            with open(self._staged_path(batch_id), "rb") as f:
+                return pickle.load(f).get("run_id")
+        except FileNotFoundError:
+            return None
 
-def staged_batches(state_dir: str | Path, app: str, task_id: TaskId | str) -> list[int]:
-    """The batches staged for the task (normally none, or the one a crash left)."""
-    staged = task_dir(state_dir, app, task_id) / "staged"
-    if not staged.is_dir():
-        return []
-    return sorted(
-        int(p.name[len("batch-") : -len(".pkl")])
-        for p in staged.iterdir()
-        if p.name.startswith("batch-") and p.name.endswith(".pkl")
-    )
+    def staged_batches(self) -> list[int]:
+        """The batches staged for the task (normally none, or the one a crash left)."""
+        staged = self.path / "staged"
+        if not staged.is_dir():
+            return []
+        return sorted(
+            int(p.name[len("batch-") : -len(".pkl")])
+            for p in staged.iterdir()
+            if p.name.startswith("batch-") and p.name.endswith(".pkl")
+        )
 
+    def discard_staged(self) -> None:
+        staged = self.path / "staged"
+        if staged.exists():
+            shutil.rmtree(staged)
 
-def discard_staged(state_dir: str | Path, app: str, task_id: TaskId | str) -> None:
-    staged = task_dir(state_dir, app, task_id) / "staged"
-    if staged.exists():
-        shutil.rmtree(staged)
-
-
-def wipe(state_dir: str | Path, app: str, task_id: TaskId | str) -> None:
-    shutil.rmtree(task_dir(state_dir, app, task_id), ignore_errors=True)
+    def wipe(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)

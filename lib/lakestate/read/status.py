@@ -22,6 +22,7 @@ from typing import Any
 from lakestate.checkpoint import progress, task_dir
 from lakestate.checkpoint.batch import GLOBAL_SEPARATOR, global_key
 from lakestate.checkpoint.standing import is_complete
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.io import topics
 from lakestate.processors.metrics import TASK, is_document, task_level
 from lakestate.state.base import IsolationLevel, TopicPartition
@@ -241,10 +242,10 @@ def _local(
 ) -> tuple[dict[TopicPartition, int], int | None, dict[str, int]]:
     """The offsets, the batch and the keys per store that this instance's local store of
     ``task`` holds (none when it has no store, or a run holds it open)."""
-    if state_dir is None or not task_dir.store_exists(state_dir, app, task):
+    if state_dir is None or not TaskDir(state_dir, app, task).exists():
         return {}, None, {}
     try:
-        store = task_dir.open_task_store(state_dir, app, task, IsolationLevel.READ_COMMITTED)
+        store = TaskDir(state_dir, app, task).open(IsolationLevel.READ_COMMITTED)
     except Exception:  # held open by a running batch
         return {}, None, {}
     try:

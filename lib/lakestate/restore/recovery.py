@@ -32,6 +32,7 @@ from lakestate.checkpoint.batch import TaskCheckpoint
 from lakestate.checkpoint.changelog import CompactedPastError
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.standing import Recovered, where_tasks_stand
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.restore import warmup
 from lakestate.restore.restored import commit_restored, expected_offsets
 from lakestate.state.base import IsolationLevel, StateStore, TopicPartition
@@ -61,7 +62,7 @@ def recover(
             rewound = recovered.rewound.get(task, 0)
             _bring_to(layout, task, committed, state_dir, isolation, say, rewound)
         finally:
-            task_dir.discard_staged(state_dir, app, task)
+            TaskDir(state_dir, app, task).discard_staged()
             # The owner's store is complete now: a warmup restore in progress is moot.
             warmup.discard(state_dir, app, task)
     return recovered
@@ -82,16 +83,16 @@ def _bring_to(
     brought in place (``restore``'s signature; default ``restore``)."""
     rebuild = rebuild or restore
     app = layout.app.name
-    if not task_dir.store_exists(state_dir, app, task) and warmup.adopt_if_complete(
+    if not TaskDir(state_dir, app, task).exists() and warmup.adopt_if_complete(
         state_dir, app, task, isolation
     ):
         # A crash between a warmup's last piece and its swap left the shadow, complete.
         say(f"task {task}: adopted its complete warmup restore as its local store")
-    if not task_dir.store_exists(state_dir, app, task):
+    if not TaskDir(state_dir, app, task).exists():
         if committed.batch_id > 0:
             return rebuild(layout, task, committed, state_dir, isolation, say, "missing")
         return 0
-    store = task_dir.open_task_store(state_dir, app, task, isolation)
+    store = TaskDir(state_dir, app, task).open(isolation)
     try:
         reason, n = _bring_in_place(layout, task, committed, store, state_dir, say, rewound)
     finally:
@@ -147,7 +148,7 @@ def warm(
             None if budget is None else in_pieces,
         )
     finally:
-        task_dir.discard_staged(state_dir, layout.app.name, task)
+        TaskDir(state_dir, layout.app.name, task).discard_staged()
 
 
 def _bring_in_place(
@@ -172,11 +173,11 @@ def _bring_in_place(
     # over the b+1 another instance committed (different ranges); the store catches up.
     if (
         held_batch == committed.batch_id - 1
-        and committed.batch_id in task_dir.staged_batches(state_dir, app, task)
+        and committed.batch_id in TaskDir(state_dir, app, task).staged_batches()
         and committed.run_id is not None
-        and task_dir.staged_run_id(state_dir, app, task, committed.batch_id) == committed.run_id
+        and TaskDir(state_dir, app, task).staged_run_id(committed.batch_id) == committed.run_id
     ):
-        task_dir.apply_staged(store, state_dir, app, task, committed.batch_id)
+        TaskDir(state_dir, app, task).apply_staged(store, committed.batch_id)
         say(f"task {task}: applied the staged transaction of batch {committed.batch_id}")
         held_batch = committed.batch_id
     if held_batch == committed.batch_id and _same(
@@ -233,8 +234,9 @@ def restore(
 ) -> int:
     """Rebuild the task's local store from the changelogs as of its committed batch."""
     app = layout.app.name
-    task_dir.wipe(state_dir, app, task)
-    store = task_dir.open_task_store(state_dir, app, task, isolation)
+    local = TaskDir(state_dir, app, task)
+    local.wipe()
+    store = local.open(isolation)
     total = 0
     try:
         # In chunks; only the last commit (commit_restored) carries the batch marker, so a crash

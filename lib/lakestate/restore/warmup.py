@@ -38,6 +38,7 @@ from pathlib import Path
 from lakestate.checkpoint import changelog, faults, task_dir
 from lakestate.checkpoint.batch import TaskCheckpoint
 from lakestate.checkpoint.layout import AppLayout
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.io import delta_commits
 from lakestate.restore.restored import commit_restored
 from lakestate.state.base import IsolationLevel, StateStore
@@ -105,9 +106,9 @@ def adopt_if_complete(
         store.close()
     if not complete:
         return False
-    task_dir.wipe(state_dir, app, task)
+    TaskDir(state_dir, app, task).wipe()
     faults.maybe_fail("mid_warmup_swap", 0)
-    os.replace(shadow_dir(state_dir, app, task), task_dir.task_dir(state_dir, app, task))
+    os.replace(shadow_dir(state_dir, app, task), TaskDir(state_dir, app, task).path)
     return True
 
 

@@ -31,12 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lakestate import console
 from lakestate.app import App
-from lakestate.checkpoint import task_dir
 from lakestate.checkpoint.batch import TaskCheckpoint, TaskPlan, global_key, split_global_key
 from lakestate.checkpoint.commit import TaskResult, commit_batch
 from lakestate.checkpoint.layout import AppLayout, prepare
 from lakestate.checkpoint.layout import end_offsets as layout_end_offsets
 from lakestate.checkpoint.standing import where_tasks_stand
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException
 from lakestate.processors.metrics import accumulate
 from lakestate.restore.recovery import recover
@@ -314,9 +314,9 @@ class Runner:
         if not self.layout.global_topics:
             return starts
         for task in tasks:
-            if not task_dir.store_exists(self.state_dir, self.app.name, task):
+            if not TaskDir(self.state_dir, self.app.name, task).exists():
                 continue
-            store = task_dir.open_task_store(self.state_dir, self.app.name, task, self.isolation)
+            store = TaskDir(self.state_dir, self.app.name, task).open(self.isolation)
             try:
                 starts[task] = {
                     global_key(tp.topic, tp.partition): offset

@@ -24,8 +24,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from lakestate.app import App, load_app
-from lakestate.checkpoint import changelog, task_dir
+from lakestate.checkpoint import changelog
 from lakestate.checkpoint.batch import global_key, split_global_key
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.io.partitioner import partitions_of_texts
 from lakestate.processors.exception_handlers import RecordFailure
@@ -235,7 +236,7 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     batch_id = ctx.batches[task_id]
     app = _app(ctx.app_path)
     global_topics = [g.topic for g in app.topology.global_tables]
-    store = task_dir.open_task_store(ctx.state_dir, ctx.app_name, task_id, ctx.isolation)
+    store = TaskDir(ctx.state_dir, ctx.app_name, task_id).open(ctx.isolation)
     try:
         held = store.committed_offsets()
         for topic, start in ctx.starts[task_id].items():
@@ -272,14 +273,8 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
         # which is staged durably beside the store, and its output.
         prepared = task.prepare_commit(offsets)
         writes = prepared.writes()
-        task_dir.stage(
-            ctx.state_dir,
-            ctx.app_name,
-            task_id,
-            batch_id,
-            writes,
-            prepared.offsets,
-            ctx.run_ids.get(task_id),
+        TaskDir(ctx.state_dir, ctx.app_name, task_id).stage(
+            batch_id, writes, prepared.offsets, ctx.run_ids.get(task_id)
         )
         rows = _Rows(out_fields(store_kinds(app)))
         counts = _output_rows(rows, prepared.output, sub, partition, ctx)

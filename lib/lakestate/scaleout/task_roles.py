@@ -31,6 +31,7 @@ from lakestate.checkpoint.commit import BatchRefused
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.progress import now_ms
 from lakestate.checkpoint.standing import where_tasks_stand
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io import delta_commits
 from lakestate.restore import recovery, warmup
@@ -251,9 +252,9 @@ def _read_local(
     app = layout.app.name
     # A store being restored in pieces beside it (a warmup's shadow) is not held yet: the
     # old store may say anything, and a rebalance must not take it for caught up.
-    if not task_dir.store_exists(state_dir, app, task) or warmup.in_progress(state_dir, app, task):
+    if not TaskDir(state_dir, app, task).exists() or warmup.in_progress(state_dir, app, task):
         return None
-    store = task_dir.open_task_store(state_dir, app, task, isolation)
+    store = TaskDir(state_dir, app, task).open(isolation)
     try:
         inputs = set(layout.inputs[task.subtopology])
         offsets = {tp.topic: o for tp, o in store.committed_offsets().items() if tp.topic in inputs}
@@ -264,7 +265,7 @@ def _read_local(
 
 def _held_tasks(state_dir: str, layout: AppLayout) -> list[TaskId]:
     """The app's tasks this state dir holds a store for."""
-    return [t for t in layout.tasks() if task_dir.store_exists(state_dir, layout.app.name, t)]
+    return [t for t in layout.tasks() if TaskDir(state_dir, layout.app.name, t).exists()]
 
 
 def report(

@@ -171,6 +171,7 @@ def write_topics(spark, wh, inp: dict[str, Any], orders: bool) -> dict[str, floa
     import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
     from lakestate.io import logtable
+    from lakestate.io.topic_records import RECORD_SCHEMA
 
     started = time.monotonic()
     if orders:
@@ -196,7 +197,7 @@ def write_topics(spark, wh, inp: dict[str, Any], orders: bool) -> dict[str, floa
             "value": pa.array(values, pa.string()),
             "headers": pa.nulls(len(key), pa.string()),
         },
-        schema=logtable.LOG_ARROW_SCHEMA,
+        schema=RECORD_SCHEMA,
     )
     ends = {p: int((part == p).sum()) for p in range(PARTITIONS)}
     write_deltalake(

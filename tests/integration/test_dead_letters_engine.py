@@ -201,9 +201,9 @@ def test_log_and_fail_with_a_dead_letter_topic_commits_nothing(spark, tmp_path):
     assert "KSTREAM-MAPVALUES-" in message and "'events'" in message and "offset" in message
     assert "\n" not in message
     # No dead-letter topic: with log-and-fail nothing is ever written there.
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
-    assert not logtable.topic_exists(None, wh, DLQ)
+    assert not topics.topic(wh, DLQ).exists()
 
 
 def test_an_unknown_handler_or_a_dead_letter_topic_that_is_an_input_is_refused(spark, tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import APPS, CLI_PROBE, events, produce
 from lakestate import run_app
-from lakestate.io import logtable
+from lakestate.io import topics as io_topics
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,7 @@ def test_consume_prints_what_spark_s_path_prints_without_pyspark(wh, spark, args
     slow, imported = _cli(wh, "consume", "per-user-out", "--engine", "spark", *args)
     assert imported and fast == slow
     records = [json.loads(line) for line in fast]
-    ends = logtable.end_offsets(None, wh, "per-user-out")
+    ends = io_topics.topic(wh, "per-user-out").end_offsets()
     wanted = [int(v) for k, v in zip(args, args[1:], strict=False) if k == "--partition"]
     total = sum(e for p, e in ends.items() if p in (wanted or ends))
     limit = int(args[args.index("--max-messages") + 1]) if "--max-messages" in args else total
@@ -119,7 +119,7 @@ def test_describe_an_app_its_tasks_topics_and_stores_without_pyspark(wh):
         "per-user-out": "sink",
     }
     for name, t in topics.items():
-        ends = logtable.end_offsets(None, wh, name)
+        ends = io_topics.topic(wh, name).end_offsets()
         assert t["end_offsets"] == {str(p): e for p, e in ends.items()}
         assert t["records"] == sum(ends.values()) > 0
     (store,) = doc["stores"]
@@ -144,5 +144,5 @@ def test_describe_an_app_by_name_and_a_topic(wh):
     lines, imported = _cli(wh, "--json", "describe", "events")
     assert not imported
     doc = json.loads(lines[0])
-    ends = logtable.end_offsets(None, wh, "events")
+    ends = io_topics.topic(wh, "events").end_offsets()
     assert doc["partitions"] == 2 and doc["records"] == 120 == sum(ends.values())

@@ -10,7 +10,9 @@ from engine_helpers import APPS, events
 from lakestate import run_app
 from lakestate.app import load_app
 from lakestate.errors import StreamsException
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits
+from lakestate.io import topics as io_topics
+from lakestate.io.topic_records import decode_json
 from lakestate.read.describe import describe_app
 from lakestate.testing import TopologyTestDriver
 
@@ -34,25 +36,25 @@ def test_a_repartition_topic_gets_the_partitions_repartitioned_asks_for(
     warehouse, tmp_path, monkeypatch
 ):
     records = events(60, seed=8)
-    logtable.create_topic(warehouse, "events", 2)
-    logtable.append_records(None, warehouse, "events", records)
+    io_topics.topic(warehouse, "events").create(2)
+    io_topics.topic(warehouse, "events").append(records)
     app = load_app(APP)
     described = describe_app(warehouse, app)
     assert [s["tasks"] for s in described["subtopologies"]] == [2, 3]
 
     _run(warehouse, tmp_path)
     topic = "repartitioned-by-user-repartition"
-    assert logtable.partitions(None, warehouse, topic) == 3
-    assert logtable.partitions(None, warehouse, "per-user-out") == 3
+    assert io_topics.topic(warehouse, topic).partitions() == 3
+    assert io_topics.topic(warehouse, "per-user-out").partitions() == 3
     with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
         source = d.create_input_topic("events")
         for r in records:
             source.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
         expected = dict(d.get_key_value_store("per-user").all())
     got = {}
-    for table in logtable.read_partitions_arrow(warehouse, "per-user-out"):
+    for table in io_topics.topic(warehouse, "per-user-out").read_partitions():
         for r in table.to_pylist():  # a key's records in one partition: the last is latest
-            got[logtable.decode_json(r["key"])] = logtable.decode_json(r["value"])
+            got[decode_json(r["key"])] = decode_json(r["value"])
     assert got == expected and len(got) > 3
 
     progress = delta_commits.open_table(warehouse.progress_path(app.name)).version()

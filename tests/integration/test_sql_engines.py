@@ -26,7 +26,7 @@ from lakestate import rebalance, run_app
 from lakestate.app import load_app, load_module
 from lakestate.checkpoint.layout import prepare
 from lakestate.cli import Context, commands
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.ops import compaction
 from lakestate.read.result import plain
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
@@ -64,7 +64,7 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     produce(spark, wh, "events", _events(300), partitions=2)
     run(JOBS / "demo.py", max_records=60)
     compaction.compact(wh, "demo")  # snapshot rows ...
-    logtable.append_records(spark, wh, "events", _events(200, start=300))
+    topics.topic(wh, "events").append(_events(200, start=300))
     run(JOBS / "demo.py", max_records=60)  # ... and a tail after them
     # The demo's scale-out tables: a generation, and each instance's lag reports.
     rebalance(load_app(JOBS / "demo.py"), wh, say=lambda _: None)
@@ -102,7 +102,7 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     produce(spark, wh, orders.CUSTOMERS_TOPIC,
             [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(20)],
             partitions=2)
-    logtable.create_topic(wh, orders.INPUT_TOPIC, 2)
+    topics.topic(wh, orders.INPUT_TOPIC).create(2)
     run(JOBS / "orders.py")  # the tier history first, as the demo loads it
     produce(spark, wh, orders.INPUT_TOPIC,
             [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_orders(300, 20)],

@@ -18,7 +18,7 @@ import pytest
 from engine_helpers import APPS, topic_rows
 from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.io import logtable
+from lakestate.io import topics as io_topics
 from lakestate.io.partitioner import partition_for
 from lakestate.read.spark_engine import state_frame
 from lakestate.testing import TopologyTestDriver
@@ -114,11 +114,11 @@ def test_outer_join_matches_the_driver_in_small_batches_with_state_wiped(
     phases = _phases(seed=7)
     wh = Warehouse(tmp_path / "wh")
     for topic in ("clicks", "views"):
-        logtable.create_topic(wh, topic, PARTITIONS)
+        io_topics.topic(wh, topic).create(PARTITIONS)
     state = tmp_path / "state"
     batches = 0
     for topic, records in phases:
-        logtable.append_records(spark, wh, topic, records)
+        io_topics.topic(wh, topic).append(records)
         while _run(
             wh, state, transport, max_records=5, max_batches=1, until_caught_up=False
         ).records:
@@ -144,9 +144,9 @@ def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path
 
     def produce(wh: Warehouse) -> None:
         for topic in ("clicks", "views"):
-            logtable.create_topic(wh, topic, PARTITIONS)
+            io_topics.topic(wh, topic).create(PARTITIONS)
         for topic, records in _mixed(seed=9):
-            logtable.append_records(spark, wh, topic, records)
+            io_topics.topic(wh, topic).append(records)
 
     def results(wh: Warehouse) -> tuple:
         return topic_rows(spark, wh, "paired"), _waiting_view(spark, wh)

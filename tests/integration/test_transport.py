@@ -14,7 +14,8 @@ import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, state_rows, topic_rows
 from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits
+from lakestate.io import topics as io_topics
 from lakestate.io.partitioner import partition_for
 from lakestate.read.spark_engine import state_frame
 from lakestate.runtime import inprocess
@@ -101,10 +102,10 @@ def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
     wh = Warehouse(tmp_path / f"wh-{transport}")
     state = tmp_path / f"state-{transport}"
     for topic, partitions in topics:
-        logtable.create_topic(wh, topic, partitions)
+        io_topics.topic(wh, topic).create(partitions)
     said: list[str] = []
     for n, (topic, records) in enumerate(phases):
-        logtable.append_records(spark, wh, topic, records)
+        io_topics.topic(wh, topic).append(records)
         if n == 1:
             shutil.rmtree(state, ignore_errors=True)  # the next run restores from Delta
         run_app(
@@ -238,7 +239,7 @@ def test_a_small_run_in_a_fresh_process_starts_no_jvm(spark, warehouse, tmp_path
         until_caught_up=True,
         say=lambda _: None,
     )
-    logtable.append_records(spark, warehouse, "events", records[20:])
+    io_topics.topic(warehouse, "events").append(records[20:])
     code = (
         "import pyspark; from lakestate import run_app; "
         f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "

@@ -172,9 +172,9 @@ def describe(args: argparse.Namespace, ctx) -> int:
 
     app = about.find_app(args.name)
     if app is None:
-        from lakestate.io import logtable
+        from lakestate.io import topics
 
-        if not logtable.topic_exists(None, ctx.warehouse, args.name):
+        if not topics.topic(ctx.warehouse, args.name).exists():
             raise ValueError(
                 f"{args.name!r} is neither an app module, an app defined in ./jobs, nor a "
                 f"topic of {ctx.warehouse.root}"
@@ -659,31 +659,30 @@ def demo(args: argparse.Namespace, ctx) -> int:
     """Generate sample input, run the app's DAG through Airflow (``dags test``) on local
     Spark, then print its sinks and SQL queries over its state tables."""
     from lakestate.app import load_module
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
     module = load_module(REPO / "jobs" / f"{args.app}.py")
     if args.app == "orders":
         return _demo_orders(args, ctx, module)
     spark = ctx.spark
-    logtable.create_topic(ctx.warehouse, module.INPUT_TOPIC, 2)
-    start = logtable.end_offsets(spark, ctx.warehouse, module.INPUT_TOPIC)
+    topic = topics.topic(ctx.warehouse, module.INPUT_TOPIC)
+    topic.create(2)
+    start = topic.end_offsets()
     seed = sum(start.values())
     if args.app == "clicks":
         start_ms = module.START_MS
         if seed:
             # Go on after the clicks already there: clicks at the same times again would
             # all be late (their windows closed), and dropped.
-            newest = (
-                logtable.read_topic(spark, ctx.warehouse, module.INPUT_TOPIC)
-                .agg({"timestamp": "max"})
-                .first()[0]
-            )
+            from lakestate.runtime import spark_topics
+
+            newest = spark_topics.read_topic(spark, topic).agg({"timestamp": "max"}).first()[0]
             start_ms = max(start_ms, -(-newest // 60_000) * 60_000)
         sample = module.sample_clicks(args.records, seed=seed, start_ms=start_ms)
     else:
         sample = module.sample_events(args.records, seed=seed)
     records = [{"key": k, "value": v, "timestamp": t} for k, v, t in sample]
-    logtable.append_records(spark, ctx.warehouse, module.INPUT_TOPIC, records)
+    topic.append(records)
     ctx.print(f"demo: produced {len(records)} sample events to topic {module.INPUT_TOPIC!r}")
     ctx.close()  # the DAG's Spark job runs in its own process
     _run_dag(ctx, f"lakestate_{module.app.name}")
@@ -697,30 +696,31 @@ def demo(args: argparse.Namespace, ctx) -> int:
 def _demo_orders(args: argparse.Namespace, ctx, orders) -> int:
     """The orders demo: on a first run, sample customers' tier history, which the DAG loads
     into the versioned table; then sample orders (some late), which the DAG joins with it."""
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
-    spark, wh = ctx.spark, ctx.warehouse
+    wh = ctx.warehouse
     customers = 20
-    for topic in (orders.CUSTOMERS_TOPIC, orders.INPUT_TOPIC):
-        logtable.create_topic(wh, topic, 2)
-    if not sum(logtable.end_offsets(spark, wh, orders.CUSTOMERS_TOPIC).values()):
+    customer_topic = topics.topic(wh, orders.CUSTOMERS_TOPIC)
+    order_topic = topics.topic(wh, orders.INPUT_TOPIC)
+    for topic in (customer_topic, order_topic):
+        topic.create(2)
+    if not sum(customer_topic.end_offsets().values()):
         history = [
             {"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(customers)
         ]
-        logtable.append_records(spark, wh, orders.CUSTOMERS_TOPIC, history)
+        customer_topic.append(history)
         ctx.print(
             f"demo: produced {len(history)} tier changes of {customers} customers to topic "
             f"{orders.CUSTOMERS_TOPIC!r} (some out of order)"
         )
         ctx.close()
         _run_dag(ctx, f"lakestate_{orders.app.name}")
-        spark = ctx.spark
-    first = sum(logtable.end_offsets(spark, wh, orders.INPUT_TOPIC).values())
+    first = sum(order_topic.end_offsets().values())
     records = [
         {"key": k, "value": v, "timestamp": t}
         for k, v, t in orders.sample_orders(args.records, customers, seed=first, first=first)
     ]
-    logtable.append_records(spark, wh, orders.INPUT_TOPIC, records)
+    order_topic.append(records)
     ctx.print(
         f"demo: produced {len(records)} orders to topic {orders.INPUT_TOPIC!r} "
         "(one in ten up to an hour late)"

@@ -152,7 +152,7 @@ def _read_jsonl(stream: IO[str]) -> tuple[list[Any], list[str]]:
 
 
 def _produce(args: argparse.Namespace, ctx: Context) -> int:
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
     if args.partitions is not None and args.partitions < 1:
         raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
@@ -164,10 +164,10 @@ def _produce(args: argparse.Namespace, ctx: Context) -> int:
                 records, labels = _read_jsonl(f)
         except OSError as e:
             raise ValueError(f"cannot read {args.file}: {e.strerror}") from None
-    spark = None  # log tables are read and written by delta-rs: no JVM
+    topic = topics.topic(ctx.warehouse, args.topic)  # read and written without a JVM
     created = False
-    if logtable.topic_exists(spark, ctx.warehouse, args.topic):
-        n = logtable.partitions(spark, ctx.warehouse, args.topic)
+    if topic.exists():
+        n = topic.partitions()
         if args.partitions is not None and args.partitions != n:
             raise ValueError(
                 f"topic {args.topic!r} exists with {n} partitions; --partitions {args.partitions} "
@@ -176,11 +176,11 @@ def _produce(args: argparse.Namespace, ctx: Context) -> int:
     else:
         n = args.partitions or 1
         # Validate before creating, so a bad file leaves no empty topic behind.
-        logtable.validate_records(records, n, labels)
-        logtable.create_topic(ctx.warehouse, args.topic, n)
+        topics.validate_records(records, n, labels)
+        topic.create(n)
         created = True
         ctx.say(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
-    result = logtable.append_records(spark, ctx.warehouse, args.topic, records, labels=labels)
+    result = topic.append(records, labels=labels)
     if ctx.json_output:
         ranges = {str(p): {"start": s, "end": e} for p, (s, e) in sorted(result.ranges.items())}
         ctx.print_json(
@@ -221,11 +221,12 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
 
 def _consume(args: argparse.Namespace, ctx: Context) -> int:
     """Print the topic's records as JSON lines, partition by partition in offset order."""
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
-    if not logtable.topic_exists(None, ctx.warehouse, args.topic):
+    topic = topics.topic(ctx.warehouse, args.topic)
+    if not topic.exists():
         raise ValueError(f"topic {args.topic!r} does not exist in {ctx.warehouse.root}")
-    n = logtable.partitions(None, ctx.warehouse, args.topic)
+    n = topic.partitions()
     wrong = sorted({p for p in args.partition or () if not 0 <= p < n})
     if wrong:
         raise ValueError(
@@ -234,22 +235,15 @@ def _consume(args: argparse.Namespace, ctx: Context) -> int:
         )
     limit = None if args.max_messages is None else max(args.max_messages, 0)
     if args.engine == "spark":
-        df = logtable.read_topic(ctx.spark, ctx.warehouse, args.topic, partitions=args.partition)
-        records = logtable.iter_records(df if limit is None else df.limit(limit))
+        from lakestate.runtime import spark_topics
+
+        df = spark_topics.read_topic(ctx.spark, topic, partitions=args.partition)
+        records = spark_topics.iter_records(df if limit is None else df.limit(limit))
     else:
         records = (
-            logtable.LogRecord(
-                r["partition"],
-                r["offset"],
-                r["timestamp"],
-                logtable.decode_json(r["key"]),
-                logtable.decode_json(r["value"]),
-                logtable.decode_json(r["headers"]),
-            )
-            for table in logtable.read_partitions_arrow(
-                ctx.warehouse, args.topic, args.partition, limit
-            )
-            for r in table.to_pylist()
+            record
+            for table in topic.read_partitions(args.partition, limit)
+            for record in topics.records_of(table)
         )
     for r in records:
         out: dict[str, Any] = {

@@ -55,7 +55,8 @@ from lakestate.checkpoint.changelog import compaction_txn_id
 from lakestate.checkpoint.progress import TaskProgress, rewind_txn_id
 from lakestate.checkpoint.standing import is_complete
 from lakestate.errors import StreamsException, TaskMigratedException
-from lakestate.io import delta_commits, delta_log, logtable, txn_ids
+from lakestate.io import delta_commits, delta_log, topics, txn_ids
+from lakestate.io.logtable import ENDS_METADATA_KEY
 from lakestate.ops.table_lock import table_lock
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -315,12 +316,12 @@ def _rewind_locked(
 def _tables_locked(warehouse: Warehouse, app: str) -> Iterator[None]:
     """Hold the maintenance lock of every table the app writes, and a topic's append lock
     (in path order, each table's maintenance lock first, as compaction takes them)."""
-    topics = warehouse.topics_dir().rstrip("/") + "/"
+    prefix = warehouse.topics_dir().rstrip("/") + "/"
     with contextlib.ExitStack() as stack:
         for path in _app_tables(warehouse, app):
             stack.enter_context(table_lock(path))
-            if path.startswith(topics):
-                stack.enter_context(logtable.append_lock(warehouse, path[len(topics) :]))
+            if path.startswith(prefix):
+                stack.enter_context(topics.topic(warehouse, path[len(prefix) :]).append_lock())
         yield
 
 
@@ -713,11 +714,11 @@ def _restore_table(
     say: Callable[[str], None],
 ) -> None:
     path = warehouse.resolve(restore.path)
-    topics = warehouse.topics_dir().rstrip("/") + "/"
-    topic = path[len(topics) :] if path.startswith(topics) else None
+    prefix = warehouse.topics_dir().rstrip("/") + "/"
+    topic = path[len(prefix) :] if path.startswith(prefix) else None
     with (
         table_lock(path),
-        logtable.append_lock(warehouse, topic) if topic else contextlib.nullcontext(),
+        topics.topic(warehouse, topic).append_lock() if topic else contextlib.nullcontext(),
     ):
         table = delta_commits.open_table(path)
         held = delta_commits.txn_versions(table, app, list(rewind_batches))
@@ -747,7 +748,7 @@ def _restore_table(
             "batches": {str(t): b for t, b in sorted(rewind_batches.items())},
         }
         if restore.ends is not None:
-            metadata[logtable.ENDS_METADATA_KEY] = restore.ends
+            metadata[ENDS_METADATA_KEY] = restore.ends
         table.restore(
             restore.version,
             commit_properties=CommitProperties(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lakestate.app import App, load_app
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits, topics
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
 from lakestate.runtime.inprocess import DEFAULT_MAX_RECORDS, MAX_RECORDS_CONFIG
 from lakestate.state import constants
@@ -58,22 +58,22 @@ def find_app(name: str, jobs: str | Path = "jobs") -> App | None:
 def describe_topic(warehouse: Warehouse, topic: str) -> dict[str, Any]:
     """A topic's table, partition count, end offsets and record count (the sum of the end
     offsets: offsets are dense from 0). ValueError if it does not exist."""
-    if not logtable.topic_exists(None, warehouse, topic):
+    found = topics.topic(warehouse, topic)
+    if not found.exists():
         raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}")
-    n = logtable.partitions(None, warehouse, topic)
-    ends = logtable.end_offsets_of(warehouse, topic, n)
+    about = found.describe()
     return {
         "topic": topic,
-        "path": warehouse.topic_path(topic),
-        "partitions": n,
-        "end_offsets": {str(p): e for p, e in sorted(ends.items())},
-        "records": sum(ends.values()),
+        "path": about.location,
+        "partitions": about.partitions,
+        "end_offsets": {str(p): e for p, e in sorted(about.end_offsets.items())},
+        "records": about.records,
         "sql_view": view_name(topic),
     }
 
 
 def _topic(warehouse: Warehouse, topic: str, role: str) -> dict[str, Any]:
-    if logtable.topic_exists(None, warehouse, topic):
+    if topics.topic(warehouse, topic).exists():
         return {"role": role, "exists": True, **describe_topic(warehouse, topic)}
     return {
         "topic": topic,

@@ -38,10 +38,9 @@ from lakestate.checkpoint.layout import end_offsets as layout_end_offsets
 from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException
-from lakestate.io import logtable
 from lakestate.processors.metrics import accumulate
 from lakestate.restore.recovery import recover
-from lakestate.runtime import inprocess
+from lakestate.runtime import inprocess, spark_topics
 from lakestate.runtime.cutoff import Cutoff, format_timestamp
 from lakestate.runtime.failure import message_of
 from lakestate.runtime.plan import plan_tasks
@@ -337,7 +336,9 @@ class Runner:
                 if not ranges:
                     continue
                 # Unordered: each task orders its records by offset (process._in_order).
-                df = logtable.read_range(self.spark(), self.wh, topic, ranges, ordered=False)
+                df = spark_topics.read_range(
+                    self.spark(), self.layout.topic(topic), ranges, ordered=False
+                )
                 frames.append(
                     df.select(
                         F.lit(sub).cast("int").alias("sub"),
@@ -364,8 +365,8 @@ class Runner:
                 if ranges:
                     readers.setdefault(tuple(sorted(ranges.items())), []).append(plan.task)
             for ranges_key, tasks in readers.items():
-                df = logtable.read_range(
-                    self.spark(), self.wh, topic, dict(ranges_key), ordered=False
+                df = spark_topics.read_range(
+                    self.spark(), self.layout.topic(topic), dict(ranges_key), ordered=False
                 )
                 task_structs = [
                     F.struct(F.lit(t.subtopology).alias("sub"), F.lit(t.partition).alias("task"))

@@ -5,7 +5,7 @@ One warehouse from real runs of apps with every store kind (key-value, dedup, wi
 session, suppression buffers in memory and on disk, versioned, a stream-stream join's
 buffers and waiting records), one of them compacted and
 run again (snapshot rows and a tail), then the same queries on both engines: every SQL
-query of README.md and of the demo printers (cli/commands.py), every view and changelog
+query of README.md and of the demo printers (cli/demo_printers.py), every view and changelog
 of the warehouse as a whole, and Spark functions users write (JSON, time, casts,
 aggregates, joins, window functions). Rows are compared as multisets of plain values
 (``result.plain``: Spark's bytearray and Row as DuckDB's bytes and dict), floats within
@@ -25,7 +25,7 @@ from engine_helpers import APPS, produce
 from lakestate import rebalance, run_app
 from lakestate.app import load_app, load_module
 from lakestate.checkpoint.layout import prepare
-from lakestate.cli import Context, commands
+from lakestate.cli import Context, demo_printers, sql
 from lakestate.io import topics
 from lakestate.ops import compaction
 from lakestate.read.result import plain
@@ -58,8 +58,13 @@ def wh(spark, tmp_path_factory) -> Warehouse:
 
     def run(path, **kwargs) -> None:
         kwargs.setdefault("until_caught_up", True)
-        run_app(str(path), warehouse=wh.root, state_dir=str(root / "state"), say=lambda _: None,
-                **kwargs)
+        run_app(
+            str(path),
+            warehouse=wh.root,
+            state_dir=str(root / "state"),
+            say=lambda _: None,
+            **kwargs,
+        )
 
     produce(spark, wh, "events", _events(300), partitions=2)
     run(JOBS / "demo.py", max_records=60)
@@ -69,14 +74,29 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     # The demo's scale-out tables: a generation, and each instance's lag reports.
     rebalance(load_app(JOBS / "demo.py"), wh, say=lambda _: None)
     for name in ("a", "b"):
-        run_app(str(JOBS / "demo.py"), warehouse=wh.root, instance=name,
-                state_dir=str(root / "instances" / name), say=lambda _: None)
+        run_app(
+            str(JOBS / "demo.py"),
+            warehouse=wh.root,
+            instance=name,
+            state_dir=str(root / "instances" / name),
+            say=lambda _: None,
+        )
     for app in ("alerts.py", "dedup.py", "windowed.py"):
         run(APPS / app, max_records=150)
-    produce(spark, wh, "payments", [
-        {"key": f"p{i % 3}", "value": {"txn": f"txn-{i % 60}", "amount": i}, "timestamp": i * 1000}
-        for i in range(120)
-    ], partitions=2)
+    produce(
+        spark,
+        wh,
+        "payments",
+        [
+            {
+                "key": f"p{i % 3}",
+                "value": {"txn": f"txn-{i % 60}", "amount": i},
+                "timestamp": i * 1000,
+            }
+            for i in range(120)
+        ],
+        partitions=2,
+    )
     run(APPS / "payments.py")
     # A stream-stream join's buffers and waiting records (README's ads example).
     produce(spark, wh, "impressions", [
@@ -94,9 +114,13 @@ def wh(spark, tmp_path_factory) -> Warehouse:
             [{"key": k, "value": v, "timestamp": m * MIN} for k, v, m in tiers], partitions=1)
     run(APPS / "versioned_tiers.py", max_records=2)
     clicks = load_module(JOBS / "clicks.py")
-    produce(spark, wh, clicks.INPUT_TOPIC,
-            [{"key": k, "value": v, "timestamp": t} for k, v, t in clicks.sample_clicks(400)],
-            partitions=2)
+    produce(
+        spark,
+        wh,
+        clicks.INPUT_TOPIC,
+        [{"key": k, "value": v, "timestamp": t} for k, v, t in clicks.sample_clicks(400)],
+        partitions=2,
+    )
     run(JOBS / "clicks.py", max_records=100)
     orders = load_module(JOBS / "orders.py")
     produce(spark, wh, orders.CUSTOMERS_TOPIC,
@@ -104,9 +128,13 @@ def wh(spark, tmp_path_factory) -> Warehouse:
             partitions=2)
     topics.topic(wh, orders.INPUT_TOPIC).create(2)
     run(JOBS / "orders.py")  # the tier history first, as the demo loads it
-    produce(spark, wh, orders.INPUT_TOPIC,
-            [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_orders(300, 20)],
-            partitions=2)
+    produce(
+        spark,
+        wh,
+        orders.INPUT_TOPIC,
+        [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_orders(300, 20)],
+        partitions=2,
+    )
     run(JOBS / "orders.py")
     return wh
 
@@ -197,16 +225,17 @@ def _key(row: tuple) -> tuple:
 
 
 def _compare(ctx: Context, query: str, batch: int | None = None) -> int:
-    fast = commands.query(ctx, query, batch, engine="duckdb")
-    slow = commands.query(ctx, query, batch, engine="spark")
+    fast = sql.query(ctx, query, batch, engine="duckdb")
+    slow = sql.query(ctx, query, batch, engine="spark")
     assert len(fast.columns) == len(slow.columns), (query, fast.columns, slow.columns)
     if " AS " in query.upper() or query.startswith("SELECT *"):
         assert [c.lower() for c in fast.columns] == [c.lower() for c in slow.columns], query
     rows_fast = [tuple(plain(v) for v in r) for r in fast.rows]
     rows_slow = [tuple(plain(v) for v in r) for r in slow.rows]
     assert Counter(map(_key, rows_fast)) == Counter(map(_key, rows_slow)), query
-    for r_fast, r_slow in zip(sorted(rows_fast, key=_key), sorted(rows_slow, key=_key),
-                              strict=True):
+    for r_fast, r_slow in zip(
+        sorted(rows_fast, key=_key), sorted(rows_slow, key=_key), strict=True
+    ):
         assert all(map(_same, r_fast, r_slow)), (query, r_fast, r_slow)
     order = _order_columns(query, list(slow.columns))
     if order:
@@ -233,9 +262,9 @@ def test_demo_printers_print_the_same_on_both_engines(spark, wh):
     for engine in ("duckdb", "spark"):
         out = io.StringIO()
         ctx = Context(wh, stdout=out)
-        commands._show_counts(ctx, load_module(JOBS / "demo.py"), engine)
-        commands._show_clicks(ctx, load_module(JOBS / "clicks.py"), engine)
-        commands._show_orders(ctx, load_module(JOBS / "orders.py"), engine)
+        demo_printers.show_counts(ctx, load_module(JOBS / "demo.py"), engine)
+        demo_printers.show_clicks(ctx, load_module(JOBS / "clicks.py"), engine)
+        demo_printers.show_orders(ctx, load_module(JOBS / "orders.py"), engine)
         printed[engine] = out.getvalue().splitlines()
     assert printed["duckdb"] == printed["spark"]
     lines = printed["duckdb"]
@@ -245,8 +274,11 @@ def test_demo_printers_print_the_same_on_both_engines(spark, wh):
 
 
 def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
-    apps = [load_module(JOBS / "demo.py").app, load_module(JOBS / "clicks.py").app,
-            load_module(JOBS / "orders.py").app] + [
+    apps = [
+        load_module(JOBS / "demo.py").app,
+        load_module(JOBS / "clicks.py").app,
+        load_module(JOBS / "orders.py").app,
+    ] + [
         load_module(APPS / f).app
         for f in ("alerts.py", "dedup.py", "windowed.py", "payments.py", "versioned_tiers.py",
                   "ads.py")
@@ -275,10 +307,10 @@ def test_spark_functions_and_sql_give_spark_s_rows(spark, wh):
 def test_the_scale_out_tables_are_views_with_spark_s_rows(spark, wh):
     ctx = Context(wh)
     tasks = {str(t) for t in prepare(load_app(JOBS / "demo.py"), wh).tasks()}
-    assignment = commands.query(ctx, "SELECT task, active FROM demo__assignment", None, engine="duckdb")
+    assignment = sql.query(ctx, "SELECT task, active FROM demo__assignment", None, engine="duckdb")
     assert {task for task, _ in assignment.rows} == tasks  # one generation, a row per task
     assert {active for _, active in assignment.rows} <= {"a", "b"}
-    reports = commands.query(ctx, "SELECT DISTINCT instance FROM demo__instances", None, engine="duckdb")
+    reports = sql.query(ctx, "SELECT DISTINCT instance FROM demo__instances", None, engine="duckdb")
     assert sorted(r[0] for r in reports.rows) == ["a", "b"]
     assert _compare(ctx, EXTRA[-2]) == len(assignment.rows)
     assert _compare(ctx, EXTRA[-1]) >= 2
@@ -293,6 +325,6 @@ def test_a_pinned_batch_gives_spark_s_rows(spark, wh):
 def test_errors_name_what_is_wrong(spark, wh):
     ctx = Context(wh)
     with pytest.raises(ValueError, match="no_such_view"):
-        commands.query(ctx, "SELECT * FROM no_such_view")
+        sql.query(ctx, "SELECT * FROM no_such_view")
     with pytest.raises(ValueError, match="applies to one app"):
-        commands.query(ctx, "SELECT * FROM events", batch=1)
+        sql.query(ctx, "SELECT * FROM events", batch=1)

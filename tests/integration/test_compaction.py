@@ -532,3 +532,53 @@ def test_sigkills_in_batches_and_in_compaction_racing_them_lose_nothing(spark, c
     assert -9 in compactions and 0 in compactions, compactions
     compact(runs.wh, runs.app, say=lambda _: None)
     assert runs.results(spark) == runs.expected
+
+
+def _duckdb_views(runs: AppRuns, batch: int | None = None) -> dict[str, list[tuple]]:
+    """``AppRuns.views`` through the DuckDB engine."""
+    from lakestate.read import duckdb_engine
+
+    out = {}
+    for store in runs.stores:
+        query = f"SELECT * FROM {view_name(f'{runs.app}__{store}')}"
+        result = duckdb_engine.sql(runs.wh, query, batch)
+        keep = [i for i, c in enumerate(result.columns) if c != SNAPSHOT_COLUMN]
+        out[store] = sorted((tuple(r[i] for i in keep) for r in result.rows), key=repr)
+    return out
+
+
+def test_a_view_pinned_before_a_compaction_reads_the_older_version_until_vacuum(spark, counts_runs):
+    """`--batch N` before the batch compaction folded a task's rows through: the view
+    reads the changelog's version from before that compaction (time travel), on both
+    engines, with the rows it had before; after VACUUM removed that version, a clear error
+    naming the retention that would have kept it."""
+    from lakestate.read import duckdb_engine
+
+    runs = counts_runs
+    runs.restore(spark)
+    wh = runs.wh
+    pinned = {b: (runs.views(spark, b), _duckdb_views(runs, b)) for b in (1, 2)}
+    for spark_rows, duckdb_rows in pinned.values():
+        assert spark_rows == duckdb_rows and all(spark_rows.values())
+    assert pinned[1] != pinned[2]
+    compact(wh, runs.app, say=lambda _: None)  # through batch 3
+    runs.run_more(spark)
+    compact(wh, runs.app, say=lambda _: None)  # through the last batch: a second snapshot
+    assert min(app_pin(wh, runs.app).batches.values()) > FIRST_BATCHES
+    for batch, (spark_rows, duckdb_rows) in pinned.items():
+        assert runs.views(spark, batch) == spark_rows
+        assert _duckdb_views(runs, batch) == duckdb_rows
+    # The raw changelog view is the table as it is now: compacted.
+    raw = duckdb_engine.sql(wh, "SELECT count(*) AS n FROM counts__counts__changelog", 1)
+    assert raw.rows[0][0] == runs.changelog("counts").num_rows
+
+    for store in runs.stores:  # VACUUM with no retention: the replaced files go
+        delta_commits.open_table(wh.changelog_path(runs.app, store)).vacuum(
+            retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True
+        )
+    error = r"VACUUM has removed .* retention of at least 1 hours .*--retention-hours 1"
+    with pytest.raises(ValueError, match=error):
+        duckdb_engine.sql(wh, "SELECT * FROM counts__counts", 2)
+    with pytest.raises(ValueError, match=error):
+        runs.views(spark, 2)
+    assert runs.views(spark) == _duckdb_views(runs)  # the newest version is unharmed

@@ -112,7 +112,15 @@ def test_cli_status_shows_every_task_its_batch_and_lag(spark, tmp_path, capsys):
     produce(spark, wh, "events", events(40, seed=34), partitions=2)
     _run(wh, tmp_path / "s", max_batches=1)
     capsys.readouterr()
-    args = ["--json", "status", "counts", "--warehouse", wh.root, "--state-dir", str(tmp_path / "s")]
+    args = [
+        "--json",
+        "status",
+        "counts",
+        "--warehouse",
+        wh.root,
+        "--state-dir",
+        str(tmp_path / "s"),
+    ]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     tasks = {t["task"]: t for t in doc["tasks"]}
@@ -207,7 +215,8 @@ def test_views_pinned_at_compactions_with_tombstone_snapshots_and_later_batches(
     _commit(wh, t2, 3, {b"n": None, b"o": b"8"})
     pin = _store_pin("views", app_pin(wh, "views", batch=3), path)
     assert not pin.snapshot_only  # task 2 is pinned past its compaction
-    assert _view(spark, wh, batch=3) == _restored(wh, {t0: 3, t1: 3, t2: 3})
+    at_3 = _view(spark, wh, batch=3)
+    assert at_3 == _restored(wh, {t0: 3, t1: 3, t2: 3})
     assert (
         _view(spark, wh) == _restored(wh, {t0: 3, t1: 4, t2: 3}) == {"d": "6", "e": "7", "o": "8"}
     )
@@ -216,9 +225,12 @@ def test_views_pinned_at_compactions_with_tombstone_snapshots_and_later_batches(
     pin = _store_pin("views", app_pin(wh, "views"), path)
     assert pin.snapshot_only and pin.condition == "task IN (0, 1, 2)"
     assert _view(spark, wh) == {"d": "6", "e": "7", "o": "8", "z": "9"}
-    # Pinned at batch 3: task 0 and 1 now compacted past it, refused.
-    with pytest.raises(ValueError, match="compacted through batch 4"):
-        _view(spark, wh, batch=3)
+    # Pinned at batch 3: tasks 0 and 1 now compacted past it, read from the table version
+    # before their compactions (time travel), task 2 as it is: the same state as before.
+    pin = _store_pin("views", app_pin(wh, "views", batch=3), path)
+    assert pin.condition.startswith("task IN (2)") and len(pin.older) >= 1
+    assert all(p.version < pin.version for p in pin.older)
+    assert _view(spark, wh, batch=3) == at_3
 
 
 def test_views_pinned_at_a_compaction_skip_later_rows_of_the_tail(spark, tmp_path):

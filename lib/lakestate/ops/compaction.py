@@ -7,7 +7,8 @@ key's last batch), tombstones dropped, ``snapshot_through = C``. Rows of later b
 not touched, so the state of the task as of any batch ``>= C`` reads the same before and
 after: views pinned there and restores answer alike. What compaction loses is the history
 before ``C``: a catch-up from a batch before ``C`` raises ``CompactedPastError`` (the
-recovery then restores), and a view pinned before ``C`` no longer sees that batch's state.
+recovery then restores), and a view pinned before ``C`` reads the table version from before
+the compaction (``read.time_travel``) until VACUUM removes it.
 
 It runs beside the batches and never makes one fail, wait or retry. delta-rs counts a
 predicate-less append as having read every file of its snapshot, so an append conflicts

@@ -37,14 +37,17 @@ def connect() -> duckdb.DuckDBPyConnection:
 
 def register(con: duckdb.DuckDBPyConnection, found: Iterable[View]) -> list[str]:
     """Create ``found`` as views of ``con``, each over its Delta table read by delta-rs at
-    the view's version. Returns their names."""
+    the view's versions. Returns their names."""
     names = []
     for i, view in enumerate(found):
-        dataset = DeltaTable(view.path.removeprefix("file://"), version=view.version)
-        dataset = dataset.to_pyarrow_dataset()
-        source = f"_lakestate_source_{i}"
-        con.register(source, dataset)
-        select = view.select(source, dataset.schema.names, quote)
+        sources, columns = [], None
+        for j, version in enumerate(view.versions()):
+            dataset = DeltaTable(view.path.removeprefix("file://"), version=version)
+            dataset = dataset.to_pyarrow_dataset()
+            sources.append(f"_lakestate_source_{i}_{j}")
+            con.register(sources[-1], dataset)
+            columns = columns or dataset.schema.names
+        select = view.select(sources, columns or [], quote)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {quote(view.name)} AS {select}")
         names.append(view.name)
     return names

@@ -16,14 +16,18 @@ def _spark_quote(name: str) -> str:
 
 
 def _spark_frame(spark: SparkSession, view: View) -> DataFrame:
-    reader = spark.read.format("delta")
-    if view.version is not None:
-        reader = reader.option("versionAsOf", view.version)
-    table = reader.load(view.path)
+    tables = []
+    for version in view.versions():
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        tables.append(reader.load(view.path))
     if view.pin is None:
-        return table
-    # The table is handed to spark.sql as a DataFrame argument, named {source} in the text.
-    return spark.sql(view.select("{source}", table.columns, _spark_quote), source=table)
+        return tables[0]
+    # The tables are handed to spark.sql as DataFrame arguments, named {source<i>} in the text.
+    sources = {f"source{i}": t for i, t in enumerate(tables)}
+    select = view.select([f"{{{s}}}" for s in sources], tables[0].columns, _spark_quote)
+    return spark.sql(select, **sources)
 
 
 def state_frame(

@@ -3,8 +3,11 @@
 A store's SQL view is its current state: per task and key, the changelog row with the
 highest ``batch_id`` up to the task's pinned batch, tombstones removed. All stores of an app
 are pinned together: each task at its last complete batch (or at ``batch`` when given, if
-it got that far). The raw changelog is registered beside it (``<app>__<store>__changelog``),
-read at the same table version, so both answer the same until they are registered again.
+it got that far). A task pinned before the batch compaction folded its rows through is read
+at the table version from before that compaction (``read.time_travel``), until VACUUM
+removes it: a view pinned to a batch answers the same before and after a compaction. The
+raw changelog is registered beside it (``<app>__<store>__changelog``), read at the table
+version the pin was checked at, so both answer the same until they are registered again.
 
 What each view holds is decided here once (``views``: which tables, at which versions, and
 for a store's state the SQL that selects it, ``View.select``); the engines only read the
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,8 +28,10 @@ from lakestate.assign.history import assignment_path
 from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.checkpoint.standing import AppPin, app_pin
 from lakestate.io import delta_commits
+from lakestate.read import time_travel
 from lakestate.read.status import format_time
 from lakestate.scaleout.lag_reports import reports_path
+from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
 CHANGELOG_SUFFIX = "__changelog"
@@ -42,36 +47,59 @@ def view_name(name: str) -> str:
     return name.replace("-", "_").replace(".", "_")
 
 
+#: The condition of a pin that selects no task.
+_NO_TASK = "false"
+
+
 @dataclass(frozen=True)
 class _StorePin:
     """How a store's changelog is read at an app pin: at table ``version`` (the one the pin
     was checked at), its rows that meet ``condition`` (SQL). ``snapshot_only`` is True when
     every task is pinned at exactly the batch its rows were compacted through, so no row of
-    the pin lies in a tail and those rows are the state as they are."""
+    the pin lies in a tail and those rows are the state as they are. ``older``: the tasks
+    pinned before the batch they were compacted through, each read at the older table
+    version from before that compaction (Delta time travel, ``read.time_travel``), as pins
+    of their own."""
 
     version: int
     condition: str
     snapshot_only: bool
+    older: tuple[_StorePin, ...] = ()
+
+    def parts(self) -> list[_StorePin]:
+        """The pins to read and union, each at its version over its own tasks: this one
+        (unless every task is read at an older version), then ``older``'s."""
+        here = [] if self.older and self.condition == _NO_TASK else [self]
+        return here + list(self.older)
 
 
 def _store_pin(app: str, pin: AppPin, changelog_path: str) -> _StorePin:
-    """The pin of one store. A pin before the batch a task's rows were compacted through
-    cannot be answered: ValueError."""
+    """The pin of one store. A task pinned before the batch its rows were compacted through
+    is read at the table version from before that compaction; ValueError when VACUUM (or
+    the log's cleanup) has removed that version."""
     subs = pin.writers.get(changelog_path, set())
     table = pin.tables.get(changelog_path) or delta_commits.open_table(changelog_path)
     pinned = {t: b for t, b in sorted(pin.batches.items()) if t.subtopology in subs}
-    snapshot_only = True
-    for task, batch in pinned.items():
-        compacted = table.transaction_version(compaction_txn_id(app, task)) or 0
-        if batch < compacted:
-            raise ValueError(
-                f"{changelog_path}: task {task} was compacted through batch {compacted}, so "
-                f"its state as of batch {batch} is gone from the changelog; query batch "
-                f"{compacted} or later (or read an older table version with Delta time travel)"
-            )
-        snapshot_only = snapshot_only and batch == compacted
+    past = {t: b for t, b in pinned.items() if b < _compacted(table, app, t)}
+    older = tuple(
+        _tasks_pin(app, old, tasks)
+        for old, tasks in time_travel.older_versions(app, changelog_path, table, past)
+    )
+    here = {t: b for t, b in pinned.items() if t not in past}
+    return replace(_tasks_pin(app, table, here), older=older)
+
+
+def _compacted(table: DeltaTable, app: str, task: TaskId) -> int:
+    """The batch ``task``'s rows of ``table`` are compacted through (0: never)."""
+    return table.transaction_version(compaction_txn_id(app, task)) or 0
+
+
+def _tasks_pin(app: str, table: DeltaTable, pinned: dict[TaskId, int]) -> _StorePin:
+    """The pin of tasks ``pinned`` (task -> batch) in ``table`` as it is, none of them
+    compacted past its batch there."""
     if not pinned:
-        return _StorePin(table.version(), "false", True)
+        return _StorePin(table.version(), _NO_TASK, True)
+    snapshot_only = all(b == _compacted(table, app, t) for t, b in pinned.items())
     # The partition filter prunes the files of tasks outside the pin.
     tasks = f"task IN ({', '.join(str(t.partition) for t in pinned)})"
     if snapshot_only:
@@ -150,12 +178,29 @@ class View:
     version: int | None = None
     pin: _StorePin | None = None
 
-    def select(self, source: str, columns: Sequence[str], quote: Callable[[str], str]) -> str:
-        """The view as one SELECT over ``source``, the table read at ``version`` (with
-        ``columns``); ``quote`` quotes a column name for the engine running it."""
+    def versions(self) -> list[int | None]:
+        """The table versions the view reads, one source each: a store pin's parts'
+        (several when some tasks are read from before a compaction), else ``version``."""
         if self.pin is None:
-            return f"SELECT * FROM {source}"
-        return state_sql(source, self.pin, columns, quote)
+            return [self.version]
+        return [p.version for p in self.pin.parts()]
+
+    def select(
+        self, sources: Sequence[str], columns: Sequence[str], quote: Callable[[str], str]
+    ) -> str:
+        """The view as one SELECT over ``sources``, the table read at each of
+        ``versions()`` (with ``columns``); ``quote`` quotes a column name for the engine
+        running it."""
+        if self.pin is None:
+            return f"SELECT * FROM {sources[0]}"
+        parts = self.pin.parts()
+        if len(parts) == 1:
+            return state_sql(sources[0], parts[0], columns, quote)
+        listed = ", ".join(quote(c) for c in columns)
+        return " UNION ALL ".join(
+            f"SELECT {listed} FROM ({state_sql(source, part, columns, quote)}) AS _part{i}"
+            for i, (source, part) in enumerate(zip(sources, parts, strict=True))
+        )
 
 
 def views(

@@ -164,7 +164,8 @@ def query(ctx, text: str, batch: int | None = None, limit: int | None = None, en
         df = spark_sql(ctx.spark, ctx.warehouse, text, batch)
         rows = (df if limit is None else df.limit(max(limit, 0))).collect()
     except PySparkException as e:  # Spark's analysis and parse errors: the query's fault
-        raise ValueError(str(e).strip().splitlines()[0]) from None
+        # One line for the terminal; the whole error, Java stack included, to the log file.
+        raise ValueError(str(e).strip().splitlines()[0]) from e
     return Result(list(df.columns), [tuple(r) for r in rows])
 
 
@@ -782,20 +783,30 @@ def _run_dag(ctx, dag_id: str) -> None:
         raise StreamsException(f"the demo DAG run failed; see {log_path}")
 
 
-def _show_counts(ctx, demo_module, engine: str = "duckdb") -> None:
-    from lakestate.read.views import view_name
-
-    ctx.print(f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}:")
-    out = query(
-        ctx,
-        f"SELECT partition, offset, key, value FROM "
-        f"{view_name(demo_module.OUTPUT_TOPIC)} ORDER BY timestamp DESC, offset DESC "
-        "LIMIT 10",
-        engine=engine,
+def _last_records(topic_view: str, columns: str, n: int = 10) -> str:
+    """SQL for a topic's last ``n`` records by timestamp, oldest first (ties by partition
+    and offset): the order a person reads them in."""
+    return (
+        f"SELECT {columns} FROM (SELECT * FROM {topic_view} "
+        f"ORDER BY timestamp DESC, partition DESC, offset DESC LIMIT {n}) AS recent "
+        "ORDER BY timestamp, partition, offset"
     )
-    for row in out.dicts():
+
+
+def _show_counts(ctx, demo_module, engine: str = "duckdb") -> None:
+    from lakestate.read.views import format_time, view_name
+
+    ctx.print(
+        f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}, oldest first "
+        "(UTC time of the event):"
+    )
+    text = _last_records(
+        view_name(demo_module.OUTPUT_TOPIC), "partition, offset, timestamp, key, value"
+    )
+    for row in query(ctx, text, engine=engine).dicts():
         ctx.print(
-            f"  partition {row['partition']} offset {row['offset']}: {row['key']} -> {row['value']}"
+            f"  partition {row['partition']} offset {row['offset']} at "
+            f"{format_time(row['timestamp'])[11:]}: {row['key']} -> {row['value']}"
         )
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
     text = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
@@ -812,15 +823,14 @@ def _show_clicks(ctx, clicks, engine: str = "duckdb") -> None:
         return format_time(int(ms))[11:]
 
     wh = ctx.warehouse
-    final = view_name(clicks.FINAL_TOPIC)
-    query = (
-        "SELECT get_json_object(key, '$.key') AS user, "
-        "CAST(get_json_object(key, '$.window_start') AS BIGINT) AS window_start, value AS clicks "
-        f"FROM {final} ORDER BY timestamp DESC, offset DESC LIMIT 10"
+    query = _last_records(
+        view_name(clicks.FINAL_TOPIC),
+        "get_json_object(key, '$.key') AS user, "
+        "CAST(get_json_object(key, '$.window_start') AS BIGINT) AS window_start, value AS clicks",
     )
     ctx.print(
         f"demo: final results, one per user and minute once its window closed (topic "
-        f"{clicks.FINAL_TOPIC!r}), the last 10:"
+        f"{clicks.FINAL_TOPIC!r}), the last 10, oldest first:"
     )
     ctx.print(f'  lakestate sql "{query}"')
     for row in _rows(ctx, query, engine):
@@ -880,16 +890,17 @@ def _show_orders(ctx, orders, engine: str = "duckdb") -> None:
         view_name(f"orders__{orders.CUSTOMERS_STORE}"),
     )
     query = (
-        "SELECT get_json_object(o.key, '$') AS customer, "
-        "get_json_object(o.value, '$.order') AS order_id, o.timestamp, "
+        "SELECT * FROM (SELECT get_json_object(o.key, '$') AS customer, "
+        "get_json_object(o.value, '$.order') AS order_id, o.timestamp, o.partition, o.offset, "
         "get_json_object(o.value, '$.tier') AS tier, h.value AS tier_now "
         f"FROM {enriched} o JOIN {history} h ON h.key = o.key AND h.valid_to IS NULL "
         "WHERE get_json_object(o.value, '$.tier') <> get_json_object(h.value, '$') "
-        "ORDER BY o.timestamp DESC LIMIT 10"
+        "ORDER BY o.timestamp DESC, o.partition DESC, o.offset DESC LIMIT 10) AS recent "
+        "ORDER BY timestamp, partition, offset"
     )
     ctx.print(
         f"demo: orders joined with the tier valid at their time, not the customer's tier now "
-        f"(topic {orders.OUTPUT_TOPIC!r}), the last 10:"
+        f"(topic {orders.OUTPUT_TOPIC!r}), the last 10, oldest first:"
     )
     ctx.print(f'  lakestate sql "{query}"')
     for row in _rows(ctx, query, engine):

@@ -141,7 +141,8 @@ def _run_dag(ctx: Context, dag_id: str) -> None:
     text = log_path.read_text()
     for line in text.splitlines():
         found = re.search(
-            r"batch [\d_:, ]+: \d+ records, \d+ output records, [\d.]+s|caught up: no new input",
+            r"batch [\d_:, ]+: \d+ records, \d+ output records, "
+            r"(?:\d+ skipped to dead-letter topic \S+, )?[\d.]+s|caught up: no new input",
             line,
         )
         if found:

@@ -18,21 +18,31 @@ if TYPE_CHECKING:
 __all__ = ["show_clicks", "show_counts", "show_orders"]
 
 
+def _last_records(topic_view: str, columns: str, n: int = 10) -> str:
+    """SQL for a topic's last ``n`` records by timestamp, oldest first (ties by partition
+    and offset): the order a person reads them in."""
+    return (
+        f"SELECT {columns} FROM (SELECT * FROM {topic_view} "
+        f"ORDER BY timestamp DESC, partition DESC, offset DESC LIMIT {n}) AS recent "
+        "ORDER BY timestamp, partition, offset"
+    )
+
+
 def show_counts(ctx: Context, demo_module: ModuleType, engine: str = "duckdb") -> None:
     """The demo app's last output records and its per-user counts (its store's SQL view)."""
-    from lakestate.read.views import view_name
+    from lakestate.read.views import format_time, view_name
 
-    ctx.print(f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}:")
-    out = query(
-        ctx,
-        f"SELECT partition, offset, key, value FROM "
-        f"{view_name(demo_module.OUTPUT_TOPIC)} ORDER BY timestamp DESC, offset DESC "
-        "LIMIT 10",
-        engine=engine,
+    ctx.print(
+        f"demo: the last 10 records of topic {demo_module.OUTPUT_TOPIC!r}, oldest first "
+        "(UTC time of the event):"
     )
-    for row in out.dicts():
+    text = _last_records(
+        view_name(demo_module.OUTPUT_TOPIC), "partition, offset, timestamp, key, value"
+    )
+    for row in query(ctx, text, engine=engine).dicts():
         ctx.print(
-            f"  partition {row['partition']} offset {row['offset']}: {row['key']} -> {row['value']}"
+            f"  partition {row['partition']} offset {row['offset']} at "
+            f"{format_time(row['timestamp'])[11:]}: {row['key']} -> {row['value']}"
         )
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
     text = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
@@ -52,15 +62,14 @@ def show_clicks(ctx: Context, clicks: ModuleType, engine: str = "duckdb") -> Non
 def _show_final_clicks(ctx: Context, clicks: ModuleType, engine: str) -> None:
     from lakestate.read.views import view_name
 
-    final = view_name(clicks.FINAL_TOPIC)
-    text = (
-        "SELECT get_json_object(key, '$.key') AS user, "
-        "CAST(get_json_object(key, '$.window_start') AS BIGINT) AS window_start, value AS clicks "
-        f"FROM {final} ORDER BY timestamp DESC, offset DESC LIMIT 10"
+    text = _last_records(
+        view_name(clicks.FINAL_TOPIC),
+        "get_json_object(key, '$.key') AS user, "
+        "CAST(get_json_object(key, '$.window_start') AS BIGINT) AS window_start, value AS clicks",
     )
     ctx.print(
         f"demo: final results, one per user and minute once its window closed (topic "
-        f"{clicks.FINAL_TOPIC!r}), the last 10:"
+        f"{clicks.FINAL_TOPIC!r}), the last 10, oldest first:"
     )
     ctx.print(f'  lakestate sql "{text}"')
     for row in _rows(ctx, text, engine):
@@ -134,16 +143,17 @@ def show_orders(ctx: Context, orders: ModuleType, engine: str = "duckdb") -> Non
         view_name(f"orders__{orders.CUSTOMERS_STORE}"),
     )
     text = (
-        "SELECT get_json_object(o.key, '$') AS customer, "
-        "get_json_object(o.value, '$.order') AS order_id, o.timestamp, "
+        "SELECT * FROM (SELECT get_json_object(o.key, '$') AS customer, "
+        "get_json_object(o.value, '$.order') AS order_id, o.timestamp, o.partition, o.offset, "
         "get_json_object(o.value, '$.tier') AS tier, h.value AS tier_now "
         f"FROM {enriched} o JOIN {history} h ON h.key = o.key AND h.valid_to IS NULL "
         "WHERE get_json_object(o.value, '$.tier') <> get_json_object(h.value, '$') "
-        "ORDER BY o.timestamp DESC LIMIT 10"
+        "ORDER BY o.timestamp DESC, o.partition DESC, o.offset DESC LIMIT 10) AS recent "
+        "ORDER BY timestamp, partition, offset"
     )
     ctx.print(
         f"demo: orders joined with the tier valid at their time, not the customer's tier now "
-        f"(topic {orders.OUTPUT_TOPIC!r}), the last 10:"
+        f"(topic {orders.OUTPUT_TOPIC!r}), the last 10, oldest first:"
     )
     ctx.print(f'  lakestate sql "{text}"')
     for row in _rows(ctx, text, engine):

@@ -35,10 +35,14 @@ def _read_jsonl(stream: IO[str]) -> tuple[list[Any], list[str]]:
     for lineno, line in enumerate(stream, start=1):
         if not line.strip():
             continue
+        # Without its newline: a line cut short is then wrong at its end, not at column 1
+        # of a next line.
+        text = line.rstrip("\r\n")
         try:
-            records.append(json.loads(line))
+            records.append(json.loads(text))
         except json.JSONDecodeError as e:
-            errors.append(f"line {lineno}: not valid JSON: {e.msg} (column {e.colno})")
+            at = "the end of the line" if e.pos >= len(text.rstrip()) else f"column {e.colno}"
+            errors.append(f"line {lineno}: not valid JSON: {e.msg} at {at}")
             continue
         labels.append(f"line {lineno}")
     if errors:

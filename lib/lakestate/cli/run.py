@@ -94,12 +94,23 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 "per_batch": result.figures,
                 "instance": result.instance,
                 "warmed": result.warmed,
+                "dead_letters": result.dead_letters,
+                "dead_letter_topic": result.dead_letter_topic,
+                # Why the run did nothing, when it did nothing on purpose.
+                "skipped": "locked" if result.busy else None,
             }
         )
         return 0
+    dead = result.dead_letters
     ctx.say(
         f"ran {len(result.batches)} batch(es), {result.records} records"
         + (", caught up" if result.caught_up else "")
         + (", another run was active" if result.busy else "")
+        + (
+            f"; {dead} record{'s' if dead != 1 else ''} skipped to dead-letter topic "
+            f"{result.dead_letter_topic} (lakestate consume {result.dead_letter_topic})"
+            if dead
+            else ""
+        )
     )
     return 0

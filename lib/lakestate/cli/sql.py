@@ -62,5 +62,6 @@ def query(
         df = spark_sql(ctx.spark, ctx.warehouse, text, batch)
         rows = (df if limit is None else df.limit(max(limit, 0))).collect()
     except PySparkException as e:  # Spark's analysis and parse errors: the query's fault
-        raise ValueError(str(e).strip().splitlines()[0]) from None
+        # One line for the terminal; the whole error, Java stack included, to the log file.
+        raise ValueError(str(e).strip().splitlines()[0]) from e
     return Result(list(df.columns), [tuple(r) for r in rows])

@@ -182,9 +182,18 @@ def _json_text(what: str, value: Any) -> str | None:
         return None
     _check_json(value, what)
     try:
-        return canonical_json(value)
+        text = canonical_json(value)
     except (TypeError, ValueError) as e:
         raise _Invalid(f"{what} is not JSON-serializable: {e}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        # JSON's \ud800-\udfff escapes decode to lone surrogates unless paired.
+        raise _Invalid(
+            f"{what} holds a lone surrogate {e.object[e.start]!r}, which is not Unicode text: "
+            "a \\ud800-\\udfff escape must be one of a pair"
+        ) from None
+    return text
 
 
 def _check_json(value: Any, path: str) -> None:

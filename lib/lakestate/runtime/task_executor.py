@@ -410,6 +410,8 @@ def _process_records(
                 except (ProcessingException, SerializationException) as exc:
                     failure = task.failure(exc, topic, offset, record, _texts(columns, i))
                     if not task.continues(failure):
+                        # The one line a person reads also says what to do about it.
+                        exc.args = (f"{exc}; {task.handlers.advice(failure.kind)}",)
                         raise
                     return reached, processed, (i, failure)
             reached[topic] = offset + 1
@@ -468,7 +470,8 @@ class _Decoder:
             except _Undecodable:
                 failure = _bad_json(self.task, self.columns, i)
                 if not self.task.continues(failure):
-                    raise SerializationException(failure.message) from None
+                    advice = self.task.handlers.advice(failure.kind)
+                    raise SerializationException(f"{failure.message}; {advice}") from None
                 failures[i] = failure
                 continue
             good.append(i)

@@ -20,7 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Compact the app's changelogs through each task's last complete batch; safe while
     its batches run. No Spark."""
-    from lakestate import compact as compact_app
+    from lakestate.ops.compaction import compact as compact_app
 
     name = app_name(args.app)
     result = compact_app(ctx.warehouse, name, args.store, say=ctx.say)

@@ -33,9 +33,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """The app's next assignment generation, when its instances or their lags changed or a
     probing rebalance is due (scaleout/rebalance.py); prints the old and the new assignment
     per task and each instance's lag. No Spark."""
-    from lakestate import rebalance as rebalance_app
     from lakestate.read.describe import find_app
     from lakestate.scaleout.rebalance import NO_CHANGE
+    from lakestate.scaleout.rebalance import rebalance as rebalance_app
 
     app = find_app(args.app)
     if app is None:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     app's name typed at a terminal. No Spark."""
     import sys
 
-    from lakestate import rewind as rewind_app
+    from lakestate.ops.rewind import rewind as rewind_app
     from lakestate.runtime.cutoff import parse_timestamp
 
     name = app_name(args.app)

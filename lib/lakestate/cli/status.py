@@ -41,8 +41,8 @@ _LOCAL_KEYS = "~local-keys"
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Every task of an app: offsets, lag, stream time, last batch, metrics totals. No
     Spark: the progress rows and end offsets come through delta-rs and the Delta logs."""
-    from lakestate import app_status
     from lakestate.checkpoint.task_dir import state_dir_of
+    from lakestate.read.status import app_status
 
     name, topology = args.app, None
     if name.endswith(".py"):

@@ -5,6 +5,7 @@ Build a topology with the DSL (``StreamsBuilder``), test it with
 (``lakestate.run_app``; the runtime API is ``lakestate.api``, imported on first use).
 """
 
+import importlib
 from typing import Any
 
 from lakestate.app import App
@@ -71,28 +72,12 @@ __all__ = [
 ]
 
 
-_API = (
-    "AppStatus",
-    "CompactionResult",
-    "RebalanceResult",
-    "RewindResult",
-    "RunResult",
-    "Warehouse",
-    "app_status",
-    "compact",
-    "maintain",
-    "rebalance",
-    "rewind",
-    "run_app",
-    "sql",
-)
-
-
 def __getattr__(name: str) -> Any:
     # The runtime API is imported on first use: building and testing a topology (and a
     # Spark worker importing the app) needs none of it.
-    if name in _API:
-        from lakestate import api
-
+    if name.startswith("__"):
+        raise AttributeError(name)
+    api = importlib.import_module("lakestate.api")
+    if name in api.WHERE:
         return getattr(api, name)
     raise AttributeError(f"module 'lakestate' has no attribute {name!r}")

@@ -62,8 +62,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from lakestate import run_app
     from lakestate.runtime.cutoff import parse_timestamp
+    from lakestate.scaleout.instance_run import run_app
 
     if args.wait is not None and not args.wait >= 0:
         raise ValueError(f"--wait must be at least 0 seconds, got {args.wait}")

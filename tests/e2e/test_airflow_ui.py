@@ -230,7 +230,9 @@ def test_trigger_demo_dag_from_the_ui(
     print(f"Airflow UI: {steps}; screenshots in {out_dir}: {shots}", file=sys.stderr)
 
 
-def _failure(exc: Exception, browser: Browser, server: AirflowServer, out_dir: Path) -> AssertionError:
+def _failure(
+    exc: Exception, browser: Browser, server: AirflowServer, out_dir: Path
+) -> AssertionError:
     """What a failed browser test reports: the error, the page saved, Airflow's logs."""
     saved = browser.save_page("failure")
     return AssertionError(
@@ -283,15 +285,11 @@ def _open_dag(browser: Browser) -> None:
 def _unpause(browser: Browser, server: AirflowServer) -> None:
     """Switches the DAG's pause toggle on if it is off (lakestate's DAGs start unpaused
     unless configured otherwise); the API must agree that the DAG is active."""
-    toggle = browser.element("[data-testid=toggle-pause]")
-    if toggle.get_attribute("data-state") != "checked":
+    if browser.attribute("[data-testid=toggle-pause]", "data-state") != "checked":
         browser.click("[data-testid=toggle-pause]")
         browser.wait(
             "the pause toggle to show the DAG active",
-            lambda: (
-                browser.element("[data-testid=toggle-pause]").get_attribute("data-state")
-                == "checked"
-            ),
+            lambda: browser.attribute("[data-testid=toggle-pause]", "data-state") == "checked",
         )
     wait_for(
         f"{DAG_ID} unpaused (REST API)",

@@ -119,6 +119,15 @@ class Browser:
 
         return self.wait(f"an element {css!r}", find, timeout)
 
+    def attribute(self, css: str, name: str, timeout: float = 120) -> str | None:
+        """Attribute ``name`` of the first displayed element matching ``css``, found again
+        if the page re-renders it between the lookup and the read (stale)."""
+
+        def read() -> tuple[str | None]:
+            return (self.element(css, timeout=timeout).get_attribute(name),)
+
+        return self.wait(f"attribute {name!r} of {css!r}", read, timeout)[0]
+
     def click(self, css: str, timeout: float = 120, within: WebElement | None = None) -> None:
         """Clicks the first displayed element matching ``css``, trying again while the page
         re-renders it (stale) or something lies over it for a moment (a toast, an animation)."""

@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from lakestate.cli.shell_hint import sql_command
+
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -109,7 +111,15 @@ def run(args: argparse.Namespace, ctx) -> int:
 
 
 def sql_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", help="Spark SQL; topics and state tables (<app>__<store>) are views")
+    p.add_argument(
+        "query",
+        nargs="?",
+        help="Spark SQL; topics and state tables (<app>__<store>) are views (SHOW TABLES "
+        "lists them)",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="list every view: its name, kind and what it shows"
+    )
     p.add_argument(
         "--batch",
         type=int,
@@ -130,9 +140,15 @@ def sql_args(p: argparse.ArgumentParser) -> None:
 def sql(args: argparse.Namespace, ctx) -> int:
     """Print the query's rows: a tab-separated table (NULL for nulls), or with ``--json``
     one JSON object per row."""
+    from lakestate.read.catalog import listing
     from lakestate.read.result import print_result
 
-    result = query(ctx, args.query, args.batch, args.limit, args.engine)
+    if args.list:
+        result = listing(ctx.warehouse)
+    elif args.query is None:
+        raise ValueError("give a query (Spark SQL), or --list to see the views there are")
+    else:
+        result = query(ctx, args.query, args.batch, args.limit, args.engine)
     print_result(result, ctx.print, json_lines=ctx.json_output)
     return 0
 
@@ -281,9 +297,8 @@ _LOCAL_KEYS = "~local-keys"
 def status(args: argparse.Namespace, ctx) -> int:
     """Every task of an app: offsets, lag, stream time, last batch, metrics totals. No
     Spark: the progress rows and end offsets come through delta-rs and the Delta logs."""
-    from lakestate import app_status
     from lakestate.checkpoint.task_dir import state_dir_of
-    from lakestate.read.status import format_time
+    from lakestate.read.status import app_status, check_app, format_time
 
     name, topology = args.app, None
     if name.endswith(".py"):
@@ -291,6 +306,7 @@ def status(args: argparse.Namespace, ctx) -> int:
 
         loaded = load_app(name)
         name, topology = loaded.name, loaded.topology
+    check_app(ctx.warehouse, name, topology)
     found = app_status(ctx.warehouse, name, state_dir_of(args.state_dir), topology)
     if ctx.json_output:
         ctx.print(json.dumps(found.to_json(), sort_keys=True))
@@ -787,7 +803,7 @@ def _show_counts(ctx, demo_module, engine: str = "duckdb") -> None:
         )
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
     text = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
-    ctx.print(f'demo: lakestate sql "{text}"')
+    ctx.print(f"demo: {sql_command(text)}")
     for row in query(ctx, text, engine=engine).dicts():
         ctx.print(f"  {row['key']}\t{row['count']}\t(task {row['task']})")
 
@@ -810,7 +826,7 @@ def _show_clicks(ctx, clicks, engine: str = "duckdb") -> None:
         f"demo: final results, one per user and minute once its window closed (topic "
         f"{clicks.FINAL_TOPIC!r}), the last 10:"
     )
-    ctx.print(f'  lakestate sql "{query}"')
+    ctx.print(f"  {sql_command(query)}")
     for row in _rows(ctx, query, engine):
         ctx.print(f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks} clicks")
     limit = int(clicks.ALERT_INTERVAL.total_seconds() // 60)
@@ -847,7 +863,7 @@ def _show_clicks(ctx, clicks, engine: str = "duckdb") -> None:
         "WHERE key IS NOT NULL ORDER BY buffer_time, user"
     )
     ctx.print("demo: windows still open, emitted once their task's stream time passes end + grace:")
-    ctx.print(f'  lakestate sql "{query}"')
+    ctx.print(f"  {sql_command(query)}")
     for row in _rows(ctx, query, engine):
         ctx.print(
             f"  {row.user}\t{hhmm(row.window_start)}\t{row.clicks_so_far} clicks so far, final "
@@ -879,7 +895,7 @@ def _show_orders(ctx, orders, engine: str = "duckdb") -> None:
         f"demo: orders joined with the tier valid at their time, not the customer's tier now "
         f"(topic {orders.OUTPUT_TOPIC!r}), the last 10:"
     )
-    ctx.print(f'  lakestate sql "{query}"')
+    ctx.print(f"  {sql_command(query)}")
     for row in _rows(ctx, query, engine):
         ctx.print(
             f"  {row.order_id} at {hhmm(row.timestamp)}: {row.customer} was {row.tier} "
@@ -898,7 +914,7 @@ def _show_orders(ctx, orders, engine: str = "duckdb") -> None:
     ctx.print(
         f"demo: the tier history of {json.loads(customer.key)} (the versioned store's SQL view):"
     )
-    ctx.print(f'  lakestate sql "{query}"')
+    ctx.print(f"  {sql_command(query)}")
     for row in _rows(ctx, query, engine):
         until = "now" if row.valid_to is None else hhmm(row.valid_to)
         tier = "deleted" if row.tier is None else json.loads(row.tier)

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 exec .venv/bin/python - <<'PY'
 import time
 
+from lakestate import logfile
 from lakestate.runtime.spark_session import delta_maven_coordinates, get_spark, ivy_dir, jars_cached, stop_spark
 
 coords, ivy = delta_maven_coordinates(), ivy_dir()
@@ -15,9 +16,15 @@ if jars_cached():
 else:
     print(f"fetch_jars: resolving {coords} into {ivy} (once; needs Maven Central)")
     start = time.monotonic()
-    get_spark(master="local[1]", app_name="lakestate-fetch-jars")
-    stop_spark()
+    # Ivy's resolution report (and Spark's start) goes to a log file of its own.
+    log = logfile.start("fetch-jars")
+    print(f"fetch_jars: Ivy's and Spark's output: {log.path}")
+    try:
+        get_spark(master="local[1]", app_name="lakestate-fetch-jars")
+        stop_spark()
+    except Exception as exc:
+        raise SystemExit(f"fetch_jars: Spark did not start ({exc}); see {log.path}") from None
     if not jars_cached():
-        raise SystemExit(f"fetch_jars: {coords} was not cached in {ivy}")
+        raise SystemExit(f"fetch_jars: {coords} was not cached in {ivy}; see {log.path}")
     print(f"fetch_jars: done in {time.monotonic() - start:.0f}s")
 PY

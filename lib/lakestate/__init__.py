@@ -5,15 +5,19 @@ Build a topology with the DSL (``StreamsBuilder``), test it with
 (``lakestate.run_app``; the runtime API is ``lakestate.api``, imported on first use).
 """
 
+import importlib
 from typing import Any
 
 from lakestate.app import App
+from lakestate.dsl.branched import Branched, BranchedKStream, Named
 from lakestate.dsl.builder import StreamsBuilder
 from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.repartitioned import Repartitioned
+from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
@@ -31,23 +35,29 @@ from lakestate.topology.graph import Topology
 
 __all__ = [
     "App",
+    "Branched",
+    "BranchedKStream",
     "BufferConfig",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
     "Deduplicated",
     "GlobalKTable",
     "InvalidStateStoreException",
+    "JoinWindows",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
     "KTable",
     "Materialized",
+    "Named",
     "ProcessingException",
     "Record",
+    "Repartitioned",
     "SerializationException",
     "SessionWindowedKStream",
     "SessionWindows",
     "SlidingWindows",
+    "StreamJoined",
     "StreamsBuilder",
     "StreamsException",
     "Suppressed",
@@ -62,28 +72,12 @@ __all__ = [
 ]
 
 
-_API = (
-    "AppStatus",
-    "CompactionResult",
-    "RebalanceResult",
-    "RewindResult",
-    "RunResult",
-    "Warehouse",
-    "app_status",
-    "compact",
-    "maintain",
-    "rebalance",
-    "rewind",
-    "run_app",
-    "sql",
-)
-
-
 def __getattr__(name: str) -> Any:
     # The runtime API is imported on first use: building and testing a topology (and a
     # Spark worker importing the app) needs none of it.
-    if name in _API:
-        from lakestate import api
-
+    if name.startswith("__"):
+        raise AttributeError(name)
+    api = importlib.import_module("lakestate.api")
+    if name in api.WHERE:
         return getattr(api, name)
     raise AttributeError(f"module 'lakestate' has no attribute {name!r}")

@@ -1,34 +1,37 @@
 """lakestate's public runtime API: what tests, DAGs, the Airflow plugin and scripts call.
 
 Each name is defined in its package (``scaleout``, ``ops``, ``read``); this module only
-gathers them, so that callers do not depend on where a concern lives. ``import lakestate``
-exposes them lazily (``lakestate.run_app``), keeping the DSL import light.
+says where, so that callers do not depend on where a concern lives. ``import lakestate``
+exposes the names lazily (``lakestate.run_app``), and each is imported on first use: reading
+state (``app_status``, ``sql``) never imports the runtime, and with it pyspark.
 """
 
 from __future__ import annotations
 
-from lakestate.ops.compaction import CompactionResult, compact
-from lakestate.ops.maintenance import maintain
-from lakestate.ops.rewind import RewindResult, rewind
-from lakestate.read.duckdb_engine import sql
-from lakestate.read.status import AppStatus, app_status
-from lakestate.runtime.runner import RunResult
-from lakestate.scaleout.instance_run import run_app
-from lakestate.scaleout.rebalance import RebalanceResult, rebalance
-from lakestate.warehouse import Warehouse
+import importlib
+from typing import Any
 
-__all__ = [
-    "AppStatus",
-    "CompactionResult",
-    "RebalanceResult",
-    "RewindResult",
-    "RunResult",
-    "Warehouse",
-    "app_status",
-    "compact",
-    "maintain",
-    "rebalance",
-    "rewind",
-    "run_app",
-    "sql",
-]
+#: Each public name and the module that defines it.
+WHERE = {
+    "AppStatus": "lakestate.read.status",
+    "CompactionResult": "lakestate.ops.compaction",
+    "RebalanceResult": "lakestate.scaleout.rebalance",
+    "RewindResult": "lakestate.ops.rewind",
+    "RunResult": "lakestate.runtime.runner",
+    "Warehouse": "lakestate.warehouse",
+    "app_status": "lakestate.read.status",
+    "compact": "lakestate.ops.compaction",
+    "maintain": "lakestate.ops.maintenance",
+    "rebalance": "lakestate.scaleout.rebalance",
+    "rewind": "lakestate.ops.rewind",
+    "run_app": "lakestate.scaleout.instance_run",
+    "sql": "lakestate.read.duckdb_engine",
+}
+
+__all__ = sorted(WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in WHERE:
+        return getattr(importlib.import_module(WHERE[name]), name)
+    raise AttributeError(f"module 'lakestate.api' has no attribute {name!r}")

@@ -12,8 +12,9 @@ Where: ``$LAKESTATE_LOG_DIR``, else ``logs/`` in the current directory (beside t
 ``lakestate-<command>-<UTC time>-<pid>.log``. ``start`` removes the oldest beyond the
 newest ``KEEP`` (200).
 
-Library callers (tests, Airflow's spark-submit) never call ``start``: their logging and the
-JVM's output stay where they were.
+Library callers (tests, Airflow's spark-submit) never call ``start``: their logging stays
+where it was. A JVM that ``get_spark`` starts for them writes to a file of its own here,
+``lakestate-spark-<UTC time>-<pid>.log`` (``new``), not to their terminal.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ __all__ = [
     "KEEP",
     "LOG_DIR_ENV",
     "LogFile",
+    "capture",
     "current",
     "log_dir",
+    "new",
     "start",
     "stop",
 ]
@@ -81,6 +84,8 @@ class LogFile:
 
 _current: LogFile | None = None
 _saved_levels: dict[str, int] = {}
+# Loggers ``capture`` took over, with the handlers they had.
+_captured: list[tuple[logging.Logger, list[logging.Handler]]] = []
 
 
 def current() -> LogFile | None:
@@ -94,11 +99,7 @@ def start(command: str) -> LogFile:
     global _current
     if _current is not None:
         stop()
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in command) or "command"
-    directory = log_dir()
-    _prune(directory, KEEP - 1)
-    log = LogFile(directory / f"lakestate-{safe}-{stamp}-{os.getpid()}.log")
+    log = new(command)
     root, own = logging.getLogger(), logging.getLogger("lakestate")
     _saved_levels.update(root=root.level, lakestate=own.level)
     root.setLevel(logging.WARNING)
@@ -107,6 +108,30 @@ def start(command: str) -> LogFile:
     logging.captureWarnings(True)
     _current = log
     return log
+
+
+def new(command: str) -> LogFile:
+    """A new log file for this invocation of ``command`` (not made current; the oldest
+    files beyond ``KEEP`` are removed)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in command) or "command"
+    directory = log_dir()
+    _prune(directory, KEEP - 1)
+    return LogFile(directory / f"lakestate-{safe}-{stamp}-{os.getpid()}.log")
+
+
+def capture(logger: logging.Logger) -> None:
+    """Send ``logger``'s records to the current log file instead of its own handlers, until
+    ``stop``: for a library's logger that does not propagate and writes to the terminal
+    itself (pyspark's query-context loggers). Nothing without a current log file."""
+    if _current is None or _current.handler in logger.handlers:
+        return
+    _captured.append((logger, list(logger.handlers)))
+    # logging.Logger's own methods: a subclass's may restyle the handler (PySparkLogger
+    # sets its JSON formatter on every handler it is given).
+    for handler in list(logger.handlers):
+        logging.Logger.removeHandler(logger, handler)
+    logging.Logger.addHandler(logger, _current.handler)
 
 
 def _prune(directory: Path, keep: int) -> None:
@@ -131,6 +156,11 @@ def stop() -> None:
         return
     root = logging.getLogger()
     root.removeHandler(_current.handler)
+    while _captured:
+        logger, handlers = _captured.pop()
+        logging.Logger.removeHandler(logger, _current.handler)
+        for handler in handlers:
+            logging.Logger.addHandler(logger, handler)
     _current.handler.close()
     root.setLevel(_saved_levels.get("root", logging.WARNING))
     logging.getLogger("lakestate").setLevel(_saved_levels.get("lakestate", logging.NOTSET))

@@ -90,12 +90,20 @@ def to_millis(value: int | datetime, what: str = "timestamp") -> int:
     return value
 
 
-def duration_millis(value: timedelta | int, what: str) -> int:
-    """Milliseconds of a duration (timedelta, or int ms); rejects negatives."""
-    if isinstance(value, timedelta):
-        value = int(value / timedelta(milliseconds=1))
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be a timedelta, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{what} must not be negative, got {value} ms")
-    return value
+def duration_millis(value: timedelta, what: str, positive: bool = False) -> int:
+    """Milliseconds of a duration: a ``timedelta`` of zero or more (more than zero when
+    ``positive``). A number is refused, not taken as milliseconds: TypeError (ValueError
+    when out of range), naming ``what`` and what to pass."""
+    if not isinstance(value, timedelta):
+        hint = ""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            hint = f" (for {value} ms: timedelta(milliseconds={value}))"
+        raise TypeError(
+            f"{what} must be a timedelta (from datetime import timedelta), "
+            f"e.g. timedelta(seconds=30){hint}; got {value!r}"
+        )
+    ms = int(value / timedelta(milliseconds=1))
+    if ms < 0 or (positive and ms == 0):
+        bound = "positive (at least 1 ms)" if positive else "zero or more (not negative)"
+        raise ValueError(f"{what} must be {bound}, got {value}")
+    return ms

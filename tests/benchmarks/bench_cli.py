@@ -47,17 +47,14 @@ def build(warehouse: Path, state: Path, records: int) -> None:
     sys.path.insert(0, str(REPO / "lib"))
     from lakestate import run_app
     from lakestate.app import load_module
-    from lakestate.io import logtable
-    from lakestate.runtime.spark_session import get_spark, stop_spark
+    from lakestate.io import topics
     from lakestate.warehouse import Warehouse
 
     wh = Warehouse(warehouse)
     demo = load_module(REPO / "jobs" / "demo.py")
-    spark = get_spark("local[2]")
-    logtable.create_topic(wh, demo.INPUT_TOPIC, 2)
+    topics.topic(wh, demo.INPUT_TOPIC).create(2)
     sample = [{"key": k, "value": v, "timestamp": t} for k, v, t in demo.sample_events(records)]
-    logtable.append_records(spark, wh, demo.INPUT_TOPIC, sample)
-    stop_spark()
+    topics.topic(wh, demo.INPUT_TOPIC).append(sample)  # through delta-rs: no JVM
     run_app(str(REPO / "jobs" / "demo.py"), warehouse=wh.root, state_dir=str(state),
             until_caught_up=True, say=lambda _: None)
 

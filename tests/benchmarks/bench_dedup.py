@@ -296,7 +296,8 @@ def write_input(spark, path: str, parts: list[Part], chunk_records: int, scratch
     that ``maxFilesPerTrigger`` sets SSS's micro-batch size. Each chunk goes through a
     Parquet file written with pyarrow (no large Spark tasks). Returns the commits written."""
     import pyarrow.parquet as pq
-    from lakestate.io.logtable import LOG_SCHEMA, ends_metadata
+    from lakestate.io.logtable import ends_metadata
+    from lakestate.runtime.spark_topics import spark_record_schema
 
     arrow_schema = pa.schema(
         [
@@ -319,7 +320,7 @@ def write_input(spark, path: str, parts: list[Part], chunk_records: int, scratch
         )
         file = scratch / f"chunk-{commits:05d}.parquet"
         pq.write_table(pa.Table.from_pandas(pdf, schema=arrow_schema, preserve_index=False), file)
-        df = spark.read.schema(LOG_SCHEMA).parquet(str(file)).coalesce(1)
+        df = spark.read.schema(spark_record_schema()).parquet(str(file)).coalesce(1)
         ends = {p.partition: min(p.n, lo + per_part) for p in parts}
         # The end offsets in the commit, as lakestate's own appends record them.
         df.write.format("delta").mode("append").option("userMetadata", ends_metadata(ends)).save(

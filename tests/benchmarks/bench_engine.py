@@ -636,7 +636,8 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
     task of a batch, minus Arrow transfer)."""
     from lakestate.app import load_app
     from lakestate.checkpoint.task_dir import TaskDir
-    from lakestate.io import logtable
+    from lakestate.io import topics
+    from lakestate.runtime import spark_topics
     from lakestate.runtime.task_executor import INPUT_COLUMNS, BatchContext, process_task
     from lakestate.state.base import IsolationLevel, TopicPartition, isolation_for
     from pyspark.sql import functions as F
@@ -654,7 +655,8 @@ def profile_worker(spark, topic: Topic, state_dir: str, records: int) -> dict[st
             keys_in_store = sum(1 for _ in store.iterate(STORE))
         finally:
             store.close()
-        df = logtable.read_range(spark, topic.warehouse, INPUT_TOPIC, {0: (start, start + records)})
+        source = topics.topic(topic.warehouse, INPUT_TOPIC)
+        df = spark_topics.read_range(spark, source, {0: (start, start + records)})
         pdf = df.select(
             F.lit(0).cast("int").alias("sub"),
             F.col("partition").alias("task"),

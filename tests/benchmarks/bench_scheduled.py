@@ -539,6 +539,7 @@ class DedupFixture(Fixture):
         import pyarrow as pa
         from deltalake import CommitProperties, write_deltalake
         from lakestate.io import logtable
+        from lakestate.io.topic_records import RECORD_SCHEMA
 
         bd = bench_dedup()
         frames = []
@@ -551,7 +552,7 @@ class DedupFixture(Fixture):
             self.pos[p] = hi
         data = pa.Table.from_pandas(
             pd.concat(frames, ignore_index=True),
-            schema=logtable.LOG_ARROW_SCHEMA,
+            schema=RECORD_SCHEMA,
             preserve_index=False,
         )
         ends = {p: self.pos[p] for p in range(PARTITIONS)}
@@ -1146,7 +1147,7 @@ def compaction_committed() -> bool:
     """Whether ``lakestate.ops.compaction`` is in git history (not just in the tree)."""
     try:
         out = subprocess.run(
-            ["git", "log", "--oneline", "-1", "--", "lib/lakestate/engine/compaction.py"],
+            ["git", "log", "--oneline", "-1", "--", "lib/lakestate/ops/compaction.py"],
             cwd=ROOT,
             capture_output=True,
             text=True,

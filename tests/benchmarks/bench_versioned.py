@@ -14,8 +14,8 @@ that for ``--ooo`` (30%) of the customers with two changes or more the last arri
 the one before it (out of order); ``orders``, N orders of random customers, timestamps
 rising evenly over the same hours, ``--late`` (10%) of them up to an hour late.
 
-Sides, each a fresh process on ``local[2]`` with the same Spark confs (``lakestate.engine.
-spark``'s: 2 shuffle partitions, ``spark.driver.memory`` 3g):
+Sides, each a fresh process on ``local[2]`` with the same Spark confs (``lakestate.runtime.
+spark_session``'s: 2 shuffle partitions, ``spark.driver.memory`` 3g):
 
 - **lakestate**: ``lakestate run jobs/orders.py --until-caught-up`` twice: first with the
   customers only (loading the version history into the versioned store: timed apart), then,
@@ -171,6 +171,7 @@ def write_topics(spark, wh, inp: dict[str, Any], orders: bool) -> dict[str, floa
     import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
     from lakestate.io import logtable
+    from lakestate.io.topic_records import RECORD_SCHEMA
 
     started = time.monotonic()
     if orders:
@@ -196,7 +197,7 @@ def write_topics(spark, wh, inp: dict[str, Any], orders: bool) -> dict[str, floa
             "value": pa.array(values, pa.string()),
             "headers": pa.nulls(len(key), pa.string()),
         },
-        schema=logtable.LOG_ARROW_SCHEMA,
+        schema=RECORD_SCHEMA,
     )
     ends = {p: int((part == p).sum()) for p in range(PARTITIONS)}
     write_deltalake(

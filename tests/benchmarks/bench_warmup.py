@@ -13,7 +13,7 @@ The app (``apps/warmup_bench.py``) counts records per key in a key-value store o
 topic of two partitions: tasks 0_0 and 0_1. The task the assignor moves when instance
 ``b`` joins ``a`` (asked of ``lakestate.assign`` itself) gets ``--keys`` distinct keys
 (1M), the other 1,000; produced through lakestate's delta-rs path
-(``logtable.append_records``) and processed by instance ``a`` alone into its store (not
+(``Topic.append``) and processed by instance ``a`` alone into its store (not
 timed). That state is copied for every scenario.
 
 A **tick** is what the app's DAG does per scheduled run: new records (``--tick-records``
@@ -152,7 +152,7 @@ def child_move(argv: list[str]) -> int:
 
 
 class Producer:
-    """The app's input, through ``logtable.append_records`` (delta-rs): keys ``k<i>`` on
+    """The app's input, through ``Topic.append`` (delta-rs): keys ``k<i>`` on
     the moved task's partition, ``l<i>`` on the other's; each tick's keys drawn from the
     same seeded generator, so every scenario gets the same records."""
 
@@ -162,14 +162,14 @@ class Producer:
         self.rng = random.Random(seed)
 
     def _append(self, records: list[dict[str, Any]]) -> None:
-        from lakestate.io import logtable
+        from lakestate.io import topics
 
         sys.path.insert(0, str(HERE / "apps"))
         import warmup_bench
 
         for start in range(0, len(records), PRODUCE_CHUNK):
             chunk = records[start : start + PRODUCE_CHUNK]
-            logtable.append_records(None, self.wh, warmup_bench.INPUT_TOPIC, chunk)
+            topics.topic(self.wh, warmup_bench.INPUT_TOPIC).append(chunk)
 
     def base(self) -> None:
         """Every key once: ``keys`` on the moved task's partition, LIGHT_KEYS on the other."""

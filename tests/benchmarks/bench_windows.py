@@ -217,6 +217,7 @@ def write_topic(spark, wh, topic: str, wl: Workload, commits: int) -> dict[str, 
     import pyarrow as pa
     from deltalake import CommitProperties, write_deltalake
     from lakestate.io import logtable
+    from lakestate.io.topic_records import RECORD_SCHEMA
 
     path = logtable.create_topic(wh, topic, PARTITIONS)
     started = time.monotonic()
@@ -240,7 +241,7 @@ def write_topic(spark, wh, topic: str, wl: Workload, commits: int) -> dict[str, 
                 "value": pa.array([f'{{"page":{x}}}' for x in pages[sel].tolist()], pa.string()),
                 "headers": pa.nulls(len(sel), pa.string()),
             },
-            schema=logtable.LOG_ARROW_SCHEMA,
+            schema=RECORD_SCHEMA,
         )
         for p in range(PARTITIONS):
             ends[p] = max(ends[p], int(wl.offset[sel][wl.partition[sel] == p].max(initial=-1)) + 1)

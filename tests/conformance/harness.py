@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from lakestate import Windowed
-from lakestate.testing import TopologyTestDriver
+from lakestate.testing import TestRecord, TopologyTestDriver
 from lakestate_kinds import build
-from scenario import OUTPUT_TOPIC, Buffer, Outcome, OutRecord, Scenario
+from scenario import OUTPUT_TOPIC, Buffer, Input, Outcome, OutRecord, Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 FETCH_SCRIPT = ROOT / "scripts" / "fetch_kstreams.sh"
@@ -99,30 +99,65 @@ def _outcome(result: dict[str, Any]) -> Outcome:
 # -- lakestate -----------------------------------------------------------------------------
 
 
-def run_lakestate(scenario: Scenario) -> Outcome:
+def run_lakestate(scenario: Scenario, cuts: list[int] | None = None) -> Outcome:
     """Plays ``scenario`` on lakestate's TopologyTestDriver, one input record at a time (as
-    Kafka's driver does), reading the output after each. Raises NotImplementedError for a
-    kind (or option) lakestate does not build yet."""
+    Kafka's driver does), reading the output after each. With ``cuts``, the driver's chunked
+    mode: the inputs go as record lists (``pipe_record_list``, see ``record_lists``), the
+    output read after each list, so an output's ``input`` is its list's last input. Raises
+    NotImplementedError for a kind (or option) lakestate does not build yet."""
     topology = build(scenario.params)
     records: list[OutRecord] = []
     error = None
+    inputs = scenario.inputs
+    lists = [(i, i + 1) for i in range(len(inputs))] if cuts is None else record_lists(inputs, cuts)
     with TopologyTestDriver(topology) as driver:
         out = driver.create_output_topic(OUTPUT_TOPIC)
-        for index, item in enumerate(scenario.inputs):
+        for start, end in lists:
+            topic = driver.create_input_topic(inputs[start].topic)
             try:
-                driver.create_input_topic(item.topic).pipe_input(item.key, item.value, item.ts)
+                if cuts is None:
+                    topic.pipe_input(inputs[start].key, inputs[start].value, inputs[start].ts)
+                else:
+                    topic.pipe_record_list(
+                        TestRecord(i.key, i.value, i.ts) for i in inputs[start:end]
+                    )
             except Exception as exc:  # as the Java runner: the error, and what came before
                 error = f"{type(exc).__name__}: {exc}"
             finally:
                 for r in out.read_records_to_list():
-                    key, start, end = r.key, None, None
+                    key, window_start, window_end = r.key, None, None
                     if isinstance(key, Windowed):
-                        key, start, end = key.key, key.window.start, key.window.end
-                    records.append(OutRecord(key, start, end, r.value, r.timestamp, index))
+                        key, window_start, window_end = key.key, key.window.start, key.window.end
+                    records.append(
+                        OutRecord(key, window_start, window_end, r.value, r.timestamp, end - 1)
+                    )
             if error is not None:
                 break
         dropped = int(driver.metrics().get("dropped-records", 0))
     return Outcome(tuple(records), dropped, error)
+
+
+def record_lists(inputs: tuple[Input, ...], cuts: list[int]) -> list[tuple[int, int]]:
+    """The inputs as lists ``[start, end)`` of ``cuts[0]``, ``cuts[1]``... records in turn
+    (cycling), each cut short where the next input goes to another topic."""
+    lists: list[tuple[int, int]] = []
+    start, n = 0, 0
+    while start < len(inputs):
+        end = min(start + cuts[n % len(cuts)], len(inputs))
+        n += 1
+        topic = inputs[start].topic
+        end = next((i for i in range(start, end) if inputs[i].topic != topic), end)
+        lists.append((start, end))
+        start = end
+    return lists
+
+
+def as_listed(outcome: Outcome, lists: list[tuple[int, int]]) -> Outcome:
+    """``outcome`` (one record at a time) as the chunked mode reports it: each output's
+    ``input`` the last input of its list."""
+    last = {i: end - 1 for start, end in lists for i in range(start, end)}
+    records = tuple(replace(r, input=last[r.input]) for r in outcome.records)
+    return replace(outcome, records=records)
 
 
 # -- comparing -----------------------------------------------------------------------------

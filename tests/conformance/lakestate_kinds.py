@@ -15,6 +15,7 @@ from typing import Any
 import lakestate as ls
 from scenario import (
     INPUT_TOPIC,
+    OTHER_TOPIC,
     OUTPUT_TOPIC,
     TABLE_TOPIC,
     AggregateParams,
@@ -22,6 +23,8 @@ from scenario import (
     Params,
     SessionWindowedParams,
     SlidingWindowedParams,
+    StatelessParams,
+    StreamStreamJoinParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -188,13 +191,109 @@ def table_table_join(params: TableTableJoinParams) -> ls.Topology:
     return builder.build()
 
 
+# -- stateless operators (StatelessParams has the functions in words) ----------------------
+
+
+def _num(value: int | str) -> int:
+    return value if isinstance(value, int) else int(value[1:])
+
+
+def _plus(value: int | str, n: int) -> int | str:
+    return value + n if isinstance(value, int) else f"v{_num(value) + n}"
+
+
+def _flat_mapped(key: str | None, value: Any) -> list[tuple[Any, Any]]:
+    if value is None:
+        return [(key, None)]
+    other = "z" if key is None else (None if key == "a" else key + "1")
+    return [(key, value), (other, value)][: len(str(value)) % 3]
+
+
+def _flat_mapped_values(value: Any) -> list[Any]:
+    if value is None:
+        return [None, None]
+    return [] if _num(value) % 2 == 0 else [value, _plus(value, 1)]
+
+
+def _split(stream: ls.KStream, i: int) -> ls.KStream:
+    named, branched = _require("Named", "split"), _require("Branched", "split")
+    branches = (
+        stream.split(named.as_(f"s{i}-"))
+        .branch(lambda k, v: v is not None and _num(v) > 5, branched.as_("big"))
+        .branch(lambda k, v: v is None)
+        .default_branch()
+    )
+    big = branches[f"s{i}-big"].map_values(lambda v: _plus(v, 10))
+    rest = branches[f"s{i}-0"].filter(lambda k, v: _num(v) % 3 != 0)
+    merged = big.merge(branches[f"s{i}-2"]).merge(rest)
+    return merged.merge(stream.filter(lambda k, v: k == "a"))
+
+
+def _split_no_default(stream: ls.KStream, i: int) -> ls.KStream:
+    named, branched = _require("Named", "split"), _require("Branched", "split")
+    branches = (
+        stream.split(named.as_(f"n{i}-"))
+        .branch(lambda k, v: v is not None and _num(v) % 2 == 0, branched.as_("even"))
+        .branch(
+            lambda k, v: k is None,
+            branched.with_function(lambda s: s.map_values(lambda v: v), "nokey"),
+        )
+        .no_default_branch()
+    )
+    return branches[f"n{i}-even"].merge(branches[f"n{i}-nokey"])
+
+
+def stateless(params: StatelessParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    stream = builder.stream(INPUT_TOPIC)
+    for i, op in enumerate(params.ops):
+        if op == "flat_map":
+            stream = stream.flat_map(_flat_mapped)
+        elif op == "flat_map_values":
+            stream = stream.flat_map_values(_flat_mapped_values)
+        elif op == "split":
+            stream = _split(stream, i)
+        elif op == "split_no_default":
+            stream = _split_no_default(stream, i)
+        elif op == "repartition":
+            stream = stream.repartition()
+        elif op == "merge_other":
+            stream = stream.merge(builder.stream(OTHER_TOPIC))
+        else:
+            raise ValueError(f"unknown stateless op {op!r}")
+    if params.count:
+        stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
+    else:
+        stream.to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def stream_stream_join(params: StreamStreamJoinParams) -> ls.Topology:
+    windows_cls = _require("JoinWindows", params.kind)
+    if params.grace is None:
+        windows = windows_cls.of_time_difference_without_grace(_ms(params.diff))
+    else:
+        windows = windows_cls.of_time_difference_and_grace(_ms(params.diff), _ms(params.grace))
+    if params.before is not None:
+        windows = windows.before(_ms(params.before))
+    if params.after is not None:
+        windows = windows.after(_ms(params.after))
+    builder = ls.StreamsBuilder()
+    left, right = builder.stream(INPUT_TOPIC), builder.stream(TABLE_TOPIC)
+    join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[params.join]
+    join(right, _joined, windows).to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
+    StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,
     SlidingWindowedParams.kind: sliding_windowed_aggregate,
     StreamTableJoinParams.kind: stream_table_join,
     TableTableJoinParams.kind: table_table_join,
+    StreamStreamJoinParams.kind: stream_stream_join,
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from scenario import (
     INPUT_TOPIC,
+    OTHER_TOPIC,
     TABLE_TOPIC,
     AggregateParams,
     Aggregation,
@@ -27,6 +28,8 @@ from scenario import (
     Scenario,
     SessionWindowedParams,
     SlidingWindowedParams,
+    StatelessParams,
+    StreamStreamJoinParams,
     StreamTableJoinParams,
     Suppress,
     TableTableJoinParams,
@@ -332,4 +335,96 @@ def table_table_joins(seed: int, versioned: bool, count: int) -> list[Scenario]:
         )
         retentions = tuple(r for r in (params.left_retention, params.right_retention) if r)
         scenarios.append(_join_scenario(rng, f"{group}-{i}", params, retentions))
+    return scenarios
+
+
+# -- stateless operators ---------------------------------------------------------------------
+
+STATELESS_OPS = ("flat_map", "flat_map_values", "split", "split_no_default", "repartition")
+
+
+def _repartition_topics(ops: tuple[str, ...], count: bool) -> int:
+    """How many repartition topics the ops (and a count) make."""
+    keyed_changed = False
+    topics = 0
+    for op in ops:
+        if op == "repartition":
+            topics, keyed_changed = topics + 1, False
+        elif op == "flat_map":
+            keyed_changed = True
+    return topics + (count and keyed_changed)
+
+
+def _stateless_ops(rng: random.Random) -> tuple[tuple[str, ...], bool]:
+    """Random ops with at most one repartition topic: with two, the order in which Kafka's
+    driver takes records of equal timestamps from two internal topics is its heap's."""
+    while True:
+        ops = [rng.choice(STATELESS_OPS) for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.3:
+            ops.insert(rng.randint(0, len(ops)), "merge_other")
+        count = rng.random() < 0.5
+        if _repartition_topics(tuple(ops), count) <= 1:
+            return tuple(ops), count
+
+
+def stateless(seed: int, count: int) -> list[Scenario]:
+    """Chains of flat maps, splits, merges and repartitions, with a count or not, over
+    records with null keys and values (on a second topic too, for "merge_other")."""
+    rng = random.Random(f"{seed}/stateless")
+    scenarios = []
+    for i in range(count):
+        ops, counted = _stateless_ops(rng)
+        serde = "long" if rng.random() < 0.5 else "string"
+        records = inputs(rng, rng.randint(8, 40), no_boundaries, 5)
+        if "merge_other" in ops:
+            records = [replace(r, topic=OTHER_TOPIC) if rng.random() < 0.4 else r for r in records]
+        params = StatelessParams(ops, counted)
+        scenarios.append(
+            Scenario(f"stateless-{i}", params, _with_values(rng, records, serde), serde)
+        )
+    return scenarios
+
+
+def join_window_boundaries(before: int, after: int, grace: int) -> Boundaries:
+    """Where a stream-stream join turns: a recent record's window edges on either side
+    (joins or not), the stream times at which its window closes (emitted without a partner
+    or still waiting), the buffers' retention behind stream time, and stream time itself
+    (an in-order record, which looks for closed windows)."""
+
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        out = [stream_time, *recent]
+        for t in recent:
+            for edge in (before, after):
+                out += [t - edge - 1, t - edge, t + edge, t + edge + 1]
+            for look in (after, before):
+                out += [t + look + grace, t + look + grace + 1]
+        retention = before + after + grace
+        out += [stream_time - retention + d for d in (-1, 0, 1)]
+        out += [stream_time - look - grace + d for look in (before, after) for d in (-1, 0)]
+        return out
+
+    return candidates
+
+
+def stream_stream_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Stream-stream joins (``how``: inner, left or outer) of "in" with "table", symmetric
+    windows or ``before``/``after`` set apart (one may be negative), with or without grace."""
+    group = f"join-stream_stream-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        diff = rng.choice((0, 1, 3, 5))
+        grace = rng.choice((None, 0, 2, 6))
+        before = after = None
+        if rng.random() < 0.4:
+            before = rng.choice((0, 1, 2, 4, 7))
+            after = rng.choice([a for a in (-2, -1, 0, 1, 3, 6) if before + a >= 0])
+        params = StreamStreamJoinParams(how, diff, grace, before, after)
+        b = diff if before is None else before
+        a = diff if after is None else after
+        serde = "long" if rng.random() < 0.5 else "string"
+        records = inputs(rng, rng.randint(8, 40), join_window_boundaries(b, a, grace or 0), 6)
+        topics = [INPUT_TOPIC if rng.random() < 0.5 else TABLE_TOPIC for _ in records]
+        records = [replace(r, topic=t) for r, t in zip(records, topics, strict=True)]
+        scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
     return scenarios

@@ -133,13 +133,56 @@ class TableTableJoinParams:
     materialized: bool = False
 
 
+# The second input of a merge (op "merge_other").
+OTHER_TOPIC = "other"
+
+
+@dataclass(frozen=True)
+class StatelessParams:
+    """``stream("in")`` through ``ops`` in turn, then ``to("out")``, or with ``count``
+    ``groupByKey().count()`` to "out". The ops (the same fixed functions on both sides;
+    ``num`` of a value is the long, or the number after a string's "v"):
+    - "flat_map": a null value gives (key, null); else ``len(text(value)) % 3`` records,
+      the first keyed as the input, the second by "z" (null key), null ("a"), or key + "1";
+    - "flat_map_values": a null value gives two nulls; an even ``num`` none; an odd one
+      the value and the value plus 1;
+    - "split": ``split(Named.as("s<i>-"))``, branches "big" (``num`` > 5: its value plus
+      10), the second (null values), the default (``num % 3 != 0`` kept), merged back in
+      that order, then merged with the records keyed "a" (a fan-out and a merge);
+    - "split_no_default": branches "even" (non-null even ``num``) and "nokey" (null key,
+      ``Branched.withFunction`` of ``mapValues``), merged: the others are dropped;
+    - "repartition": ``repartition()``;
+    - "merge_other": merged with ``stream("other")``.
+    """
+
+    kind: ClassVar[str] = "stateless"
+    ops: tuple[str, ...]
+    count: bool = False
+
+
+@dataclass(frozen=True)
+class StreamStreamJoinParams:
+    """``stream("in").join/leftJoin/outerJoin(stream("table"), joiner, windows)`` with
+    ``JoinWindows.ofTimeDifferenceAndGrace(diff, grace)`` (``ofTimeDifferenceWithNoGrace``
+    when grace is None), then ``.before(before)`` and ``.after(after)`` when set."""
+
+    kind: ClassVar[str] = "stream_stream_join"
+    join: JoinType
+    diff: int
+    grace: int | None = None
+    before: int | None = None
+    after: int | None = None
+
+
 Params = (
-    AggregateParams
+    StatelessParams
+    | AggregateParams
     | TimeWindowedParams
     | SessionWindowedParams
     | SlidingWindowedParams
     | StreamTableJoinParams
     | TableTableJoinParams
+    | StreamStreamJoinParams
 )
 
 

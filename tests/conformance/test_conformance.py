@@ -1,7 +1,9 @@
 """Conformance with Kafka Streams itself: the same topologies over the same random inputs on
 Kafka's TopologyTestDriver (kafka-streams 4.x from Maven Central, record cache off) and on
 lakestate's, compared record by record (key, window, value, timestamp, and which input
-caused it), plus the records dropped and whether an error stopped the run.
+caused it), plus the records dropped and whether an error stopped the run. lakestate plays
+each scenario twice: one record at a time, and chunked (the inputs piped as lists of random
+lengths, each cut where the topic changes, outputs compared per list).
 
 Every scenario of the module runs on Kafka in one JVM (the module fixture); lakestate plays
 them one by one. Groups lakestate cannot build yet are skipped with the reason, and run as
@@ -11,6 +13,11 @@ Where lakestate deliberately differs from Kafka:
 - spill to disk (``BufferConfig.spill_to_disk_when_full``) is lakestate's own; Kafka plays
   such a buffer as ``unbounded()``, since a buffer that spills instead of emitting early
   or shutting down gives what an unbounded one gives (test_spill_to_disk_emits_as_unbounded).
+- left and outer stream-stream joins look for closed windows at every in-order record;
+  Kafka at most once per wall-clock interval (1 s by default), which the runner sets to 0
+  (``__emit.interval.ms.kstreams.outer.join.spurious.results.fix__``), since the driver's
+  wall clock stands still. Their shared stream time is durable in lakestate, in memory in
+  Kafka: the same difference as suppress's, below.
 - suppress keeps its stream time durably, with the task's state, where Kafka's suppress
   re-observes stream time after a restart. These scenarios never restart a driver, so the
   difference does not show here: tests of restarts belong with lakestate's own tests.
@@ -19,13 +26,16 @@ Where lakestate deliberately differs from Kafka:
 from __future__ import annotations
 
 import os
+import random
 
 import lakestate as ls
 import pytest
-from harness import KafkaRun, compare, run_kafka, run_lakestate
+from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_lakestate
 from random_scenarios import (
     AGGREGATIONS,
     spilling,
+    stateless,
+    stream_stream_joins,
     stream_table_joins,
     suppressed,
     table_table_joins,
@@ -42,6 +52,7 @@ from scenario import (
     Scenario,
     SessionWindowedParams,
     SlidingWindowedParams,
+    StreamStreamJoinParams,
     Suppress,
     TableTableJoinParams,
     TimeWindowedParams,
@@ -62,6 +73,9 @@ NO_SUPPRESS = pytest.mark.skipif(
 TIME_WINDOWS = ("tumbling", "hopping")
 
 GROUPS: dict[str, list[Scenario]] = {
+    # flat_map, flat_map_values, split, merge and repartition chained at random, with and
+    # without a count after them (issue 25).
+    "stateless": stateless(SEED, 4 * PER_GROUP),
     **{f"aggregate-{a}": unwindowed(SEED, a, PER_GROUP) for a in AGGREGATIONS},
     **{
         f"{shape}-{a}": windowed(SEED, shape, a, PER_GROUP)
@@ -100,6 +114,12 @@ GROUPS: dict[str, list[Scenario]] = {
         )
         for v in ("unversioned", "versioned")
     },
+    # Stream-stream joins (issue 25): windows of a few ms with and without grace, before and
+    # after set apart, records on both topics out of order, on the windows' and grace's edges.
+    **{
+        f"join-stream_stream-{how}": stream_stream_joins(SEED, how, 2 * PER_GROUP)
+        for how in ("inner", "left", "outer")
+    },
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [
@@ -125,7 +145,7 @@ def _group_param(group: str) -> object:
     marks = []
     if group.startswith(("suppress", "spill")):
         marks.append(NO_SUPPRESS)
-    elif not group.startswith(("aggregate-", "join-")):
+    elif not group.startswith(("aggregate-", "join-", "stateless")):
         marks.append(NO_WINDOWS)
     if group in KNOWN_DIFFERENCES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[group]))
@@ -288,6 +308,44 @@ KNOWN += [
     ),
 ]
 
+KNOWN.append(
+    (
+        # A stream-stream outer join, windows of 5 ms without grace: a side's buffer keeps
+        # 10 ms behind its stream time, and Kafka's store (segments of 60 s) counts a record
+        # as dropped only when its segment has expired: l2 (segment 1) and l4 (segment 2)
+        # behind 200000 - 10 (segment 3), r3 far behind r1; l3 (segment 3) is not counted,
+        # though too old to join. Unjoined records come out when late or their window closed.
+        Scenario(
+            "known-stream-stream-outer-join",
+            StreamStreamJoinParams("outer", 5, 0),
+            (
+                Input("a", "l1", 200000),
+                Input("a", "l2", 119999),
+                Input("a", "l3", 180000),
+                Input("a", "l4", 179999),
+                Input("a", "r1", 200003, TABLE_TOPIC),
+                Input("a", "r2", 199995, TABLE_TOPIC),
+                Input("b", "r3", 60000, TABLE_TOPIC),
+                Input("b", "l5", 200100),
+                Input("c", "r4", 200200, TABLE_TOPIC),
+            ),
+            "string",
+        ),
+        Outcome(
+            (
+                OutRecord("a", None, None, "l2|null", 119999, 1),
+                OutRecord("a", None, None, "l3|null", 180000, 2),
+                OutRecord("a", None, None, "l4|null", 179999, 3),
+                OutRecord("a", None, None, "l1|r1", 200003, 4),
+                OutRecord("a", None, None, "l1|r2", 200000, 5),
+                OutRecord("b", None, None, "null|r3", 60000, 6),
+                OutRecord("b", None, None, "l5|null", 200100, 8),
+            ),
+            dropped_records=3,
+        ),
+    )
+)
+
 ALL = [s for group in GROUPS.values() for s in group] + [s for s, _ in KNOWN]
 
 
@@ -313,6 +371,23 @@ def test_kafka_gives_the_known_answer(
         assert got.error is not None and expected.error in got.error
 
 
+@pytest.mark.parametrize("scenario, expected", KNOWN, ids=[s.name for s, _ in KNOWN])
+def test_lakestate_gives_the_known_answer(scenario: Scenario, expected: Outcome) -> None:
+    """The known answers, on lakestate (record by record and chunked)."""
+    whole_runs = [len(scenario.inputs)]  # each run of one topic's inputs as one list
+    for cuts in (None, whole_runs):
+        got = run_lakestate(scenario, cuts)
+        want = (
+            expected if cuts is None else as_listed(expected, record_lists(scenario.inputs, cuts))
+        )
+        assert got.records == want.records, cuts
+        if expected.error is None:
+            assert got.error is None
+            assert got.dropped_records == expected.dropped_records
+        else:
+            assert got.error is not None
+
+
 def test_kafka_plays_every_random_scenario(kafka: KafkaRun) -> None:
     """Kafka stops a scenario only where a full buffer is to shut down."""
     for group in GROUPS.values():
@@ -326,6 +401,13 @@ def test_lakestate_conforms(kafka: KafkaRun, group: str) -> None:
     _assert_conforms(kafka, GROUPS[group])
 
 
+@pytest.mark.parametrize("group", [_group_param(g) for g in GROUPS if g != "spill_to_disk"])
+def test_lakestate_conforms_in_record_lists(kafka: KafkaRun, group: str) -> None:
+    """The driver's chunked mode (``pipe_record_list``, of random lengths): the same records
+    as Kafka's one at a time, each output read after its list."""
+    _assert_conforms(kafka, GROUPS[group], chunked=True)
+
+
 @NO_SUPPRESS
 def test_spill_to_disk_emits_as_unbounded(kafka: KafkaRun) -> None:
     """Deliberate difference: Kafka has no spill to disk; a lakestate buffer that spills
@@ -333,14 +415,21 @@ def test_spill_to_disk_emits_as_unbounded(kafka: KafkaRun) -> None:
     _assert_conforms(kafka, GROUPS["spill_to_disk"])
 
 
-def _assert_conforms(kafka: KafkaRun, scenarios: list[Scenario]) -> None:
+def _assert_conforms(kafka: KafkaRun, scenarios: list[Scenario], chunked: bool = False) -> None:
     differences = []
+    rng = random.Random(f"{SEED}/lists")
     for scenario in scenarios:
+        expected, cuts = kafka.outcomes[scenario.name], None
+        if chunked:
+            cuts = [rng.choice((1, 2, 3, 5, 8, 40)) for _ in range(4)]
+            expected = as_listed(expected, record_lists(scenario.inputs, cuts))
         try:
-            outcome = run_lakestate(scenario)
+            outcome = run_lakestate(scenario, cuts)
         except NotImplementedError as exc:
             pytest.skip(str(exc))
-        difference = compare(kafka.outcomes[scenario.name], outcome, scenario)
+        difference = compare(expected, outcome, scenario)
+        if difference is not None and cuts is not None:
+            difference += f"\n  (piped as lists cut at {cuts})"
         if difference is not None:
             differences.append(difference)
     assert not differences, (

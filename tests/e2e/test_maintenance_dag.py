@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from lakestate.checkpoint import changelog
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits, topics
+from lakestate.io.logtable import ends as log_ends
 from lakestate.ops import maintenance
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -78,7 +79,7 @@ def test_maintenance_dag_compacts_optimizes_and_vacuums(airflow, tmp_path: Path)
         p: len(t["files"]) for p, t in before.items()
     }
     state = _state(warehouse, store)
-    ends = logtable.end_offsets_of(warehouse, demo.OUTPUT_TOPIC, 2)
+    ends = topics.topic(warehouse, demo.OUTPUT_TOPIC, 2).end_offsets()
     # A file that a write left 30 days ago without committing it.
     partition_dir = Path(sink) / "partition=0"
     orphan = partition_dir / "part-00000-orphan.zstd.parquet"
@@ -105,8 +106,8 @@ def test_maintenance_dag_compacts_optimizes_and_vacuums(airflow, tmp_path: Path)
     compacted = delta_commits.open_table(tables[0]).history()
     assert any("lakestate.compaction" in (h.get("userMetadata") or "") for h in compacted)
     assert _state(warehouse, store) == state
-    logtable._ends_cache.clear()
-    assert logtable.end_offsets_of(warehouse, demo.OUTPUT_TOPIC, 2) == ends
+    log_ends.clear_cache()
+    assert topics.topic(warehouse, demo.OUTPUT_TOPIC, 2).end_offsets() == ends
     assert not orphan.exists()  # VACUUM ran
     history = delta_commits.open_table(sink).history()
     assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} <= {h["operation"] for h in history}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from lakestate.app import load_app
 from lakestate.checkpoint.task_dir import TaskDir
-from lakestate.io import logtable
+from lakestate.io import topics
+from lakestate.runtime import spark_topics
 from lakestate.state.base import IsolationLevel
 from lakestate.state.registry import open_view
 from lakestate.testing import TopologyTestDriver
@@ -53,15 +54,17 @@ def events(n: int, keys: int = 7, seed: int = 1) -> list[dict]:
 
 
 def produce(spark, warehouse, topic: str, records: list[dict], partitions: int) -> None:
-    logtable.create_topic(warehouse, topic, partitions)
-    logtable.append_records(spark, warehouse, topic, records)
+    topics.topic(warehouse, topic).create(partitions)
+    topics.topic(warehouse, topic).append(records)
 
 
 def topic_rows(spark, warehouse, topic: str) -> list[tuple]:
     """(partition, offset, key, value, timestamp) in partition/offset order."""
     return [
         (r.partition, r.offset, r.key, r.value, r.timestamp)
-        for r in logtable.collect_records(logtable.read_topic(spark, warehouse, topic))
+        for r in spark_topics.collect_records(
+            spark_topics.read_topic(spark, topics.topic(warehouse, topic))
+        )
     ]
 
 

@@ -75,9 +75,7 @@ def _logs(log_dir: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
-def test_a_failing_record_is_one_error_line_and_the_log_path(
-    spark, warehouse, tmp_path, transport
-):
+def test_a_failing_record_is_one_error_line_and_the_log_path(spark, warehouse, tmp_path, transport):
     produce(spark, warehouse, "events", _events(20, bad_offset=11), partitions=1)
     app = tmp_path / "fails.py"
     app.write_text(FAILING_APP.format(limit=TRANSPORTS[transport]))
@@ -105,6 +103,11 @@ def test_a_failing_record_is_one_error_line_and_the_log_path(
         "topic 'events' partition 0 offset 11",
         "key='k2'",
         "ValueError: amount 13 is unlucky",
+        # What to do: the handler's setting and values, and where skipped records would go.
+        "processing.exception.handler is log_and_fail",
+        "set processing.exception.handler to log_and_continue (values: log_and_fail, "
+        "log_and_continue) to skip failing records to the dead-letter topic "
+        "'fails-dead-letters' (errors.dead.letter.queue.topic.name)",
     ):
         assert part in error, (part, error)
     [log] = _logs(log_dir)
@@ -118,6 +121,73 @@ def test_a_failing_record_is_one_error_line_and_the_log_path(
     apps = Path(warehouse.root) / "apps" / "fails"
     assert _rows(apps / "_progress") == 0
     assert _rows(Path(warehouse.root) / "topics" / "counts-out") == 0
+
+
+def test_dead_letters_are_counted_apart_and_say_where_they_went(spark, warehouse, tmp_path):
+    """Under log_and_continue a skipped record is not an output record: the batch line, the
+    run's last line and ``--json`` count it apart and name the dead-letter topic."""
+    produce(spark, warehouse, "events", _events(3, bad_offset=1), partitions=1)
+    app = tmp_path / "skips.py"
+    app.write_text(
+        FAILING_APP.format(limit=10**9).replace(
+            '{"lakestate.inprocess.max.records": 1000000000}',
+            '{"processing.exception.handler": "log_and_continue"}',
+        )
+    )
+    assert "log_and_continue" in app.read_text()
+    log_dir = tmp_path / "logs"
+    common = ["--warehouse", warehouse.root, "run", str(app)]
+
+    proc = _lakestate(tmp_path, log_dir, *common, "--state-dir", str(tmp_path / "s1"))
+
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    batch = next(line for line in lines if line.startswith("batch "))
+    assert batch.startswith(
+        "batch 0_0:1: 3 records, 2 output records, 1 skipped to dead-letter topic "
+        "fails-dead-letters, "
+    ), batch
+    assert lines[-1] == (
+        "ran 1 batch(es), 3 records; 1 record skipped to dead-letter topic fails-dead-letters "
+        "(lakestate consume fails-dead-letters)"
+    )
+    topics = Path(warehouse.root) / "topics"
+    assert (_rows(topics / "counts-out"), _rows(topics / "fails-dead-letters")) == (2, 1)
+
+    produce(spark, warehouse, "events", _events(3, bad_offset=2), partitions=1)
+    as_json = _lakestate(tmp_path, log_dir, *common, "--state-dir", str(tmp_path / "s1"), "--json")
+    assert as_json.returncode == 0 and as_json.stderr == "", as_json.stderr
+    result = json.loads(as_json.stdout)
+    assert (result["dead_letters"], result["dead_letter_topic"], result["skipped"]) == (
+        1,
+        "fails-dead-letters",
+        None,
+    )
+    [figures] = result["per_batch"]
+    assert (figures["records"], figures["output_records"], figures["dead_letters"]) == (3, 2, 1)
+
+
+def test_produce_names_where_a_line_is_wrong(warehouse, tmp_path, capsys):
+    """A line cut short is wrong at its end (not at "column 1" of a next line); a lone
+    surrogate escape names its field, before the topic is created."""
+    from lakestate.cli import main
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"key": "a", "value": 1}\n{"key": "b", "value": \n{"key": "c" "value": 1}\n')
+    assert main(["--warehouse", warehouse.root, "--json", "produce", "t", str(bad)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[:3] == [
+        "lakestate produce: error: 2 invalid lines, nothing written:",
+        "  line 2: not valid JSON: Expecting value at the end of the line",
+        "  line 3: not valid JSON: Expecting ',' delimiter at column 13",
+    ]
+    bad.write_text('{"key": "a", "value": "\\ud800"}\n{"key": "\\udc00", "value": 1}\n')
+    assert main(["--warehouse", warehouse.root, "produce", "t", str(bad)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "lakestate produce: error: 2 invalid records, nothing written:"
+    assert err[1].startswith("  line 1: value holds a lone surrogate '\\ud800'"), err
+    assert err[2].startswith("  line 2: key holds a lone surrogate '\\udc00'"), err
+    assert warehouse.list_topics() == []  # no empty topic left behind
 
 
 def test_a_run_through_spark_prints_only_lakestate_lines(spark, warehouse, tmp_path):
@@ -151,6 +221,45 @@ def test_a_run_through_spark_prints_only_lakestate_lines(spark, warehouse, tmp_p
     text = log.read_text()
     assert "log4j" in text and "io.delta#delta-spark" in text  # log4j's and Ivy's output
     assert "transport: in Spark (30 records pending" in text  # lakestate's lines too
+
+
+def test_a_spark_sql_error_is_one_line_and_its_stack_goes_to_the_log(spark, warehouse, tmp_path):
+    """pyspark prints a failed query's error and Java stack as JSON on stderr itself: under
+    the command, that goes to the log file; the terminal gets the one error line."""
+    produce(spark, warehouse, "events", _events(3), partitions=1)
+    log_dir = tmp_path / "logs"
+    proc = _lakestate(
+        tmp_path, log_dir, "--json", "--warehouse", warehouse.root, "--master", "local[1]",
+        "sql", "--engine", "spark", "SELECT nope FROM events",
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    error, full_log = proc.stderr.splitlines()
+    assert error.startswith("lakestate sql: error: [UNRESOLVED_COLUMN"), error
+    [log] = _logs(log_dir)
+    assert full_log == f"full log: {log}"
+    text = log.read_text()
+    assert "ERROR SQLQueryContextLogger: [UNRESOLVED_COLUMN" in text  # pyspark's own record
+    assert "\tat org.apache.spark.sql." in text  # the Java stack
+
+
+def test_spark_from_plain_python_keeps_its_output_off_the_terminal(tmp_path):
+    """``get_spark`` outside the command (a script, the README's ``state_frame`` example):
+    the JVM's output (Ivy, log4j) goes to a log file of its own."""
+    log_dir = tmp_path / "logs"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    env["LAKESTATE_LOG_DIR"] = str(log_dir)
+    code = (
+        "from lakestate.runtime.spark_session import get_spark\n"
+        "print(get_spark('local[1]').range(3).count())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3\n", ""), proc.stderr[-3000:]
+    [log] = log_dir.glob("lakestate-spark-*.log")
+    text = log.read_text()
+    assert "io.delta#delta-spark" in text and "log4j" in text
 
 
 def test_quiet_and_json(spark, warehouse, tmp_path):

@@ -27,7 +27,7 @@ from lakestate import compact, run_app
 from lakestate.checkpoint import changelog, faults
 from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, CompactedPastError
 from lakestate.checkpoint.standing import app_pin
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits, topics
 from lakestate.ops import compaction
 from lakestate.read.spark_engine import sql
 from lakestate.read.views import view_name
@@ -70,7 +70,7 @@ class AppRuns:
     def restore(self, spark) -> None:
         for name in ("wh", "state"):
             shutil.rmtree(self.root / name, ignore_errors=True)
-            # Plain copies (new inodes and times): logtable's caches key on them.
+            # Plain copies (new inodes and times): the log tables' caches key on them.
             shutil.copytree(
                 self.root / "pristine" / name, self.root / name, copy_function=shutil.copy
             )
@@ -89,7 +89,7 @@ class AppRuns:
         )
 
     def run_more(self, spark, say=lambda _: None) -> None:
-        logtable.append_records(spark, self.wh, "events", self.more)
+        topics.topic(self.wh, "events").append(self.more)
         self.run(MORE_MAX_RECORDS, say=say)
 
     def views(self, spark, batch: int | None = None) -> dict[str, list[tuple]]:
@@ -250,7 +250,7 @@ def _batches_command(runs: AppRuns) -> tuple[dict[str, str], str]:
 def test_batches_commit_while_compaction_runs_again_and_again(spark, counts_runs):
     runs = counts_runs
     runs.restore(spark)
-    logtable.append_records(spark, runs.wh, "events", runs.more)
+    topics.topic(runs.wh, "events").append(runs.more)
     env, code = _batches_command(runs)
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -500,7 +500,7 @@ def test_sigkills_in_batches_and_in_compaction_racing_them_lose_nothing(spark, c
 
     runs = counts_runs
     runs.restore(spark)
-    logtable.append_records(spark, runs.wh, "events", runs.more)
+    topics.topic(runs.wh, "events").append(runs.more)
     env, code = _batches_command(runs)
     stop = threading.Event()
     compactions: list[int] = []

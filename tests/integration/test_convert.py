@@ -12,7 +12,7 @@ from lakestate import run_app
 from lakestate.checkpoint.standing import app_pin
 from lakestate.cli import main
 from lakestate.errors import StreamsException
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.read.spark_engine import state_frame
 from lakestate.warehouse import Warehouse
 
@@ -74,8 +74,9 @@ def test_an_old_format_app_is_refused_by_name_then_converted(spark, tmp_path):
         _run(old, tmp_path / "state-old")
     message = str(err.value)
     assert "first format" in message and "lakestate convert counts" in message
-    assert logtable.end_offsets(spark, old, "counts-out") == logtable.end_offsets(
-        spark, new, "counts-out"
+    assert (
+        topics.topic(old, "counts-out").end_offsets()
+        == topics.topic(new, "counts-out").end_offsets()
     )  # nothing was written
 
     assert main(["convert", str(APPS / "counts.py"), "--warehouse", old.root]) == 0
@@ -85,7 +86,7 @@ def test_an_old_format_app_is_refused_by_name_then_converted(spark, tmp_path):
 
     # More input, on both: the converted app goes on exactly where the old one stood.
     for wh in (new, old):
-        logtable.append_records(spark, wh, "events", records[60:])
+        topics.topic(wh, "events").append(records[60:])
     _run(new, tmp_path / "state-new", max_records=20)
     _run(old, tmp_path / "state-old", max_records=20)
     for store in ("counts", "sums"):

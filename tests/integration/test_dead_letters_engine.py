@@ -101,7 +101,7 @@ def test_failed_records_go_to_the_dead_letter_topic_and_the_engine_equals_the_dr
 ):
     wh = Warehouse(tmp_path / "wh")
     first_bad = _produce(spark, wh)
-    _run(wh, tmp_path / "state", transport)
+    result = _run(wh, tmp_path / "state", transport)
     records = _records()
     # The driver, with the app's config, per input partition (each one task).
     app = load_app(APP)
@@ -165,6 +165,10 @@ def test_failed_records_go_to_the_dead_letter_topic_and_the_engine_equals_the_dr
     counted = [_metric(json.loads(row["metrics"]), "dead-letter-records") for row in progress]
     assert sum(counted) >= len(letters) > 0
     assert max(counted) >= 1
+    # The run counts them apart from its output records, and says where they went.
+    assert (result.dead_letters, result.dead_letter_topic) == (len(letters), DLQ)
+    assert sum(f["dead_letters"] for f in result.figures) == len(letters)
+    assert sum(f["output_records"] for f in result.figures) == sum(len(_rows(wh, t)) for t in SINKS)
 
 
 def _metric(metrics, name: str) -> float:
@@ -200,10 +204,14 @@ def test_log_and_fail_with_a_dead_letter_topic_commits_nothing(spark, tmp_path):
     assert "committed nothing" in message and "ValueError: total" in message
     assert "KSTREAM-MAPVALUES-" in message and "'events'" in message and "offset" in message
     assert "\n" not in message
+    # What to do: the setting that skips such records, and the topic they would go to.
+    assert "processing.exception.handler is log_and_fail" in message
+    assert "set processing.exception.handler to log_and_continue" in message
+    assert "dead-letter topic 'bad-events'" in message
     # No dead-letter topic: with log-and-fail nothing is ever written there.
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
-    assert not logtable.topic_exists(None, wh, DLQ)
+    assert not topics.topic(wh, DLQ).exists()
 
 
 def test_an_unknown_handler_or_a_dead_letter_topic_that_is_an_input_is_refused(spark, tmp_path):

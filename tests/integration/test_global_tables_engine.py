@@ -23,7 +23,7 @@ from engine_helpers import APPS, local_state, state_rows, topic_rows
 from lakestate import run_app
 from lakestate.app import load_app
 from lakestate.checkpoint import progress
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.task_id import TaskId
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
@@ -87,8 +87,8 @@ def _run(wh: Warehouse, state, *, max_records: int | None, wipe: bool) -> None:
 )
 def test_global_table_join_matches_the_driver(spark, tmp_path, max_records, wipe):
     wh = Warehouse(tmp_path / "wh")
-    logtable.create_topic(wh, "products", 3)
-    logtable.create_topic(wh, "purchases", 2)
+    topics.topic(wh, "products").create(3)
+    topics.topic(wh, "purchases").create(2)
     state = tmp_path / "state"
     phases = _phases()
     if max_records is None:  # one batch: every product before every purchase
@@ -96,7 +96,7 @@ def test_global_table_join_matches_the_driver(spark, tmp_path, max_records, wipe
     app = load_app(APP)
     with TopologyTestDriver(app.topology, {"application.id": app.name}) as driver:
         for topic, records in phases:
-            logtable.append_records(spark, wh, topic, records)
+            topics.topic(wh, topic).append(records)
             if max_records is not None:
                 _run(wh, state, max_records=max_records, wipe=wipe)
             source = driver.create_input_topic(topic)
@@ -171,15 +171,15 @@ def _purchases(rng: random.Random, first: int, n: int) -> list[dict]:
 
 def _spend_topics(spark, *warehouses: Warehouse) -> None:
     for wh in warehouses:
-        logtable.create_topic(wh, "products", 3)
-        logtable.create_topic(wh, "purchases", 2)
+        topics.topic(wh, "products").create(3)
+        topics.topic(wh, "purchases").create(2)
 
 
 def _append(spark, wh: Warehouse, phase: tuple[list[dict], list[dict]]) -> None:
     products, purchases = phase
     if products:
-        logtable.append_records(spark, wh, "products", products)
-    logtable.append_records(spark, wh, "purchases", purchases)
+        topics.topic(wh, "products").append(products)
+    topics.topic(wh, "purchases").append(purchases)
 
 
 def _run_spend(wh: Warehouse, state, say=lambda _: None) -> None:

@@ -17,7 +17,7 @@ import pytest
 from engine_helpers import APPS, state_rows, topic_rows
 from lakestate import TopologyException, run_app
 from lakestate.app import load_app
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
 
@@ -93,12 +93,12 @@ def _by_key(rows: list[tuple]) -> dict:
 def test_joins_match_the_driver_in_many_batches_with_state_wiped(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     for topic in TOPICS:
-        logtable.create_topic(wh, topic, 2)
+        topics.topic(wh, topic).create(2)
     state = tmp_path / "state"
     app = load_app(APPS / "joins.py")
     with TopologyTestDriver(app.topology, {"application.id": app.name}) as driver:
         for topic, records in _phases():
-            logtable.append_records(spark, wh, topic, records)
+            topics.topic(wh, topic).append(records)
             _run_in_batches(wh, state)
             source = driver.create_input_topic(topic)
             for r in records:
@@ -132,8 +132,8 @@ def test_joins_match_the_driver_in_many_batches_with_state_wiped(spark, tmp_path
 def test_join_of_topics_with_different_partition_counts_fails_before_any_commit(spark, tmp_path):
     wh = Warehouse(tmp_path / "wh")
     for topic, partitions in zip(TOPICS, (2, 2, 2, 3), strict=True):
-        logtable.create_topic(wh, topic, partitions)
-    logtable.append_records(spark, wh, "accounts", [{"key": "a", "value": "x", "timestamp": 1}])
+        topics.topic(wh, topic).create(partitions)
+    topics.topic(wh, "accounts").append([{"key": "a", "value": "x", "timestamp": 1}])
     with pytest.raises(
         TopologyException, match=r"'accounts' \(2 partitions\).*'profiles' \(3 partitions\)"
     ):
@@ -144,7 +144,7 @@ def test_join_of_topics_with_different_partition_counts_fails_before_any_commit(
             say=lambda _: None,
         )
     assert not os.path.exists(wh.progress_path("joins"))
-    assert not logtable.topic_exists(None, wh, "joined-out")
+    assert not topics.topic(wh, "joined-out").exists()
 
 
 def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path):
@@ -156,9 +156,9 @@ def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path
 
     def produce(wh: Warehouse) -> None:
         for topic in TOPICS:
-            logtable.create_topic(wh, topic, 2)
+            topics.topic(wh, topic).create(2)
         for topic, records in _phases(seed=5):
-            logtable.append_records(spark, wh, topic, records)
+            topics.topic(wh, topic).append(records)
 
     def results(wh: Warehouse) -> tuple:
         return (

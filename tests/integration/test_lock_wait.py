@@ -146,6 +146,15 @@ def test_without_a_wait_a_busy_run_exits_zero_through_the_cli(spark, tmp_path):
              "--warehouse", wh.root, "--state-dir", str(state)],
             env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
+        as_json = subprocess.run(
+            [sys.executable, "-m", "lakestate.cli", "run", str(APPS / "counts.py"),
+             "--warehouse", wh.root, "--state-dir", str(state), "--json"],
+            env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "this run did nothing" in proc.stdout
     assert "ran 0 batch(es), 0 records, another run was active" in proc.stdout
+    # --json says why it did nothing.
+    assert (as_json.returncode, as_json.stderr) == (0, ""), as_json.stderr
+    result = json.loads(as_json.stdout)
+    assert (result["skipped"], result["busy"], result["batches"]) == ("locked", True, 0)

@@ -1,6 +1,8 @@
-"""Log tables on real Spark + Delta: dense offsets, idempotent appends, ranged reads,
-validation, table properties, and the produce/consume CLI. The partitioner and warehouse
-tests at the top need no Spark."""
+"""Log tables, through the topic interface (``lakestate.io.topics``), on real Spark + Delta:
+dense offsets when other writers commit in between, end offsets from the appends' commits
+across OPTIMIZE, Spark's ranged reads (``runtime/spark_topics``), validation, table
+properties, and the produce/consume CLI. The partitioner and warehouse tests at the top,
+and tests/unit/test_topics.py, need no Spark."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import os
 import pytest
 from delta.tables import DeltaTable
 from lakestate import cli
-from lakestate.io import logtable as lt
+from lakestate.io import topics
+from lakestate.io.logtable import ENDS_METADATA_KEY, PARTITIONS_PROPERTY
+from lakestate.io.logtable import ends as log_ends
 from lakestate.io.partitioner import canonical_json, murmur2, partition_for
+from lakestate.runtime import spark_topics
 from lakestate.warehouse import Warehouse
 
 # -- partitioner (no Spark) ---------------------------------------------------------------
@@ -114,49 +119,50 @@ def test_warehouse_layout(tmp_path, monkeypatch):
 def _offsets(spark, warehouse, topic):
     """{partition: [offsets]} as stored."""
     out: dict[int, list[int]] = {}
-    for r in lt.collect_records(lt.read_topic(spark, warehouse, topic)):
+    for r in spark_topics.collect_records(
+        spark_topics.read_topic(spark, topics.topic(warehouse, topic))
+    ):
         out.setdefault(r.partition, []).append(r.offset)
     return out
 
 
 @pytest.mark.integration
 def test_offsets_are_dense_per_partition_across_appends(spark, warehouse):
-    lt.create_topic(warehouse, "orders", 3)
-    assert lt.end_offsets(spark, warehouse, "orders") == {0: 0, 1: 0, 2: 0}
+    topics.topic(warehouse, "orders").create(3)
+    assert topics.topic(warehouse, "orders").end_offsets() == {0: 0, 1: 0, 2: 0}
 
-    first = lt.append_records(
-        spark,
-        warehouse,
-        "orders",
+    first = topics.topic(warehouse, "orders").append(
         [
             {"key": "a", "value": 1, "timestamp": 10, "partition": 0},
             {"key": "b", "value": 2, "timestamp": 11, "partition": 2},
             ("c", 3, 12, 0),
             {"key": "d", "value": {"x": [1, None]}, "timestamp": 13, "partition": 0},
-        ],
+        ]
     )
     assert first.ranges == {0: (0, 3), 2: (0, 1)} and not first.skipped
-    second = lt.append_records(
-        spark,
-        warehouse,
-        "orders",
-        [("e", 5, 20, 2), ("f", 6, 21, 1), ("g", None, 22, 0), ("h", 8, 23, 2)],
+    second = topics.topic(warehouse, "orders").append(
+        [("e", 5, 20, 2), ("f", 6, 21, 1), ("g", None, 22, 0), ("h", 8, 23, 2)]
     )
     assert second.ranges == {0: (3, 4), 1: (0, 1), 2: (1, 3)}
     assert second.counts == {0: 1, 1: 1, 2: 2} and second.total == 4
     assert second.version == first.version + 1  # one commit per append
 
-    assert lt.end_offsets(spark, warehouse, "orders") == {0: 4, 1: 1, 2: 3}
+    assert topics.topic(warehouse, "orders").end_offsets() == {0: 4, 1: 1, 2: 3}
     assert _offsets(spark, warehouse, "orders") == {0: [0, 1, 2, 3], 1: [0], 2: [0, 1, 2]}
 
     # another writer (here: plain Spark) commits in between: offsets are re-read, not cached
-    spark.createDataFrame([(1, 1, 30, '"x"', "1", None)], lt.LOG_SCHEMA).write.format("delta").mode(
-        "append"
-    ).save(warehouse.topic_path("orders"))
-    third = lt.append_records(spark, warehouse, "orders", [("y", 1, 31, 1)])
+    spark.createDataFrame(
+        [(1, 1, 30, '"x"', "1", None)], spark_topics.spark_record_schema()
+    ).write.format("delta").mode("append").save(warehouse.topic_path("orders"))
+    third = topics.topic(warehouse, "orders").append([("y", 1, 31, 1)])
     assert third.ranges == {1: (2, 3)}
     # within a partition, offsets follow the order the records were given in
-    p0 = [r for r in lt.collect_records(lt.read_topic(spark, warehouse, "orders", [0]))]
+    p0 = [
+        r
+        for r in spark_topics.collect_records(
+            spark_topics.read_topic(spark, topics.topic(warehouse, "orders"), [0])
+        )
+    ]
     assert [(r.key, r.value, r.timestamp) for r in p0] == [
         ("a", 1, 10),
         ("c", 3, 12),
@@ -168,25 +174,25 @@ def test_offsets_are_dense_per_partition_across_appends(spark, warehouse):
 @pytest.mark.integration
 def test_end_offsets_come_from_the_appends_commits_without_a_scan(spark, warehouse, monkeypatch):
     scans = []
-    real_scan = lt._scan_end_offsets
+    real_scan = log_ends._scan_end_offsets
 
-    def counting_scan(spark_, path, n):
+    def counting_scan(path, n):
         scans.append(path)
-        return real_scan(spark_, path, n)
+        return real_scan(path, n)
 
     def end_offsets_in_a_new_process():
-        lt._ends_cache.clear()
-        return lt.end_offsets(spark, warehouse, "ends")
+        log_ends.clear_cache()
+        return topics.topic(warehouse, "ends").end_offsets()
 
-    monkeypatch.setattr(lt, "_scan_end_offsets", counting_scan)
-    lt.create_topic(warehouse, "ends", 2)
+    monkeypatch.setattr(log_ends, "_scan_end_offsets", counting_scan)
+    topics.topic(warehouse, "ends").create(2)
     path = warehouse.topic_path("ends")
     assert end_offsets_in_a_new_process() == {0: 0, 1: 0}
-    lt.append_records(spark, warehouse, "ends", [("a", 1, 10, 0), ("b", 2, 11, 1), ("c", 3, 12, 1)])
-    lt.append_records(spark, warehouse, "ends", [("d", 4, 13, 1)])
+    topics.topic(warehouse, "ends").append([("a", 1, 10, 0), ("b", 2, 11, 1), ("c", 3, 12, 1)])
+    topics.topic(warehouse, "ends").append([("d", 4, 13, 1)])
     assert end_offsets_in_a_new_process() == {0: 1, 1: 3}
     newest = DeltaTable.forPath(spark, path).history(1).first()
-    assert json.loads(newest["userMetadata"]) == {lt.ENDS_METADATA_KEY: {"0": 1, "1": 3}}
+    assert json.loads(newest["userMetadata"]) == {ENDS_METADATA_KEY: {"0": 1, "1": 3}}
     # OPTIMIZE changes no data: the appends' record still holds.
     spark.sql(f"OPTIMIZE delta.`{path}`")
     assert DeltaTable.forPath(spark, path).history(1).first()["operation"] == "OPTIMIZE"
@@ -194,12 +200,12 @@ def test_end_offsets_come_from_the_appends_commits_without_a_scan(spark, warehou
     assert scans == []
     # Another writer (plain Spark) records nothing: the offsets are scanned once, and the
     # next append records them again.
-    spark.createDataFrame([(1, 3, 30, '"x"', "1", None)], lt.LOG_SCHEMA).write.format("delta").mode(
-        "append"
-    ).save(path)
+    spark.createDataFrame(
+        [(1, 3, 30, '"x"', "1", None)], spark_topics.spark_record_schema()
+    ).write.format("delta").mode("append").save(path)
     assert end_offsets_in_a_new_process() == {0: 1, 1: 4}
     assert len(scans) == 1
-    assert lt.append_records(spark, warehouse, "ends", [("y", 1, 31, 1)]).ranges == {1: (4, 5)}
+    assert topics.topic(warehouse, "ends").append([("y", 1, 31, 1)]).ranges == {1: (4, 5)}
     assert end_offsets_in_a_new_process() == {0: 1, 1: 5}
     assert len(scans) == 1
     assert _offsets(spark, warehouse, "ends") == {0: [0], 1: [0, 1, 2, 3, 4]}
@@ -209,14 +215,15 @@ def test_end_offsets_come_from_the_appends_commits_without_a_scan(spark, warehou
 def test_concurrent_appends_keep_offsets_dense(spark, warehouse):
     from concurrent.futures import ThreadPoolExecutor
 
-    lt.create_topic(warehouse, "busy", 2)
+    topics.topic(warehouse, "busy").create(2)
 
     def produce(i):
-        return lt.append_records(
-            spark, warehouse, "busy", [(f"w{i}-{j}", j, j, j % 2) for j in range(4)]
+        return topics.topic(warehouse, "busy").append(
+            [(f"w{i}-{j}", j, j, j % 2) for j in range(4)]
         )
 
-    with lt.append_lock(warehouse, "busy"), lt.append_lock(warehouse, "busy"):  # reentrant
+    busy = topics.topic(warehouse, "busy")
+    with busy.append_lock(), busy.append_lock():  # reentrant
         pass
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(produce, range(3)))
@@ -228,12 +235,14 @@ def test_concurrent_appends_keep_offsets_dense(spark, warehouse):
 def test_default_partition_and_timestamp(spark, warehouse):
     import time
 
-    lt.create_topic(warehouse, "t", 4)
+    topics.topic(warehouse, "t").create(4)
     before = int(time.time() * 1000)
     keys = [f"user-{i}" for i in range(12)] + [None]
-    lt.append_records(spark, warehouse, "t", [{"key": k, "value": k} for k in keys])
+    topics.topic(warehouse, "t").append([{"key": k, "value": k} for k in keys])
     after = int(time.time() * 1000)
-    records = lt.collect_records(lt.read_topic(spark, warehouse, "t"))
+    records = spark_topics.collect_records(
+        spark_topics.read_topic(spark, topics.topic(warehouse, "t"))
+    )
     assert sorted((r.key or "", r.partition) for r in records) == sorted(
         (k or "", partition_for(k, 4)) for k in keys
     )
@@ -248,40 +257,39 @@ def test_default_partition_and_timestamp(spark, warehouse):
 
 @pytest.mark.integration
 def test_replayed_append_with_same_txn_is_skipped(spark, warehouse):
-    lt.create_topic(warehouse, "out", 2)
+    topics.topic(warehouse, "out").create(2)
     batch = [("k1", 1, 100, 0), ("k2", 2, 101, 1)]
-    r1 = lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-1", txn_version=7)
+    r1 = topics.topic(warehouse, "out").append(batch, txn_app_id="app-1", txn_version=7)
     assert r1.ranges == {0: (0, 1), 1: (0, 1)} and not r1.skipped
 
-    replay = lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-1", txn_version=7)
+    replay = topics.topic(warehouse, "out").append(batch, txn_app_id="app-1", txn_version=7)
     assert replay.skipped and replay.ranges == {} and replay.version == r1.version
-    older = lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-1", txn_version=3)
+    older = topics.topic(warehouse, "out").append(batch, txn_app_id="app-1", txn_version=3)
     assert older.skipped
-    assert lt.end_offsets(spark, warehouse, "out") == {0: 1, 1: 1}
+    assert topics.topic(warehouse, "out").end_offsets() == {0: 1, 1: 1}
 
     # the next batch, and another app id with the same version, are written
-    r2 = lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-1", txn_version=8)
-    r3 = lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-2", txn_version=7)
+    r2 = topics.topic(warehouse, "out").append(batch, txn_app_id="app-1", txn_version=8)
+    r3 = topics.topic(warehouse, "out").append(batch, txn_app_id="app-2", txn_version=7)
     assert r2.ranges == {0: (1, 2), 1: (1, 2)} and r3.ranges == {0: (2, 3), 1: (2, 3)}
-    assert lt.end_offsets(spark, warehouse, "out") == {0: 3, 1: 3}
+    assert topics.topic(warehouse, "out").end_offsets() == {0: 3, 1: 3}
     with pytest.raises(ValueError, match="together"):
-        lt.append_records(spark, warehouse, "out", batch, txn_app_id="app-1")
+        topics.topic(warehouse, "out").append(batch, txn_app_id="app-1")
 
 
 @pytest.mark.integration
 def test_read_range_boundaries(spark, warehouse):
-    lt.create_topic(warehouse, "r", 2)
-    lt.append_records(
-        spark,
-        warehouse,
-        "r",
-        [(f"k{i}", i, i, 0) for i in range(5)] + [(f"k{i}", i, i, 1) for i in range(3)],
+    topics.topic(warehouse, "r").create(2)
+    topics.topic(warehouse, "r").append(
+        [(f"k{i}", i, i, 0) for i in range(5)] + [(f"k{i}", i, i, 1) for i in range(3)]
     )
 
     def read(ranges):
         return [
             (r.partition, r.offset)
-            for r in lt.collect_records(lt.read_range(spark, warehouse, "r", ranges))
+            for r in spark_topics.collect_records(
+                spark_topics.read_range(spark, topics.topic(warehouse, "r"), ranges)
+            )
         ]
 
     assert read({0: (1, 3)}) == [(0, 1), (0, 2)]  # start inclusive, end exclusive
@@ -291,11 +299,13 @@ def test_read_range_boundaries(spark, warehouse):
     assert read({0: (5, 9)}) == []  # at/after the end offset
     assert read({}) == []
     assert read({1: (0, 1)}) == [(1, 0)]  # other partitions are not read
-    df = lt.read_range(spark, warehouse, "r", {0: (0, 2)})
+    df = spark_topics.read_range(spark, topics.topic(warehouse, "r"), {0: (0, 2)})
     assert df.columns == ["partition", "offset", "timestamp", "key", "value", "headers"]
     # Unordered: the same records, and no sort in the plan (the engine orders each task's).
-    unordered = lt.read_range(spark, warehouse, "r", {1: (2, 100), 0: (0, 5)}, ordered=False)
-    assert sorted((r.partition, r.offset) for r in lt.collect_records(unordered)) == [
+    unordered = spark_topics.read_range(
+        spark, topics.topic(warehouse, "r"), {1: (2, 100), 0: (0, 5)}, ordered=False
+    )
+    assert sorted((r.partition, r.offset) for r in spark_topics.collect_records(unordered)) == [
         *[(0, o) for o in range(5)],
         (1, 2),
     ]
@@ -304,14 +314,14 @@ def test_read_range_boundaries(spark, warehouse):
     assert "Sort" in df._jdf.queryExecution().executedPlan().toString()
     for bad in [{0: (3, 1)}, {0: (-1, 2)}, {0: (0,)}, {-1: (0, 1)}]:
         with pytest.raises(ValueError, match="read_range"):
-            lt.read_range(spark, warehouse, "r", bad)
+            spark_topics.read_range(spark, topics.topic(warehouse, "r"), bad)
 
 
 @pytest.mark.integration
 def test_invalid_records_write_nothing(spark, warehouse):
-    lt.create_topic(warehouse, "v", 2)
-    lt.append_records(spark, warehouse, "v", [("ok", 1, 5)])
-    version = lt.append_records(spark, warehouse, "v", []).version
+    topics.topic(warehouse, "v").create(2)
+    topics.topic(warehouse, "v").append([("ok", 1, 5)])
+    version = topics.topic(warehouse, "v").append([]).version
     cases = [
         ({"value": 1}, "record 1: missing 'key' field"),
         ({"key": "k"}, "record 1: missing 'value' field"),
@@ -330,31 +340,30 @@ def test_invalid_records_write_nothing(spark, warehouse):
     ]
     for bad, message in cases:
         with pytest.raises(ValueError) as e:
-            lt.append_records(spark, warehouse, "v", [("fine", 1, 6), bad, ("fine", 2, 7)])
+            topics.topic(warehouse, "v").append([("fine", 1, 6), bad, ("fine", 2, 7)])
         assert message in str(e.value) and "nothing written" in str(e.value), str(e.value)
 
     with pytest.raises(ValueError) as e:
-        lt.append_records(
-            spark,
-            warehouse,
-            "v",
-            [{"key": 1}, ("k", 1, -5), ("k", 1, 1, 9)],
-            labels=["line 3", "line 4", "line 7"],
+        topics.topic(warehouse, "v").append(
+            [{"key": 1}, ("k", 1, -5), ("k", 1, 1, 9)], labels=["line 3", "line 4", "line 7"]
         )
     message = str(e.value)
     assert message.startswith("3 invalid records, nothing written")
     assert "line 3: missing 'value'" in message and "line 4: timestamp" in message
     assert "line 7: partition 9 is out of range" in message
 
-    assert lt.end_offsets(spark, warehouse, "v") == {0: 1, 1: 0}  # partition_for("ok", 2) == 0
-    assert lt.append_records(spark, warehouse, "v", []).version == version  # no commit at all
+    assert topics.topic(warehouse, "v").end_offsets() == {0: 1, 1: 0}  # partition_for("ok", 2) == 0
+    assert topics.topic(warehouse, "v").append([]).version == version  # no commit at all
     with pytest.raises(ValueError, match="does not exist"):
-        lt.append_records(spark, warehouse, "missing", [("k", 1)])
+        topics.topic(warehouse, "missing").append([("k", 1)])
 
 
 @pytest.mark.integration
 def test_created_tables_are_plain_delta_with_their_partition_count(spark, warehouse):
-    path = lt.create_topic(warehouse, "props", 3)
+    props_topic = topics.topic(warehouse, "props")
+    props_topic.create(3)
+    path = props_topic.describe().location
+    assert path == warehouse.topic_path("props")
     props = {
         row.key: row.value for row in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
     }
@@ -364,31 +373,32 @@ def test_created_tables_are_plain_delta_with_their_partition_count(spark, wareho
     from lakestate.io import delta_commits
 
     assert delta_commits.open_table(path).protocol().writer_features in (None, [])
-    assert props[lt.PARTITIONS_PROPERTY] == "3"
-    assert lt.partitions(spark, warehouse, "props") == 3
+    assert props[PARTITIONS_PROPERTY] == "3"
+    assert topics.topic(warehouse, "props").partitions() == 3
     assert warehouse.list_topics() == ["props"]
 
     # a topic dropped and re-created with another count is seen as such
     import shutil
 
     shutil.rmtree(path)
-    lt.create_topic(warehouse, "props", 2)
-    assert lt.partitions(spark, warehouse, "props") == 2
+    topics.topic(warehouse, "props").create(2)
+    assert topics.topic(warehouse, "props").partitions() == 2
     shutil.rmtree(path)
-    lt.create_topic(warehouse, "props", 3)
-    assert lt.partitions(spark, warehouse, "props") == 3
+    topics.topic(warehouse, "props").create(3)
+    assert topics.topic(warehouse, "props").partitions() == 3
 
     # idempotent create with the same count; a different count is refused
-    assert lt.create_topic(warehouse, "props", 3) == path
+    topics.topic(warehouse, "props").create(3)
+    assert topics.topic(warehouse, "props").partitions() == 3
     with pytest.raises(ValueError, match="already exists with 3 partitions"):
-        lt.create_topic(warehouse, "props", 4)
+        topics.topic(warehouse, "props").create(4)
     with pytest.raises(ValueError, match="already exists"):
-        lt.create_topic(warehouse, "props", 3, exist_ok=False)
+        topics.topic(warehouse, "props").create(3, exist_ok=False)
 
     # and plain Delta: an append through delta-rs (as the engine's) is read back by Spark
     from lakestate.io import delta_commits
 
-    lt.append_records(spark, warehouse, "props", [("k", "v", 1, 1)])
+    topics.topic(warehouse, "props").append([("k", "v", 1, 1)])
     assert delta_commits.open_table(path).to_pyarrow_table().num_rows == 1
 
 
@@ -418,7 +428,7 @@ def test_cli_produce_consume_round_trip(spark, warehouse, tmp_path, capsys):
     # a second produce continues the offsets; the existing partition count is kept
     assert cli.main([*wh, "produce", "orders", str(data)]) == 0
     capsys.readouterr()
-    assert lt.end_offsets(spark, warehouse, "orders") == {
+    assert topics.topic(warehouse, "orders").end_offsets() == {
         p: 2 * expected_p.count(p) for p in (0, 1)
     }
 

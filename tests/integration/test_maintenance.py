@@ -21,7 +21,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows, topic_rows
 from lakestate import run_app
-from lakestate.io import delta_commits, delta_log, logtable
+from lakestate.io import delta_commits, delta_log, topics
+from lakestate.io.logtable import ends as log_ends
 from lakestate.ops import maintenance, table_lock
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -88,7 +89,7 @@ def test_optimize_keeps_data_txn_versions_and_end_offsets(spark, warehouse, tmp_
     before = _snapshot(warehouse, "counts")
     files = {p: _file_count(p) for p in tables}
     versions = {p: delta_commits.open_table(p).version() for p in tables}
-    ends = {t: logtable.end_offsets(spark, warehouse, t) for t in ("counts-out", "sums-out")}
+    ends = {t: topics.topic(warehouse, t).end_offsets() for t in ("counts-out", "sums-out")}
     assert all(v for t in ends.values() for v in t.values())
     assert all(all(v >= 4 for v in txn.values()) for _, txn in before.values())
 
@@ -113,9 +114,9 @@ def test_optimize_keeps_data_txn_versions_and_end_offsets(spark, warehouse, tmp_
     def no_scan(*args, **kwargs):
         raise AssertionError("end offsets scanned: the commits should have told them")
 
-    monkeypatch.setattr(logtable, "_scan_end_offsets", no_scan)
-    logtable._ends_cache.clear()
-    assert {t: logtable.end_offsets(spark, warehouse, t) for t in ends} == ends
+    monkeypatch.setattr(log_ends, "_scan_end_offsets", no_scan)
+    log_ends.clear_cache()
+    assert {t: topics.topic(warehouse, t).end_offsets() for t in ends} == ends
     monkeypatch.undo()
 
     # A second OPTIMIZE has nothing to do and commits nothing.
@@ -127,7 +128,7 @@ def test_optimize_keeps_data_txn_versions_and_end_offsets(spark, warehouse, tmp_
 
     # The engine goes on from the optimized tables, restoring its stores from them too.
     more = events(60, seed=4)
-    logtable.append_records(spark, warehouse, "events", more)
+    topics.topic(warehouse, "events").append(more)
     shutil.rmtree(tmp_path / "state")
     _run(warehouse, tmp_path / "state", max_records=20)
     positive = [r for r in records + more if r["value"]["amount"] > 0]

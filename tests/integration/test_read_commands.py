@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, CLI_PROBE, events, produce
 from lakestate import run_app
-from lakestate.io import logtable
+from lakestate.io import topics as io_topics
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -48,8 +49,13 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     wh = Warehouse(root / "warehouse")
     produce(spark, wh, "events", events(120, seed=5), partitions=2)
     for app in ("counts.py", "regroup.py"):
-        run_app(str(APPS / app), warehouse=wh.root, state_dir=str(root / "state"),
-                until_caught_up=True, say=lambda _: None)
+        run_app(
+            str(APPS / app),
+            warehouse=wh.root,
+            state_dir=str(root / "state"),
+            until_caught_up=True,
+            say=lambda _: None,
+        )
     return wh
 
 
@@ -76,8 +82,12 @@ def test_sql_table_and_json_lines_without_pyspark(wh, spark):
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["--partition", "1"], ["--max-messages", "7"], ["--partition", "1", "--partition", "0",
-                                                           "--max-messages", "50"]],
+    [
+        [],
+        ["--partition", "1"],
+        ["--max-messages", "7"],
+        ["--partition", "1", "--partition", "0", "--max-messages", "50"],
+    ],
 )
 def test_consume_prints_what_spark_s_path_prints_without_pyspark(wh, spark, args):
     fast, imported = _cli(wh, "consume", "per-user-out", *args)
@@ -85,7 +95,7 @@ def test_consume_prints_what_spark_s_path_prints_without_pyspark(wh, spark, args
     slow, imported = _cli(wh, "consume", "per-user-out", "--engine", "spark", *args)
     assert imported and fast == slow
     records = [json.loads(line) for line in fast]
-    ends = logtable.end_offsets(None, wh, "per-user-out")
+    ends = io_topics.topic(wh, "per-user-out").end_offsets()
     wanted = [int(v) for k, v in zip(args, args[1:], strict=False) if k == "--partition"]
     total = sum(e for p, e in ends.items() if p in (wanted or ends))
     limit = int(args[args.index("--max-messages") + 1]) if "--max-messages" in args else total
@@ -98,7 +108,11 @@ def test_consume_prints_what_spark_s_path_prints_without_pyspark(wh, spark, args
 def test_consume_refuses_a_partition_the_topic_does_not_have(wh):
     proc = subprocess.run(
         [sys.executable, "-m", "lakestate.cli", "consume", "events", "--partition", "2"],
-        capture_output=True, text=True, cwd=REPO, env=_env(wh), timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(wh),
+        timeout=300,
     )
     assert proc.returncode == 1
     assert "topic 'events' has 2 partitions (0..1); no partition 2" in proc.stderr
@@ -119,7 +133,7 @@ def test_describe_an_app_its_tasks_topics_and_stores_without_pyspark(wh):
         "per-user-out": "sink",
     }
     for name, t in topics.items():
-        ends = logtable.end_offsets(None, wh, name)
+        ends = io_topics.topic(wh, name).end_offsets()
         assert t["end_offsets"] == {str(p): e for p, e in ends.items()}
         assert t["records"] == sum(ends.values()) > 0
     (store,) = doc["stores"]
@@ -144,5 +158,43 @@ def test_describe_an_app_by_name_and_a_topic(wh):
     lines, imported = _cli(wh, "--json", "describe", "events")
     assert not imported
     doc = json.loads(lines[0])
-    ends = logtable.end_offsets(None, wh, "events")
+    ends = io_topics.topic(wh, "events").end_offsets()
     assert doc["partitions"] == 2 and doc["records"] == 120 == sum(ends.values())
+
+
+def test_the_demo_prints_the_sinks_last_records_oldest_first(tmp_path):
+    """`lakestate demo`'s printer: the sink's 10 newest records by timestamp, in the order
+    they happened (then by partition and offset), each with its time."""
+    import io
+    import re
+
+    from lakestate.app import load_module
+    from lakestate.cli import Context, demo_printers
+
+    demo = load_module(REPO / "jobs" / "demo.py")
+    wh = Warehouse(tmp_path / "warehouse")
+    io_topics.topic(wh, demo.INPUT_TOPIC).create(2)
+    sample = [{"key": k, "value": v, "timestamp": t} for k, v, t in demo.sample_events(60)]
+    io_topics.topic(wh, demo.INPUT_TOPIC).append(sample)
+    run_app(str(REPO / "jobs" / "demo.py"), warehouse=wh.root, state_dir=str(tmp_path / "s"),
+            until_caught_up=True, say=lambda _: None)  # fmt: skip
+    out = io.StringIO()
+    demo_printers.show_counts(Context(wh, stdout=out), demo)
+
+    shown = [
+        (int(m[1]), int(m[2]), m[3])
+        for m in re.finditer(
+            r"^  partition (\d+) offset (\d+) at (\d\d:\d\d:\d\d): ", out.getvalue(), re.M
+        )
+    ]
+    sink = [
+        (r["timestamp"], r["partition"], r["offset"])
+        for t in io_topics.topic(wh, demo.OUTPUT_TOPIC).read_partitions()
+        for r in t.to_pylist()
+    ]
+    newest = sorted(sink)[-10:]
+    assert len(sink) > 10 and len(newest) == 10
+    assert [(p, o) for p, o, _ in shown] == [(p, o) for _, p, o in newest], out.getvalue()
+    assert [t for _, _, t in shown] == [
+        datetime.fromtimestamp(ts / 1000, UTC).strftime("%H:%M:%S") for ts, _, _ in newest
+    ]

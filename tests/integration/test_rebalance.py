@@ -30,7 +30,7 @@ from lakestate.assign.history import ConcurrentRebalanceError
 from lakestate.checkpoint import progress
 from lakestate.checkpoint.progress import TaskProgress
 from lakestate.errors import StreamsException
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.scaleout import lag_reports, ownership
 from lakestate.scaleout.lag_reports import Report
 from lakestate.scaleout.rebalance import NO_CHANGE
@@ -61,7 +61,7 @@ def _app(*names: str, **config) -> ls.App:
 def wh(tmp_path) -> Warehouse:
     """A warehouse whose app has 4 tasks, each with a committed batch (offsets ENDS)."""
     wh = Warehouse(tmp_path / "wh")
-    logtable.create_topic(wh, "events", len(TASKS))
+    topics.topic(wh, "events").create(len(TASKS))
     path = wh.progress_path(APP)
     progress.ensure_table(path, APP)
     rows = [TaskProgress(t, 1, "run-1", 1, {"events": (0, e)}, {"events": e}, 5, e) for t, e in ENDS.items()]
@@ -286,7 +286,7 @@ def test_a_task_that_committed_nothing_is_caught_up_everywhere(tmp_path):
     # Kafka's lag of a task whose changelogs are empty is 0 on every client: nothing to warm
     # up, so no instance is "lagging" on it and no warmup is spent on it.
     wh = Warehouse(tmp_path / "wh")
-    logtable.create_topic(wh, "events", len(TASKS))
+    topics.topic(wh, "events").create(len(TASKS))
     path = wh.progress_path(APP)
     progress.ensure_table(path, APP)
     idle = TASKS[3]
@@ -472,8 +472,8 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     def owners() -> dict:
         return ownership.owners_in_force(wh, "counts", [t0, t1])
 
-    logtable.create_topic(wh, "events", 2)
-    logtable.append_records(None, wh, "events", batches[0])
+    topics.topic(wh, "events").create(2)
+    topics.topic(wh, "events").append(batches[0])
     assert rebalance(one, wh, say=_quiet).reason == "first"
     run(one, "a")
     up = rebalance(two, wh, say=_quiet)
@@ -482,7 +482,7 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     assert warm and set(up.new.assignment.active.values()) == {"a"}
     # No report of b yet: a rebalance moves nothing.
     assert not rebalance(two, wh, say=_quiet).changed
-    logtable.append_records(None, wh, "events", batches[1])
+    topics.topic(wh, "events").append(batches[1])
     run(two, "a")
     run(two, "b")  # warms up, reports
     newest = lag_reports.latest_by_instance(wh, "counts")["b"]
@@ -501,7 +501,7 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
 
     before = batches_by_instance()
     assert set(before.values()) == {"a"}
-    logtable.append_records(None, wh, "events", batches[2])
+    topics.topic(wh, "events").append(batches[2])
     run(two, "a")
     run(two, "b")
     after = {k: i for k, i in batches_by_instance().items() if k not in before}
@@ -510,8 +510,8 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     assert lag_reports.latest_by_instance(wh, "counts")["b"][min(to_b)].role == "active"
     # The same sinks and state as one instance that processed everything.
     ref = Warehouse(tmp_path / "reference")
-    logtable.create_topic(ref, "events", 2)
+    topics.topic(ref, "events").create(2)
     for batch in batches:
-        logtable.append_records(None, ref, "events", batch)
+        topics.topic(ref, "events").append(batch)
     run_app(_counts_app(tmp_path / "ref", ["a"], tmp_path / "ref-state"), warehouse=ref.root, until_caught_up=True, max_records=15, inprocess_max_records=10**9, say=_quiet)
     assert _sinks_and_state(wh) == _sinks_and_state(ref)

@@ -20,7 +20,7 @@ from lakestate import rewind, run_app
 from lakestate.checkpoint import progress, rewind_intent
 from lakestate.checkpoint.rewind_intent import MidRewindError
 from lakestate.cli import main as cli_main
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.ops.rewind import RewindRefused
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -181,7 +181,7 @@ def test_refused_when_another_writer_wrote_a_sink(spark, tmp_path):
     wh = _warehouse(spark, tmp_path / "wh", "counts")
     state = tmp_path / "state"
     _run(wh, state, "counts")
-    logtable.append_records(spark, wh, "sums-out", [{"key": "x", "value": 1, "timestamp": 5}])
+    topics.topic(wh, "sums-out").append([{"key": "x", "value": 1, "timestamp": 5}])
     before = _unchanged(wh, "counts")
     with pytest.raises(RewindRefused, match=r"topics/sums-out: version \d+ .*another writer"):
         rewind(wh, "counts", to_batch=1, state_dir=str(state), say=_quiet)
@@ -299,8 +299,8 @@ def test_kill_after_each_rewind_step_then_rerun_gives_the_uninterrupted_result(s
 def _global_join(spark, root: Path) -> Warehouse:
     """The global_join app's input: every product (3 partitions), then the purchases."""
     wh = Warehouse(root)
-    logtable.create_topic(wh, "products", 3)
-    logtable.create_topic(wh, "purchases", 2)
+    topics.topic(wh, "products").create(3)
+    topics.topic(wh, "purchases").create(2)
     products = [
         {"key": f"p{i % 6}", "value": {"name": f"n{i}", "price": i}, "timestamp": 500 + i}
         for i in range(10)
@@ -313,8 +313,8 @@ def _global_join(spark, root: Path) -> Warehouse:
         }
         for i in range(60)
     ]
-    logtable.append_records(spark, wh, "products", products)
-    logtable.append_records(spark, wh, "purchases", purchases)
+    topics.topic(wh, "products").append(products)
+    topics.topic(wh, "purchases").append(purchases)
     return wh
 
 
@@ -349,7 +349,7 @@ def test_rewind_of_an_app_with_a_global_table(spark, tmp_path):
 def _split_input(spark, root: Path) -> Warehouse:
     """Partition 0 stamped early; partition 1's second half late (from 5,000)."""
     wh = Warehouse(root)
-    logtable.create_topic(wh, "events", 2)
+    topics.topic(wh, "events").create(2)
     records = [
         {
             "key": f"k{i % 5}",
@@ -360,7 +360,7 @@ def _split_input(spark, root: Path) -> Warehouse:
         for p in (0, 1)
         for i in range(30)
     ]
-    logtable.append_records(spark, wh, "events", records)
+    topics.topic(wh, "events").append(records)
     return wh
 
 

@@ -50,7 +50,7 @@ from lakestate import rebalance, run_app
 from lakestate.assign import history
 from lakestate.assign.history import Generation
 from lakestate.checkpoint.progress import now_ms
-from lakestate.io import delta_commits, delta_log, logtable
+from lakestate.io import delta_commits, delta_log, topics
 from lakestate.read import duckdb_engine
 from lakestate.scaleout import ownership
 from lakestate.scaleout.rebalance import RebalanceResult
@@ -111,7 +111,7 @@ def record(i: int) -> dict:
 
 class Producer:
     """Appends ``record(0), record(1), ...`` to the input topic in chunks, through delta-rs
-    (``logtable.append_records``: no JVM), from a thread, until stopped. Its pace decides
+    (``Topic.append``: no JVM), from a thread, until stopped. Its pace decides
     only how much input there is, never what is checked."""
 
     def __init__(self, wh: Warehouse) -> None:
@@ -128,7 +128,7 @@ class Producer:
         try:
             while not self._stop.is_set() and self.produced < MAX_PRODUCED:
                 chunk = [record(i) for i in range(self.produced, self.produced + CHUNK)]
-                logtable.append_records(None, self.wh, "events", chunk)
+                topics.topic(self.wh, "events").append(chunk)
                 self.produced += CHUNK
                 self._stop.wait(0.5)
         except BaseException as exc:  # surfaced by stop()
@@ -315,7 +315,7 @@ class Cluster:
 
 def test_two_to_three_instances_and_back_under_continuous_input(tmp_path, monkeypatch):
     wh = Warehouse(tmp_path / "wh")
-    logtable.create_topic(wh, "events", PARTITIONS)
+    topics.topic(wh, "events").create(PARTITIONS)
     cluster = Cluster(tmp_path, wh)
     # The rebalance runs here and loads the app: it reads the same instances file.
     monkeypatch.setenv("SCALE_OUT_INSTANCES", str(cluster.config))
@@ -476,8 +476,8 @@ def _c_became_active_only_after_its_warmup_caught_up(wh: Warehouse) -> None:
 def _one_instance_run(tmp_path: Path, produced: int) -> Warehouse:
     """A fresh warehouse with the same input, processed by one instance (none configured)."""
     reference = Warehouse(tmp_path / "reference")
-    logtable.create_topic(reference, "events", PARTITIONS)
-    logtable.append_records(None, reference, "events", [record(i) for i in range(produced)])
+    topics.topic(reference, "events").create(PARTITIONS)
+    topics.topic(reference, "events").append([record(i) for i in range(produced)])
     run_app(
         APP_FILE,
         warehouse=reference.root,

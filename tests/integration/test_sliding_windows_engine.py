@@ -10,10 +10,10 @@ import shutil
 
 import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, topic_rows
+from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.engine.inspect import state_frame
-from lakestate.engine.runner import run_app
 from lakestate.io.partitioner import partition_for
+from lakestate.read.spark_engine import state_frame
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
 from test_transport import TRANSPORTS

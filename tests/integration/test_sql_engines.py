@@ -2,9 +2,10 @@
 views over Arrow datasets read by delta-rs, the query transpiled from Spark SQL) and Spark.
 
 One warehouse from real runs of apps with every store kind (key-value, dedup, window,
-session, suppression buffers in memory and on disk, versioned), one of them compacted and
+session, suppression buffers in memory and on disk, versioned, a stream-stream join's
+buffers and waiting records), one of them compacted and
 run again (snapshot rows and a tail), then the same queries on both engines: every SQL
-query of README.md and of the demo printers (cli/commands.py), every view and changelog
+query of README.md and of the demo printers (cli/demo_printers.py), every view and changelog
 of the warehouse as a whole, and Spark functions users write (JSON, time, casts,
 aggregates, joins, window functions). Rows are compared as multisets of plain values
 (``result.plain``: Spark's bytearray and Row as DuckDB's bytes and dict), floats within
@@ -27,8 +28,8 @@ from engine_helpers import APPS, produce
 from lakestate import rebalance, run_app
 from lakestate.app import load_app, load_module
 from lakestate.checkpoint.layout import prepare
-from lakestate.cli import Context, commands
-from lakestate.io import logtable
+from lakestate.cli import Context, demo_printers, sql
+from lakestate.io import topics
 from lakestate.ops import compaction
 from lakestate.read.result import plain
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
@@ -71,7 +72,7 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     produce(spark, wh, "events", _events(300), partitions=2)
     run(JOBS / "demo.py", max_records=60)
     compaction.compact(wh, "demo")  # snapshot rows ...
-    logtable.append_records(spark, wh, "events", _events(200, start=300))
+    topics.topic(wh, "events").append(_events(200, start=300))
     run(JOBS / "demo.py", max_records=60)  # ... and a tail after them
     # The demo's scale-out tables: a generation, and each instance's lag reports.
     rebalance(load_app(JOBS / "demo.py"), wh, say=lambda _: None)
@@ -100,6 +101,28 @@ def wh(spark, tmp_path_factory) -> Warehouse:
         partitions=2,
     )
     run(APPS / "payments.py")
+    # A stream-stream join's buffers and waiting records (README's ads example).
+    produce(
+        spark,
+        wh,
+        "impressions",
+        [
+            {"key": f"u{i % 6}", "value": {"ad": f"ad{i % 4}"}, "timestamp": i * MIN}
+            for i in range(40)
+        ],
+        partitions=2,
+    )
+    produce(
+        spark,
+        wh,
+        "ad-clicks",
+        [
+            {"key": f"u{i % 6}", "value": {"page": "checkout"}, "timestamp": i * 3 * MIN + 30_000}
+            for i in range(10)
+        ],
+        partitions=2,
+    )
+    run(APPS / "ads.py", max_records=15)
     tiers = [
         (42, "silver", 0),
         (7, "bronze", 1),
@@ -133,7 +156,7 @@ def wh(spark, tmp_path_factory) -> Warehouse:
         [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(20)],
         partitions=2,
     )
-    logtable.create_topic(wh, orders.INPUT_TOPIC, 2)
+    topics.topic(wh, orders.INPUT_TOPIC).create(2)
     run(JOBS / "orders.py")  # the tier history first, as the demo loads it
     produce(
         spark,
@@ -232,8 +255,8 @@ def _key(row: tuple) -> tuple:
 
 
 def _compare(ctx: Context, query: str, batch: int | None = None) -> int:
-    fast = commands.query(ctx, query, batch, engine="duckdb")
-    slow = commands.query(ctx, query, batch, engine="spark")
+    fast = sql.query(ctx, query, batch, engine="duckdb")
+    slow = sql.query(ctx, query, batch, engine="spark")
     assert len(fast.columns) == len(slow.columns), (query, fast.columns, slow.columns)
     if " AS " in query.upper() or query.startswith("SELECT *"):
         assert [c.lower() for c in fast.columns] == [c.lower() for c in slow.columns], query
@@ -269,9 +292,9 @@ def test_demo_printers_print_the_same_on_both_engines(spark, wh):
     for engine in ("duckdb", "spark"):
         out = io.StringIO()
         ctx = Context(wh, stdout=out)
-        commands._show_counts(ctx, load_module(JOBS / "demo.py"), engine)
-        commands._show_clicks(ctx, load_module(JOBS / "clicks.py"), engine)
-        commands._show_orders(ctx, load_module(JOBS / "orders.py"), engine)
+        demo_printers.show_counts(ctx, load_module(JOBS / "demo.py"), engine)
+        demo_printers.show_clicks(ctx, load_module(JOBS / "clicks.py"), engine)
+        demo_printers.show_orders(ctx, load_module(JOBS / "orders.py"), engine)
         printed[engine] = out.getvalue().splitlines()
     assert printed["duckdb"] == printed["spark"]
     lines = printed["duckdb"]
@@ -287,7 +310,14 @@ def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
         load_module(JOBS / "orders.py").app,
     ] + [
         load_module(APPS / f).app
-        for f in ("alerts.py", "dedup.py", "windowed.py", "payments.py", "versioned_tiers.py")
+        for f in (
+            "alerts.py",
+            "dedup.py",
+            "windowed.py",
+            "payments.py",
+            "versioned_tiers.py",
+            "ads.py",
+        )
     ]
     tables = {(t.app, t.store) for t in wh.list_state_tables()}
     kinds = {
@@ -303,6 +333,8 @@ def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
         "session",
         "suppression_buffer",
         "versioned",
+        "stream_join_buffer",
+        "stream_join_waiting",
     }, kinds
     ctx = Context(wh)
     counts = {q: _compare(ctx, q) for q in _views(wh)}
@@ -318,14 +350,10 @@ def test_spark_functions_and_sql_give_spark_s_rows(spark, wh):
 def test_the_scale_out_tables_are_views_with_spark_s_rows(spark, wh):
     ctx = Context(wh)
     tasks = {str(t) for t in prepare(load_app(JOBS / "demo.py"), wh).tasks()}
-    assignment = commands.query(
-        ctx, "SELECT task, active FROM demo__assignment", None, engine="duckdb"
-    )
+    assignment = sql.query(ctx, "SELECT task, active FROM demo__assignment", None, engine="duckdb")
     assert {task for task, _ in assignment.rows} == tasks  # one generation, a row per task
     assert {active for _, active in assignment.rows} <= {"a", "b"}
-    reports = commands.query(
-        ctx, "SELECT DISTINCT instance FROM demo__instances", None, engine="duckdb"
-    )
+    reports = sql.query(ctx, "SELECT DISTINCT instance FROM demo__instances", None, engine="duckdb")
     assert sorted(r[0] for r in reports.rows) == ["a", "b"]
     assert _compare(ctx, EXTRA[-2]) == len(assignment.rows)
     assert _compare(ctx, EXTRA[-1]) >= 2
@@ -340,9 +368,9 @@ def test_a_pinned_batch_gives_spark_s_rows(spark, wh):
 def test_errors_name_what_is_wrong(spark, wh):
     ctx = Context(wh)
     with pytest.raises(ValueError, match="no_such_view"):
-        commands.query(ctx, "SELECT * FROM no_such_view")
+        sql.query(ctx, "SELECT * FROM no_such_view")
     with pytest.raises(ValueError, match="applies to one app"):
-        commands.query(ctx, "SELECT * FROM events", batch=1)
+        sql.query(ctx, "SELECT * FROM events", batch=1)
 
 
 def _bash_sql(wh: Warehouse, command: str) -> subprocess.CompletedProcess:
@@ -361,9 +389,9 @@ def test_every_printed_sql_hint_returns_rows_when_pasted_into_bash(spark, wh):
     used to reach the CLI as `'customer-N'`: a header and no rows)."""
     out = io.StringIO()
     ctx = Context(wh, stdout=out)
-    commands._show_counts(ctx, load_module(JOBS / "demo.py"))
-    commands._show_clicks(ctx, load_module(JOBS / "clicks.py"))
-    commands._show_orders(ctx, load_module(JOBS / "orders.py"))
+    demo_printers.show_counts(ctx, load_module(JOBS / "demo.py"))
+    demo_printers.show_clicks(ctx, load_module(JOBS / "clicks.py"))
+    demo_printers.show_orders(ctx, load_module(JOBS / "orders.py"))
     printed = [re.sub(r"^(demo:)?\s*", "", line) for line in out.getvalue().splitlines()]
     hints = [line for line in printed if line.startswith("lakestate sql ")]
     assert len(hints) == 5 and any('\\"customer-' in h for h in hints), hints
@@ -380,15 +408,15 @@ def test_every_printed_sql_hint_returns_rows_when_pasted_into_bash(spark, wh):
 def test_an_unknown_view_names_the_views_there_are_and_the_nearest(spark, wh, engine):
     ctx = Context(wh)
     with pytest.raises(ValueError) as typo:
-        commands.query(ctx, "SELECT * FROM demo__event_count", engine=engine)
+        sql.query(ctx, "SELECT * FROM demo__event_count", engine=engine)
     text = str(typo.value)
     assert "pg_" not in text and wh.root in text
     assert "did you mean demo__event_counts_store?" in text
     assert "views of app demo: demo__event_counts_store, " in text and "demo__assignment" in text
     with pytest.raises(ValueError, match=r"no view named no_such_view .* Its views: .*events"):
-        commands.query(ctx, "SELECT * FROM no_such_view", engine=engine)
+        sql.query(ctx, "SELECT * FROM no_such_view", engine=engine)
     with pytest.raises(ValueError, match="event-counts is the view event_counts"):
-        commands.query(ctx, "SELECT * FROM event-counts", engine=engine)
+        sql.query(ctx, "SELECT * FROM event-counts", engine=engine)
 
 
 def test_an_unknown_view_fails_the_cli_with_the_hint(wh, capsys):
@@ -406,7 +434,7 @@ def test_show_tables_and_sql_list_show_every_view(spark, wh, capsys):
     from lakestate.read import spark_engine
 
     ctx = Context(wh)
-    shown = {e: commands.query(ctx, "SHOW TABLES", engine=e) for e in ("duckdb", "spark")}
+    shown = {e: sql.query(ctx, "SHOW TABLES", engine=e) for e in ("duckdb", "spark")}
     assert shown["duckdb"] == shown["spark"]
     names = [r[1] for r in shown["duckdb"].rows]
     assert {
@@ -428,7 +456,7 @@ def test_show_tables_and_sql_list_show_every_view(spark, wh, capsys):
     ours = spark_engine.sql(spark, wh, "SHOW TABLES").schema
     assert ours == real and shown["duckdb"].columns == real.names
     spark.catalog.dropTempView("lakestate_probe")
-    like = commands.query(ctx, "SHOW VIEWS LIKE 'demo__*|events'")
+    like = sql.query(ctx, "SHOW VIEWS LIKE 'demo__*|events'")
     assert like.columns[1] == "viewName"
     assert [r[1] for r in like.rows] == sorted(
         [n for n in names if n.startswith("demo__")] + ["events"]
@@ -463,8 +491,8 @@ UNNAMED = [
 def test_unnamed_columns_have_spark_s_names(spark, wh):
     ctx = Context(wh)
     for query in UNNAMED:
-        fast = commands.query(ctx, query, engine="duckdb")
-        slow = commands.query(ctx, query, engine="spark")
+        fast = sql.query(ctx, query, engine="duckdb")
+        slow = sql.query(ctx, query, engine="spark")
         assert fast.columns == list(slow.columns), query
         _compare(ctx, query)
-    assert commands.query(ctx, UNNAMED[0]).columns[0] == "count(1)"
+    assert sql.query(ctx, UNNAMED[0]).columns[0] == "count(1)"

@@ -89,7 +89,7 @@ def test_a_last_batch_that_changed_nothing_keeps_the_view(spark, tmp_path):
     """Each task's last batch filters every record out (no changelog rows): the view still
     shows the state of the batches before it (a store's tasks are known from every
     progress row, not only the last)."""
-    from lakestate.io import logtable
+    from lakestate.io import topics
 
     wh = Warehouse(tmp_path / "wh")
     records = events(40, seed=33)
@@ -101,7 +101,7 @@ def test_a_last_batch_that_changed_nothing_keeps_the_view(spark, tmp_path):
         {"key": r["key"], "value": {"user": "u0", "amount": 0}, "timestamp": 99_000 + i}
         for i, r in enumerate(records)
     ]
-    logtable.append_records(spark, wh, "events", zeros)
+    topics.topic(wh, "events").append(zeros)
     result = _run(wh, tmp_path / "s", max_batches=1)
     assert {t for b in result.batches for t in b} == {"0_0", "0_1"}
     assert _state(spark, wh, "counts__counts") == before

@@ -19,7 +19,7 @@ from typing import Any
 from engine_helpers import APPS, CLI_PROBE, produce, topic_rows
 from lakestate import run_app
 from lakestate.app import load_app
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits, topics
 from lakestate.io.partitioner import partition_for
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
@@ -88,9 +88,7 @@ def test_dedup_status_shows_totals_over_every_batch_and_tasks_that_never_ran(
     assert result.caught_up and len(result.batches) > 4
     # Records for the idle task arrive after the run: it has lag and no batch.
     late_keys = [k for k in (f"x{i}" for i in range(40)) if partition_for(k, PARTITIONS) == 2]
-    logtable.append_records(
-        spark, warehouse, "events", [(k, {"n": -1}, 500_000) for k in late_keys[:4]]
-    )
+    topics.topic(warehouse, "events").append([(k, {"n": -1}, 500_000) for k in late_keys[:4]])
 
     doc, stderr = _status(warehouse, state, str(APPS / "dedup.py"))
     assert "PYSPARK False" in stderr
@@ -207,7 +205,7 @@ def test_an_app_that_never_ran_lists_the_tasks_its_module_knows(spark, warehouse
         ("0_0", 0, {}),
         ("0_1", 0, {}),
     ]
-    ends = logtable.end_offsets(None, warehouse, "events")
+    ends = topics.topic(warehouse, "events").end_offsets()
     for t in doc["tasks"]:
         (inp,) = t["inputs"]
         assert inp["committed"] == 0 and inp["lag"] == inp["end"] == ends[t["partition"]] > 0

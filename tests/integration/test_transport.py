@@ -13,9 +13,13 @@ import sys
 import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, state_rows, topic_rows
 from lakestate import run_app
-from lakestate.io import delta_commits, logtable
+from lakestate.app import load_app
+from lakestate.io import delta_commits
+from lakestate.io import topics as io_topics
+from lakestate.io.partitioner import partition_for
 from lakestate.read.spark_engine import state_frame
 from lakestate.runtime import inprocess
+from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -73,6 +77,15 @@ APP_CASES = {
         ["priced"],
         [],
     ),
+    # flat_map, split, merge, then a count after the key change: the first sub-topology's
+    # records take chunk plans with a merge; two phases, the local state lost between.
+    "branching": (
+        "branching.py",
+        [("events", 2)],
+        [("events", events(80, seed=11)[:45]), ("events", events(80, seed=11)[45:])],
+        ["routed", "per-tag-out", "branching-per-tag-repartition"],
+        ["per-tag"],
+    ),
     "dedup": (
         "dedup.py",
         [("events", 2)],
@@ -89,10 +102,10 @@ def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
     wh = Warehouse(tmp_path / f"wh-{transport}")
     state = tmp_path / f"state-{transport}"
     for topic, partitions in topics:
-        logtable.create_topic(wh, topic, partitions)
+        io_topics.topic(wh, topic).create(partitions)
     said: list[str] = []
     for n, (topic, records) in enumerate(phases):
-        logtable.append_records(spark, wh, topic, records)
+        io_topics.topic(wh, topic).append(records)
         if n == 1:
             shutil.rmtree(state, ignore_errors=True)  # the next run restores from Delta
         run_app(
@@ -126,6 +139,11 @@ def test_in_process_gives_what_spark_gives(spark, tmp_path, case):
     recorded, tables, _ = in_process
     assert len(recorded) > 4 and all(tables.values())
     assert in_process == on_spark
+    if case == "branching":  # and what the driver gives
+        counts_state = state_rows(
+            spark, Warehouse(tmp_path / "wh-in_process"), "branching", "per-tag"
+        )
+        _check_branching(tables, counts_state)
     if case == "dedup":  # and what the driver gives
         got = [(p, k, v, ts) for p, _, k, v, ts in tables["unique-events"]]
         records = APP_CASES[case][2][0][1]
@@ -135,6 +153,48 @@ def test_in_process_gives_what_spark_gives(spark, tmp_path, case):
                 "unique-events"
             ]
         )
+
+
+def _interleaves(got: list, one: list, other: list) -> bool:
+    """Whether ``got`` is ``one`` and ``other`` interleaved, each in its order."""
+    if len(got) != len(one) + len(other):
+        return False
+    can = [[False] * (len(other) + 1) for _ in range(len(one) + 1)]
+    can[0][0] = True
+    for i in range(len(one) + 1):
+        for j in range(len(other) + 1):
+            if i and can[i - 1][j] and one[i - 1] == got[i + j - 1]:
+                can[i][j] = True
+            if j and can[i][j - 1] and other[j - 1] == got[i + j - 1]:
+                can[i][j] = True
+    return can[len(one)][len(other)]
+
+
+def _check_branching(tables: dict, counts_state: dict) -> None:
+    """The engine's tables against the test driver: "routed" per input partition (each its
+    own task) record for record, in each partition of the topic the two tasks' records
+    interleaved, each task's in the driver's order; the counts, whose order across the
+    two upstream tasks depends on batch ends, as the set of updates and as final state."""
+    records = APP_CASES["branching"][2][0][1] + APP_CASES["branching"][2][1][1]
+    routed = driver_outputs("branching.py", records, 2, ["routed"], with_partition=True)
+    per_task = [[(k, v, ts) for p, k, v, ts in routed["routed"] if p == task] for task in (0, 1)]
+    for part in range(2):
+        got = [(k, v, ts) for p, _, k, v, ts in tables["routed"] if p == part]
+        assert all(partition_for(k, 2) == part for k, _, _ in got)
+        expected = [[r for r in rows if partition_for(r[0], 2) == part] for rows in per_task]
+        assert _interleaves(got, *expected), part
+    assert any(k is None for _, _, k, _, _ in tables["routed"])  # a null key, kept here
+    app = load_app(APPS / "branching.py")
+    with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
+        source = d.create_input_topic("events")
+        for r in records:
+            source.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
+        counts = d.create_output_topic("per-tag-out").read_records_to_list()
+        final = dict(d.get_key_value_store("per-tag").all())
+    assert sorted((k, v) for _, _, k, v, _ in tables["per-tag-out"]) == sorted(
+        (r.key, r.value) for r in counts
+    )
+    assert counts_state == final and None not in final and len(final) > 3
 
 
 def test_the_threshold_chooses_the_transport_from_the_pending_input(spark, warehouse, tmp_path):
@@ -179,7 +239,7 @@ def test_a_small_run_in_a_fresh_process_starts_no_jvm(spark, warehouse, tmp_path
         until_caught_up=True,
         say=lambda _: None,
     )
-    logtable.append_records(spark, warehouse, "events", records[20:])
+    io_topics.topic(warehouse, "events").append(records[20:])
     code = (
         "import pyspark; from lakestate import run_app; "
         f"r = run_app({str(APPS / 'counts.py')!r}, warehouse={warehouse.root!r}, "

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lakestate import Materialized, StreamsBuilder
+from lakestate import Branched, Materialized, Named, StreamsBuilder
 from lakestate.errors import ProcessingException
 from lakestate.processors.task import Task
 from lakestate.records import Record
@@ -82,7 +82,83 @@ def _dedup_by_key_value(b: StreamsBuilder) -> None:
     ).to("out")
 
 
+def _halves(v):
+    """One or two values for a record (none for a null value)."""
+    return [] if v is None else [v, {"n": v["n"] // 2}][: 1 + v["n"] % 2]
+
+
+def _split_merge(b: StreamsBuilder) -> None:
+    # Branches merged back, one branch also written to the merged stream's topic, and an
+    # aggregation after the merge: the merge and the shared topic need one-by-one order.
+    branches = (
+        b.stream("in")
+        .flat_map_values(lambda v: [None] if v is None else _halves(v))
+        .split(Named.as_("b-"))
+        .branch(lambda k, v: v is None, Branched.as_("none"))
+        .branch(lambda k, v: v["n"] % 2 == 0, Branched.as_("even"))
+        .default_branch()
+    )
+    even = branches["b-even"].map_values(lambda v: {"n": v["n"] * 10})
+    merged = even.merge(branches["b-0"]).merge(branches["b-none"])
+    merged.to("out")
+    branches["b-even"].to("out")
+    merged.group_by_key().count(Materialized.as_("store")).to_stream().to("counts")
+
+
+def _fan_out_merge(b: StreamsBuilder) -> None:
+    # One stream fanned out to a filter, a flat map and itself, merged three ways.
+    s = b.stream("in")
+    doubled = s.flat_map(lambda k, v: [(k, v), (None, v)] if v is None or v["n"] < 9 else [])
+    s.filter(lambda k, v: k is not None).merge(doubled).merge(s).to("out")
+    s.to("side")
+
+
+def _dedup_merge(b: StreamsBuilder) -> None:
+    # Two records of one input meet a deduplication (same offset: a replay to it) on the
+    # way to a merge, so they get positions of their own: same offset, same stream time.
+    s = b.stream("in")
+    s.flat_map_values(lambda v: [v, v]).deduplicate_by_key(INTERVAL).merge(s).to("out")
+
+
+def _branch_aggregates(b: StreamsBuilder) -> None:
+    # Each branch its own store: one plan, two stores.
+    branches = (
+        b.stream("in")
+        .split()
+        .branch(lambda k, v: v is not None and v["n"] % 3 == 0)
+        .default_branch(Branched.with_function(lambda s: s.map_values(lambda v: v)))
+    )
+    for i, branch in enumerate(branches.values()):
+        branch.group_by_key().count(Materialized.as_(f"store-{i}")).to_stream().to("out")
+
+
+def _branches_merged(b: StreamsBuilder) -> None:
+    # Straight from the split to the merge: each record in one branch, merged by position.
+    branches = (
+        b.stream("in")
+        .split()
+        .branch(lambda k, v: k == "a")
+        .branch(lambda k, v: v is None)
+        .default_branch()
+    )
+    first, second, rest = branches.values()
+    first.map_values(lambda v: v and {"n": v["n"] * 10}).merge(rest).merge(second).to("out")
+
+
+def _branches_one_topic(b: StreamsBuilder) -> None:
+    # Two branches written to one topic by two sinks: the output is put back in order.
+    branches = b.stream("in").split().branch(lambda k, v: k in ("a", 7)).default_branch()
+    for branch in branches.values():
+        branch.filter(lambda k, v: v is None or v["n"] != 3).to("out")
+
+
 TOPOLOGIES = {
+    "branches-merged": _branches_merged,
+    "branches-one-topic": _branches_one_topic,
+    "split-merge": _split_merge,
+    "fan-out-merge": _fan_out_merge,
+    "dedup-merge": _dedup_merge,
+    "branch-aggregates": _branch_aggregates,
     "count": _count,
     "aggregate-lists": _aggregate_lists,
     "reduce-floats": _reduce_floats,
@@ -109,6 +185,15 @@ def _task(name: str) -> Task:
     return task
 
 
+def _output(task: Task) -> dict[str, list]:
+    """The task's output per topic, in order (order across topics is no one's to see: the
+    engine writes each topic on its own, the driver reads each on its own)."""
+    out: dict[str, list] = {}
+    for o in task.pending_output_text():
+        out.setdefault(o.topic, []).append((o.key_text, o.value_text, o.record.timestamp))
+    return out
+
+
 def _state(task: Task) -> dict:
     """Every committed entry of the task's store, by namespace."""
     store = task.store
@@ -122,7 +207,7 @@ def _one_by_one(name: str, records: list[Record]) -> tuple:
     task = _task(name)
     for offset, record in enumerate(records):
         task.process("in", offset, record)
-    out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
+    out = _output(task)
     metrics, stream_time = task.metrics.document(), task.stream_time
     task.commit({TopicPartition("in", 0): len(records)})
     return out, _state(task), metrics, stream_time
@@ -137,7 +222,7 @@ def _in_chunks(name: str, records: list[Record], cuts: list[int]) -> tuple:
         part = records[position : position + size]
         assert task.process_chunk("in", list(range(position, position + len(part))), part)
         position += len(part)
-    out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
+    out = _output(task)
     metrics, stream_time = task.metrics.document(), task.stream_time
     task.commit({TopicPartition("in", 0): len(records)})
     return out, _state(task), metrics, stream_time
@@ -192,7 +277,7 @@ def _join_run(kind: str, runs: list, cuts: list[int] | None) -> tuple:
             at = list(range(first + position, first + position + len(part)))
             assert task.process_chunk(topic, at, part)
             position += len(part)
-    out = [(o.key_text, o.value_text, o.record.timestamp) for o in task.pending_output_text()]
+    out = _output(task)
     metrics, stream_time = task.metrics.document(), task.stream_time
     task.commit({TopicPartition(t, 0): o for t, o in offsets.items()})
     return out, _state(task), metrics, stream_time
@@ -225,7 +310,7 @@ def test_an_entry_expired_within_a_chunk_is_not_a_duplicate():
     records = [Record("a", {"n": 1}, 0), Record("b", {"n": 1}, 15), Record("a", {"n": 1}, 3)]
     chunked = _in_chunks("dedup-by-key", records, [3])
     assert chunked == _one_by_one("dedup-by-key", records)
-    assert [ts for _, _, ts in chunked[0]] == [0, 15, 3]
+    assert [ts for _, _, ts in chunked[0]["out"]] == [0, 15, 3]
 
 
 def test_a_chunk_of_one_record_per_record_matches_the_seed_dedup_example():
@@ -234,7 +319,11 @@ def test_a_chunk_of_one_record_per_record_matches_the_seed_dedup_example():
     records = [Record("A", {"n": 1}, 0), Record("A", {"n": 2}, 5), Record("A", {"n": 3}, 11)]
     records += [Record("B", {"n": 4}, 12), Record("A", {"n": 5}, 20)]
     out, _, metrics, _ = _in_chunks("dedup-by-key", records, [5])
-    assert [(k, v) for k, v, _ in out] == [('"A"', '{"n":1}'), ('"A"', '{"n":3}'), ('"B"', '{"n":4}')]
+    assert [(k, v) for k, v, _ in out["out"]] == [
+        ('"A"', '{"n":1}'),
+        ('"A"', '{"n":3}'),
+        ('"B"', '{"n":4}'),
+    ]
     dedup = next(iter(metrics["nodes"].values()))
     assert dedup["dedup-duplicates-dropped"] == 2
 
@@ -265,7 +354,9 @@ def test_a_failing_record_leaves_the_chunk_unapplied_and_fails_one_by_one():
 
 def test_an_aggregate_the_store_cannot_hold_fails_the_chunk():
     b = StreamsBuilder()
-    b.stream("in").group_by_key().reduce(lambda agg, v: agg * v, Materialized.as_("s")).to_stream().to("o")
+    b.stream("in").group_by_key().reduce(
+        lambda agg, v: agg * v, Materialized.as_("s")
+    ).to_stream().to("o")
     task = Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app")
     # inf * 0 is nan, which JSON cannot hold; the next record makes it finite again, so
     # only a check at every record (as the store's put does) catches it.
@@ -274,15 +365,27 @@ def test_an_aggregate_the_store_cannot_hold_fails_the_chunk():
     assert list(task.transaction.changes()) == []
 
 
-def test_branching_topologies_and_peek_are_not_chunked():
+def test_branching_topologies_are_chunked_but_peek_foreach_and_shared_stores_are_not():
     b = StreamsBuilder()
     s = b.stream("in")
     s.to("x")
     s.to("y")
-    assert not Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app").can_process_chunks("in")
+    assert Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app").can_process_chunks("in")
     b = StreamsBuilder()
     b.stream("in").peek(print).to("x")
     assert not Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app").can_process_chunks("in")
+    b = StreamsBuilder()
+    b.stream("in").foreach(print)
+    assert not Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app").can_process_chunks("in")
+    # A table written and joined from one topic: the join would read what the table
+    # source has not written yet in a chunk, so the topic goes record by record.
+    b = StreamsBuilder()
+    s = b.stream("in")
+    s.join(s.to_table(Materialized.as_("t")), lambda v, t: [v, t]).to("out")
+    task = Task(b.build(), 0, 0, in_memory_store("0_0"), {}, "app")
+    assert not task.can_process_chunks("in")
+    task.process("in", 0, Record("a", 1, 1))
+    assert [o.value_text for o in task.pending_output_text()] == ["[1,1]"]
 
 
 @SETTINGS

@@ -365,6 +365,43 @@ def test_log_and_fail_in_the_engine_raises_the_one_line_for_bad_json(monkeypatch
     assert re.search(r"KSTREAM-SOURCE-\d+ could not deserialize", message), message
     for part in ("'in'", "partition 0", "offset 41", "'\"b\"'", "value is not valid JSON"):
         assert part in message, message
+    # What to do about it: the deserialization handler's setting, its values, the topic.
+    assert message.endswith(
+        "; deserialization.exception.handler is log_and_fail, so the batch failed and the "
+        "next run retries the record: fix the record or the app, or set "
+        "deserialization.exception.handler to log_and_continue (values: log_and_fail, "
+        "log_and_continue) to skip failing records to the dead-letter topic "
+        "'app-dead-letters' (errors.dead.letter.queue.topic.name)"
+    ), message
+
+
+@pytest.mark.parametrize("chunk", [1, 50])
+def test_log_and_fail_in_the_engine_says_which_setting_skips_the_record(chunk, monkeypatch):
+    monkeypatch.setattr(task_executor, "CHUNK_RECORDS", chunk)
+    task = _task({"errors.dead.letter.queue.topic.name": "bad-in"})
+    n = 4  # counts 1..4 of key "a": the third makes 3 + 4 = 7, which fails
+    columns = {
+        "input_index": [0] * n,
+        "topic": ["in"] * n,
+        "partition": [0] * n,
+        "offset": list(range(n)),
+        "timestamp": list(range(n)),
+        "key": ['"a"'] * n,
+        "value": ["1"] * n,
+        "headers": [None] * n,
+    }
+    updates = pa.table({c: pa.array([], pa.string()) for c in task_executor.INPUT_COLUMNS[2:]})
+    with pytest.raises(ProcessingException) as err:
+        task_executor._process_all(task, None, {}, updates, columns)
+    message = str(err.value)
+    assert "\n" not in message and "offset 2" in message, message
+    assert "ValueError: total 7 ends in 7; processing.exception.handler is log_and_fail" in message
+    assert (
+        "set processing.exception.handler to log_and_continue (values: log_and_fail, "
+        "log_and_continue) to skip failing records to the dead-letter topic 'bad-in' "
+        "(errors.dead.letter.queue.topic.name)"
+    ) in message
+    assert err.value.node.startswith("KSTREAM-MAPVALUES-")
 
 
 @settings(max_examples=40, deadline=None, database=None)

@@ -1,9 +1,9 @@
-"""The app's line after rewinds (ops/rewind.py): which batches a task's state comes from."""
+"""The app's line after rewinds (ops/rewind_history.py): which batches a task's state comes from."""
 
 from __future__ import annotations
 
 from lakestate.checkpoint.progress import TaskProgress
-from lakestate.ops.rewind import _History
+from lakestate.ops.rewind_history import AppHistory
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -24,8 +24,8 @@ def _row(batch: int, rewound_to: int | None = None) -> TaskProgress:
     )
 
 
-def _history(tmp_path, rows: list[TaskProgress]) -> _History:
-    return _History(Warehouse(tmp_path), "app", {(r.task, r.batch_id): r for r in rows})
+def _history(tmp_path, rows: list[TaskProgress]) -> AppHistory:
+    return AppHistory(Warehouse(tmp_path), "app", {(r.task, r.batch_id): r for r in rows})
 
 
 def test_batches_undone_by_a_rewind_are_off_the_line(tmp_path):

@@ -16,6 +16,7 @@ from lakestate import (
     KTable,
     ProcessingException,
     StreamsBuilder,
+    StreamsException,
     Suppressed,
     TopologyException,
     Window,
@@ -57,7 +58,9 @@ def time_limited(ms: int, config: BufferConfig, name: str | None = None):
 def final_results(grace_ms: int, config: BufferConfig):
     b = StreamsBuilder()
     table = b.table("in")
-    windowed = KTable(table._graph, table.node_name, table.query_store_name, window_grace_ms=grace_ms)
+    windowed = KTable(
+        table._graph, table.node_name, table.query_store_name, window_grace_ms=grace_ms
+    )
     windowed.suppress(Suppressed.until_window_closes(config)).to_stream().to("out")
     return b.build()
 
@@ -72,7 +75,10 @@ def run(topology, records, config=None):
         source = d.create_input_topic("in")
         for key, value, ts in records:
             source.pipe_input(key, value, timestamp=ts)
-        return [(r.key, r.value, r.timestamp) for r in d.create_output_topic("out").read_records_to_list()]
+        return [
+            (r.key, r.value, r.timestamp)
+            for r in d.create_output_topic("out").read_records_to_list()
+        ]
 
 
 @pytest.fixture(params=list(BACKENDS))
@@ -107,7 +113,8 @@ def test_kip_late_events_are_evicted_at_once(backend, strict):
     assert out == [("B", "y", 1)]
     # ... so it leaves at stream time 5, with its latest value and timestamp.
     out = run(
-        time_limited(2, strict), [("A", "w", 3), ("A", "x", 1), ("B", "y", 1), ("C", "z", 5)],
+        time_limited(2, strict),
+        [("A", "w", 3), ("A", "x", 1), ("B", "y", 1), ("C", "z", 5)],
         backend,
     )
     assert out == [("B", "y", 1), ("A", "x", 1)]
@@ -190,7 +197,11 @@ def test_out_of_order_records_leave_in_buffer_time_order(backend, strict):
 
 
 def test_time_limit_forwards_tombstones(backend):
-    out = run(time_limited(5, BufferConfig.unbounded()), [("A", 1, 0), ("A", None, 1), ("B", 1, 9)], backend)
+    out = run(
+        time_limited(5, BufferConfig.unbounded()),
+        [("A", 1, 0), ("A", None, 1), ("B", 1, 9)],
+        backend,
+    )
     assert out == [("A", None, 1)]
 
 
@@ -328,7 +339,9 @@ def test_unbounded_and_spill_never_emit_early(backend):
 # -- durability -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config", [BufferConfig.unbounded(), BufferConfig.unbounded().spill_to_disk_when_full()])
+@pytest.mark.parametrize(
+    "config", [BufferConfig.unbounded(), BufferConfig.unbounded().spill_to_disk_when_full()]
+)
 def test_buffer_and_stream_time_survive_a_restart(config, tmp_path):
     settings = {"lakestate.state.backend": "rocksdb", "state.dir": str(tmp_path)}
     topology = time_limited(10, config)
@@ -353,11 +366,14 @@ def test_wall_clock_time_drives_nothing():
     with TopologyTestDriver(time_limited(10, BufferConfig.unbounded())) as d:
         d.create_input_topic("in").pipe_input("A", 1, timestamp=0)
         d.advance_wall_clock_time(timedelta(hours=1))
-        d.advance_wall_clock_time(5_000)
+        d.advance_wall_clock_time(timedelta(seconds=5))
         d.create_input_topic("in").pipe_input("B", 1, timestamp=1)
         assert d.create_output_topic("out").is_empty()
         with pytest.raises(Exception, match="negative"):
-            d.advance_wall_clock_time(-1)
+            d.advance_wall_clock_time(timedelta(milliseconds=-1))
+        # Durations are timedeltas everywhere: an int is not taken as milliseconds.
+        with pytest.raises(StreamsException, match=r"timedelta\(milliseconds=5000\)"):
+            d.advance_wall_clock_time(5_000)
 
 
 # -- metrics ------------------------------------------------------------------------------------
@@ -372,10 +388,15 @@ def test_buffer_metrics(backend):
         # Counts after each record: 1, 1, 1 (A, buffered at 0, left at 2), 2.
         assert m[COUNT_CURRENT] == 2 and m[COUNT_MAX] == 2
         assert m[COUNT_AVG] == pytest.approx(1.25)
-        assert m[SIZE_CURRENT] == d.get_state_store("KTABLE-SUPPRESS-STATE-STORE-0000000004").buffer_size()
+        assert (
+            m[SIZE_CURRENT]
+            == d.get_state_store("KTABLE-SUPPRESS-STATE-STORE-0000000004").buffer_size()
+        )
         assert m[SIZE_MAX] >= m[SIZE_CURRENT] > 0
         assert m[EMIT_TOTAL] == 1
-        assert m[EMIT_RATE] == pytest.approx(1.0)  # one record in (at least) a second of stream time
+        assert m[EMIT_RATE] == pytest.approx(
+            1.0
+        )  # one record in (at least) a second of stream time
 
 
 # -- the DSL ------------------------------------------------------------------------------------
@@ -421,7 +442,11 @@ def test_suppress_on_a_versioned_table_is_refused():
     graph.add_source("src", ["in"])
     with pytest.raises(TopologyException, match="versioned"):
         add_suppression(
-            graph, "src", Suppressed.until_time_limit(MS, BufferConfig.unbounded()), None, "versioned"
+            graph,
+            "src",
+            Suppressed.until_time_limit(MS, BufferConfig.unbounded()),
+            None,
+            "versioned",
         )
 
 
@@ -444,7 +469,10 @@ def test_count_then_suppress_windowed_grace_is_kept():
     b = StreamsBuilder()
     table = b.table("in")
     windowed = KTable(table._graph, table.node_name, None, window_grace_ms=7)
-    assert windowed.suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).window_grace_ms == 7
+    assert (
+        windowed.suppress(Suppressed.until_window_closes(BufferConfig.unbounded())).window_grace_ms
+        == 7
+    )
 
 
 def test_rate_limited_count(backend):
@@ -458,7 +486,11 @@ def test_rate_limited_count(backend):
         .to_stream()
         .to("out")
     )
-    records = [("a", "x", t) for t in (0, 3, 6, 9)] + [("b", "x", 10), ("a", "x", 12), ("b", "x", 30)]
+    records = [("a", "x", t) for t in (0, 3, 6, 9)] + [
+        ("b", "x", 10),
+        ("a", "x", 12),
+        ("b", "x", 30),
+    ]
     out = run(b.build(), records, backend)
     # b@10 makes a (buffered at 0) due; b@30 first updates b (buffered at 10), then both
     # buffered keys are due: b (10) before a (12).
@@ -484,7 +516,14 @@ def test_kip_final_window_results_of_a_windowed_count(backend, strict):
     )
     with TopologyTestDriver(b.build(), backend) as d:
         events = d.create_input_topic("events")
-        for user, ts in [("ann", 5), ("bob", 10), ("ann", 20), ("bob", 30), ("bob", 40), ("ann", 65)]:
+        for user, ts in [
+            ("ann", 5),
+            ("bob", 10),
+            ("ann", 20),
+            ("bob", 30),
+            ("bob", 40),
+            ("ann", 65),
+        ]:
             events.pipe_input(user, "e", timestamp=ts * minute)
         events.pipe_input("ann", "late", timestamp=55 * minute)  # within the grace: counted
         assert d.create_output_topic("alerts").is_empty()

@@ -4,6 +4,7 @@
 Importing this package imports Airflow; the rest of lakestate does not need it.
 """
 
-from lakestate.airflow.dag_factory import make_dag, make_maintenance_dag
+from lakestate.airflow.dag_factory import make_dag
+from lakestate.airflow.maintenance_dag import make_maintenance_dag
 
 __all__ = ["make_dag", "make_maintenance_dag"]

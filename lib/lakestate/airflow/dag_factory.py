@@ -75,14 +75,7 @@ The run's environment (on top of the worker's own)
     these are the worker's values.
 
 The maintenance DAG
-    ``make_maintenance_dag("jobs/APP.py")`` returns the app's second DAG,
-    ``lakestate_<app>_maintenance``, on its own schedule (daily by default, one run at a
-    time): three Python tasks, no Spark, ``compact`` (``lakestate.ops.compaction``: the
-    changelog tables) -> ``optimize`` -> ``vacuum`` (``lakestate.ops.maintenance``: the
-    changelog tables, the progress table and the topics the app writes). It runs beside
-    the app's batches: nothing it commits changes data, txn versions or end offsets, and
-    VACUUM keeps what the last ``vacuum_retention_hours`` (Param; default 168, 7 days)
-    need, so time travel over that window (an app's rewind) keeps working."""
+    is ``make_maintenance_dag`` (``lakestate.airflow.maintenance_dag``)."""
 
 from __future__ import annotations
 
@@ -96,7 +89,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, Param
 
 import lakestate
@@ -107,7 +99,6 @@ from lakestate.airflow.operator import (
 )
 from lakestate.app import load_app
 from lakestate.runtime import spark_session as lakestate_spark
-from lakestate.warehouse import Warehouse
 
 __all__ = [
     "DEFAULT_MASTER",
@@ -115,9 +106,11 @@ __all__ = [
     "DEFAULT_TIME_BUDGET_S",
     "REBALANCE_TASK_ID",
     "TASK_ID",
+    "base_dir",
+    "instance_runs",
     "make_dag",
-    "make_maintenance_dag",
     "time_budget_for",
+    "warehouse_dir",
 ]
 
 #: A fixed date in the past: with ``catchup=False`` only the latest interval is scheduled.
@@ -128,8 +121,6 @@ TASK_ID = "run_batches"
 REBALANCE_TASK_ID = "rebalance"
 #: A run's time budget when the schedule is not a fixed interval (a cron expression, ...).
 DEFAULT_TIME_BUDGET_S = 240
-#: The maintenance DAG's tasks, in the order they run.
-MAINTENANCE_TASKS = ("compact", "optimize", "vacuum")
 #: lakestate's source folder (``<repo>/lib`` in a checkout).
 LIB_DIR = Path(lakestate.__file__).resolve().parent.parent
 
@@ -142,14 +133,14 @@ def time_budget_for(schedule: Any) -> int:
     return DEFAULT_TIME_BUDGET_S
 
 
-def _base_dir(app_path: Path) -> Path:
+def base_dir(app_path: Path) -> Path:
     """The checkout an app belongs to: ``<repo>`` for ``<repo>/jobs/APP.py``."""
     if app_path.parent.name == "jobs":
         return app_path.parent.parent
     return LIB_DIR.parent
 
 
-def _warehouse_dir(base: Path, warehouse: str | os.PathLike[str] | None) -> str:
+def warehouse_dir(base: Path, warehouse: str | os.PathLike[str] | None) -> str:
     """The ``warehouse`` argument, else env ``LAKESTATE_WAREHOUSE``, else ``<base>/warehouse``."""
     return str(
         Path(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or base / "warehouse").resolve()
@@ -326,13 +317,19 @@ def make_dag(
         default_time_budget_s = time_budget_for(schedule)
     if default_time_budget_s < 1:
         raise ValueError(f"default_time_budget_s must be at least 1, got {default_time_budget_s}")
-    base = _base_dir(app_path)
-    warehouse = _warehouse_dir(base, warehouse)
+    base = base_dir(app_path)
+    warehouse = warehouse_dir(base, warehouse)
     state_dir = str(
         Path(state_dir or os.environ.get("LAKESTATE_STATE_DIR") or base / "state").resolve()
     )
     pyspark_python = os.environ.get("PYSPARK_PYTHON") or sys.executable
-
+    task_args = {
+        "app_path": str(app_path),
+        "app": app.name,
+        "warehouse": warehouse,
+        "env": _job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
+        "execution_timeout": execution_timeout,
+    }
     with DAG(
         dag_id=dag_id or f"lakestate_{app.name}",
         description=f"lakestate app {app.name}: micro-batches of {app_path.name}",
@@ -349,150 +346,40 @@ def make_dag(
         ),
     ) as dag:
         runs = instance_runs(app, state_dir)
-        first = runs[0]  # the rebalance (and a rewind run's rewind) run on its queue
-        rebalance = LakestateRebalanceOperator(
-            task_id=REBALANCE_TASK_ID,
-            app_path=str(app_path),
-            app=app.name,
-            warehouse=warehouse,
-            state_dir=first.state_dir,
-            env=_job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
-            execution_timeout=execution_timeout,
-            doc_md=f"`lakestate rebalance {app_path}` in a subprocess: the app's next "
-            "assignment generation, if its instances or their lags changed or a probing "
-            "rebalance is due. A rewind run rewinds the app here first, once.",
-            **first.queue,
-        )
+        rebalance = _rebalance_task(runs[0], task_args)
         for run in runs:
-            master = run.master or f"`{spark_conn_id}`'s master, else `{default_master}`"
-            rebalance >> LakestateRunOperator(
-                task_id=run.task_id,
-                app_path=str(app_path),
-                app=app.name,
-                warehouse=warehouse,
-                state_dir=run.state_dir,
-                instance=run.instance,
-                master=run.master,
-                conn_id=spark_conn_id,
-                default_master=default_master,
-                env=_job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
-                execution_timeout=execution_timeout,
-                doc_md=f"`lakestate run {app_path}"
-                + (f" --instance {run.instance}`" if run.instance else "`")
-                + f" in a subprocess; Spark, when the run needs it, on {master}.",
-                **run.queue,
-            )
+            rebalance >> _run_task(run, task_args, spark_conn_id, default_master)
     return dag
 
 
-# -- the maintenance DAG ------------------------------------------------------------------
+def _rebalance_task(first: InstanceRun, task_args: dict[str, Any]) -> LakestateRebalanceOperator:
+    """The DAG's first task, on the first instance's queue (a rewind run's rewind too)."""
+    return LakestateRebalanceOperator(
+        task_id=REBALANCE_TASK_ID,
+        state_dir=first.state_dir,
+        doc_md=f"`lakestate rebalance {task_args['app_path']}` in a subprocess: the app's next "
+        "assignment generation, if its instances or their lags changed or a probing "
+        "rebalance is due. A rewind run rewinds the app here first, once.",
+        **task_args,
+        **first.queue,
+    )
 
 
-def compact_task(warehouse: str, app: str) -> None:
-    """The maintenance DAG's ``compact`` task: compaction of the app's changelog tables
-    (``lakestate.ops.maintenance.compact_changelogs``)."""
-    from lakestate.ops import maintenance
-
-    result = maintenance.compact_changelogs(Warehouse(warehouse), app)
-    print(f"compact: {len(result.committed)} of {len(result.tasks)} task changelogs compacted")
-
-
-def optimize_task(warehouse: str, app: str) -> None:
-    """The maintenance DAG's ``optimize`` task (``lakestate.ops.maintenance.optimize``)."""
-    from lakestate.ops import maintenance
-
-    done = maintenance.optimize(Warehouse(warehouse), app)
-    before, after = sum(t.files_before for t in done), sum(t.files_after for t in done)
-    print(f"optimize: {len(done)} tables, {before} -> {after} files")
-
-
-def vacuum_task(warehouse: str, app: str, params: Mapping[str, Any]) -> None:
-    """The maintenance DAG's ``vacuum`` task, with the run's ``vacuum_retention_hours``."""
-    from lakestate.ops import maintenance
-
-    retention = timedelta(hours=int(params["vacuum_retention_hours"]))
-    done = maintenance.vacuum(Warehouse(warehouse), app, retention)
-    print(f"vacuum: {len(done)} tables, {sum(len(t.deleted) for t in done)} files deleted")
-
-
-def make_maintenance_dag(
-    app_path: str | os.PathLike[str],
-    *,
-    dag_id: str | None = None,
-    schedule: Any = timedelta(days=1),
-    start_date: datetime = DEFAULT_START_DATE,
-    vacuum_retention: timedelta = timedelta(days=7),
-    warehouse: str | os.PathLike[str] | None = None,
-    tags: Sequence[str] | None = None,
-    retries: int = 1,
-    retry_delay: timedelta = timedelta(minutes=10),
-    execution_timeout: timedelta | None = None,
-    is_paused_upon_creation: bool = False,
-) -> DAG:
-    """The maintenance DAG of the lakestate app defined in ``app_path`` (see the module
-    docstring): ``compact`` -> ``optimize`` -> ``vacuum`` on ``schedule`` (daily by
-    default), one run at a time, beside the app's own DAG.
-
-    ``dag_id`` defaults to ``lakestate_<app name>_maintenance``; ``tags`` to ``["lakestate",
-    <app name>, "maintenance"]``. ``vacuum_retention`` is the default of Param
-    ``vacuum_retention_hours`` (whole hours, at least 1). ``warehouse`` as in ``make_dag``.
-    ``retries``: a task that lost a commit race to a concurrent writer retries later.
-    ``is_paused_upon_creation`` as in ``make_dag``.
-    """
-    from lakestate.ops.maintenance import retention_hours
-
-    app_path = Path(app_path).resolve()
-    app = load_app(app_path)  # a broken app is an import error of the DAG file
-    hours = retention_hours(vacuum_retention)
-    warehouse = _warehouse_dir(_base_dir(app_path), warehouse)
-    arguments = {"warehouse": warehouse, "app": app.name}
-
-    with DAG(
-        dag_id=dag_id or f"lakestate_{app.name}_maintenance",
-        description=f"lakestate app {app.name}: compaction, OPTIMIZE and VACUUM of its tables",
-        doc_md=f"### Maintenance of lakestate app `{app.name}`\n\n`{app_path}`\n\n"
-        f"compact -> optimize -> vacuum of the app's tables in `{warehouse}`, beside its "
-        "batches (no Spark).",
-        schedule=schedule,
-        start_date=start_date,
-        catchup=False,
-        max_active_runs=1,
-        is_paused_upon_creation=is_paused_upon_creation,
-        tags=list(tags) if tags is not None else ["lakestate", app.name, "maintenance"],
-        default_args={"owner": "lakestate", "retries": retries, "retry_delay": retry_delay},
-        params={
-            "vacuum_retention_hours": Param(
-                hours,
-                type="integer",
-                minimum=1,
-                title="VACUUM retention (hours)",
-                description="VACUUM deletes only files that no table version of this many "
-                "hours back needs: time travel (an app's rewind) works over this window. "
-                "At least 1: younger files may belong to a batch being read or committed.",
-            ),
-        },
-    ) as dag:
-        compact = PythonOperator(
-            task_id="compact",
-            python_callable=compact_task,
-            op_kwargs=arguments,
-            execution_timeout=execution_timeout,
-            doc_md="Compaction of the app's changelog tables (`lakestate.ops.compaction`).",
-        )
-        optimize = PythonOperator(
-            task_id="optimize",
-            python_callable=optimize_task,
-            op_kwargs=arguments,
-            execution_timeout=execution_timeout,
-            doc_md="OPTIMIZE (small-file compaction, delta-rs) of the app's changelog tables, "
-            "progress table and the topics it writes.",
-        )
-        vacuum = PythonOperator(
-            task_id="vacuum",
-            python_callable=vacuum_task,
-            op_kwargs=arguments,
-            execution_timeout=execution_timeout,
-            doc_md="VACUUM (delta-rs) of the same tables, keeping `vacuum_retention_hours`.",
-        )
-        compact >> optimize >> vacuum
-    return dag
+def _run_task(
+    run: InstanceRun, task_args: dict[str, Any], spark_conn_id: str, default_master: str
+) -> LakestateRunOperator:
+    """An instance's run task, on its queue."""
+    master = run.master or f"`{spark_conn_id}`'s master, else `{default_master}`"
+    return LakestateRunOperator(
+        task_id=run.task_id,
+        state_dir=run.state_dir,
+        instance=run.instance,
+        master=run.master,
+        conn_id=spark_conn_id,
+        default_master=default_master,
+        doc_md=f"`lakestate run {task_args['app_path']}"
+        + (f" --instance {run.instance}`" if run.instance else "`")
+        + f" in a subprocess; Spark, when the run needs it, on {master}.",
+        **task_args,
+        **run.queue,
+    )

@@ -254,7 +254,7 @@ class LakestateRebalanceOperator(LakestateCliOperator):
         self.run_command(self.command(), "rebalance")
 
     def _rewind(self, start: datetime) -> None:
-        from lakestate import rewind
+        from lakestate.ops.rewind import rewind
 
         result = rewind(
             self.warehouse,

@@ -41,7 +41,8 @@ from lakestate.checkpoint import changelog, faults, progress
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import TaskMigratedException
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits
+from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
 
@@ -233,47 +234,38 @@ def _append_topic(
 ) -> None:
     """Append the batch's records of ``topic``: after each partition's end, in task order,
     each task's records in the order it emitted them (``pseq`` numbers them per partition)."""
-    app = layout.app.name
-    wh = layout.warehouse
-    path = wh.topic_path(topic)
-    with logtable.append_lock(wh, topic):
-        table = delta_commits.open_table(path)
-        todo = _not_held(table, app, {t: batches[t] for t in counts})
-        if not todo:
-            return
-        if len(todo) < len(counts):
-            rows = rows.filter(_task_mask(rows, set(todo)))
-        ends = logtable.end_offsets_of(wh, topic, layout.outputs[topic])
+
+    def build(todo: dict[TaskId, int], ends: dict[int, int]) -> pa.Table:
+        selected = rows if len(todo) == len(counts) else rows.filter(_task_mask(rows, set(todo)))
         bases: dict[tuple[int, int, int], int] = {}
         next_offset = dict(ends)
         for task in sorted(todo):
             for p, n in sorted(counts[task].items()):
                 bases[(task.subtopology, task.partition, p)] = next_offset[p]
                 next_offset[p] += n
-        subs = rows.column("sub").to_pylist()
-        parts = rows.column("task").to_pylist()
-        targets = rows.column("partition").to_pylist()
+        subs = selected.column("sub").to_pylist()
+        parts = selected.column("task").to_pylist()
+        targets = selected.column("partition").to_pylist()
         base = np.fromiter(
             (bases[k] for k in zip(subs, parts, targets, strict=True)),
             dtype=np.int64,
             count=len(subs),
         )
-        offsets = base + rows.column("pseq").to_numpy(zero_copy_only=False)
-        data = pa.table(
+        offsets = base + selected.column("pseq").to_numpy(zero_copy_only=False)
+        return pa.table(
             {
-                "partition": rows.column("partition").cast(pa.int32()),
+                "partition": selected.column("partition").cast(pa.int32()),
                 "offset": pa.array(offsets, pa.int64()),
-                "timestamp": rows.column("timestamp").cast(pa.int64()),
-                "key": rows.column("key"),
-                "value": rows.column("value"),
-                "headers": rows.column("headers"),
+                "timestamp": selected.column("timestamp").cast(pa.int64()),
+                "key": selected.column("key"),
+                "value": selected.column("value"),
+                "headers": selected.column("headers"),
             },
-            schema=logtable.LOG_ARROW_SCHEMA,
+            schema=RECORD_SCHEMA,
         )
-        metadata = dict(identity)
-        metadata[logtable.ENDS_METADATA_KEY] = {str(p): n for p, n in sorted(next_offset.items())}
-        version = delta_commits.append(table, data, app, todo, metadata)
-        logtable.remember_ends(wh, topic, version, next_offset)
+
+    tasks = {t: batches[t] for t in counts}
+    layout.topic(topic).append_batch(layout.app.name, tasks, build, identity)
 
 
 def _run_all(writes: list[tuple[str, Callable[[], None] | None]], batch_id: int) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from lakestate.app import App
 from lakestate.checkpoint import changelog, progress
 from lakestate.errors import StreamsException
-from lakestate.io import delta_commits, logtable
+from lakestate.io import topics
 from lakestate.processors.exception_handlers import DEAD_LETTER_QUEUE_TOPIC, ExceptionHandlers
 from lakestate.task_id import TaskId
 from lakestate.topology import copartition
@@ -40,6 +40,10 @@ class AppLayout:
 
     def changelog_path(self, store: str) -> str:
         return self.warehouse.changelog_path(self.app.name, store)
+
+    def topic(self, name: str) -> topics.Topic:
+        """One of the app's topics (its partition count as the layout read it)."""
+        return topics.topic(self.warehouse, name, self.partitions.get(name))
 
     def tasks(self) -> list[TaskId]:
         return [
@@ -82,14 +86,15 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         return internal_topic_name(app.name, topic) if topic in internal else topic
 
     internal = {s for sub in topology.subtopologies for s in sub.repartition_sources}
+    fixed = {real(s): n for s, n in topology.repartition_partitions().items()}
     groups = topology.copartition_groups
     # A join's sides must be co-partitioned (Kafka's CopartitionedTopicsEnforcer): checked
     # on the input topics before anything is created or committed.
     known = {
-        real(t): logtable.partitions(None, warehouse, real(t))
+        real(t): topics.topic(warehouse, real(t)).partitions()
         for g in groups
         for t in g.topics
-        if logtable.topic_exists(None, warehouse, real(t))
+        if topics.topic(warehouse, real(t)).exists()
     }
     for group in groups:
         copartition.check(group, known, real)
@@ -108,14 +113,21 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         for topic in list(sub.sink_topics) + [
             internal_topic_name(app.name, s) for s in sub.repartition_sinks
         ]:
-            if not logtable.topic_exists(None, warehouse, topic):
+            sink = topics.topic(warehouse, topic)
+            if not sink.exists():
                 # A repartition topic feeding a join gets the other side's partition count.
                 count = task_counts[sub.id]
                 for group in groups:
                     if any(real(t) == topic for t in group.topics):
                         count = copartition.external_count(group, partitions, real) or count
-                logtable.create_topic(warehouse, topic, count)
-            outputs[topic] = partitions[topic] = logtable.partitions(None, warehouse, topic)
+                sink.create(fixed.get(topic, count))
+            outputs[topic] = partitions[topic] = sink.partitions()
+            if fixed.get(topic, partitions[topic]) != partitions[topic]:
+                raise StreamsException(
+                    f"app {app.name}: repartition topic {topic!r} has {partitions[topic]} "
+                    f"partitions, but Repartitioned sets {fixed[topic]}: a topic keeps its "
+                    "partitions; set its count back, or name a new topic with Repartitioned.as_"
+                )
     for group in groups:  # a repartition topic made earlier with another count, too
         copartition.check(group, partitions, real)
     global_topics = tuple(g.topic for g in topology.global_tables)
@@ -124,7 +136,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         partitions[topic] = _read_topic(app, warehouse, topic, what)
     if dead_letters is not None:
         _ensure_dead_letter_topic(warehouse, dead_letters, task_counts)
-        count = logtable.partitions(None, warehouse, dead_letters)
+        count = topics.topic(warehouse, dead_letters).partitions()
         outputs[dead_letters] = partitions[dead_letters] = count
     for name, spec in topology.stores.items():
         if not spec.is_global:
@@ -164,10 +176,11 @@ def _ensure_dead_letter_topic(
     """Create the dead-letter topic if missing, with as many partitions as the app's widest
     sub-topology has tasks. It is one more sink of every task: committed in step 3 with the
     task's txn like the others."""
-    if logtable.topic_exists(None, warehouse, topic):
-        _check_columns(warehouse, topic)
+    dead_letters = topics.topic(warehouse, topic)
+    if dead_letters.exists():
+        dead_letters.check_columns()
     else:
-        logtable.create_topic(warehouse, topic, max(task_counts.values(), default=1))
+        dead_letters.create(max(task_counts.values(), default=1))
 
 
 def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:
@@ -210,29 +223,17 @@ def check_format(warehouse: Warehouse, app: str) -> None:
 
 def end_offsets(layout: AppLayout, topic: str) -> dict[int, int]:
     """End offsets of one of the app's topics (no Spark job)."""
-    return logtable.end_offsets_of(layout.warehouse, topic, layout.partitions[topic])
+    return layout.topic(topic).end_offsets()
 
 
 def _read_topic(app: App, warehouse: Warehouse, topic: str, what: str) -> int:
     """The partition count of a topic the app reads (``what`` names it in errors), which
-    must exist with a log table's columns."""
-    if not logtable.topic_exists(None, warehouse, topic):
+    must exist with a topic's columns."""
+    found = topics.topic(warehouse, topic)
+    if not found.exists():
         raise StreamsException(
             f"app {app.name}: {what} does not exist in {warehouse.root}; "
             f"create it with `lakestate produce {topic} FILE`"
         )
-    _check_columns(warehouse, topic)
-    return logtable.partitions(None, warehouse, topic)
-
-
-def _check_columns(warehouse: Warehouse, topic: str) -> None:
-    table = delta_commits.open_table(warehouse.topic_path(topic))
-    columns = {f.name for f in table.schema().fields}
-    # The Arrow schema, not LOG_SCHEMA: that one imports pyspark (a run may need no JVM).
-    expected = logtable.LOG_ARROW_SCHEMA
-    missing = [f.name for f in expected if f.name not in columns]
-    if missing:
-        raise StreamsException(
-            f"topic {topic!r} at {warehouse.topic_path(topic)} is not a log table: it has no "
-            f"column {', '.join(missing)} (expected {', '.join(f'{f.name} {f.type}' for f in expected)})"
-        )
+    found.check_columns()
+    return found.partitions()

@@ -1,8 +1,12 @@
 """The ``lakestate`` command line.
 
-Each subcommand is a small function ``run(args, ctx) -> int`` plus a function adding its
-arguments, registered in one table, ``COMMANDS``. To add one (``run``, ``sql``, ``status``,
-``compact``, ``demo`` ...) write the two functions and add a ``Command`` to ``COMMANDS``.
+This module holds the parser, the ``Context`` a command runs with and the dispatch. Each
+subcommand is a module of this package (``cli/run.py``, ``cli/sql.py``, ``cli/status.py``,
+``cli/demo.py`` ...) with two functions, ``configure(parser)`` adding its arguments and
+``run(args, ctx) -> int``, registered in one table, ``COMMANDS``. To add one, write the
+module and add a ``Command`` to ``COMMANDS``. A command module imports what it runs inside
+``run``, so that parsing the command line loads none of it (``lakestate status`` starts no
+JVM; the demo's printers load only for ``lakestate demo``).
 
 Global options: ``--warehouse DIR`` (else env ``LAKESTATE_WAREHOUSE``, else ``./warehouse``)
 and ``--master URL`` (else env ``LAKESTATE_SPARK_MASTER``, else ``local[*]``). Spark starts
@@ -33,7 +37,20 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from lakestate import console, logfile
-from lakestate.cli import commands
+from lakestate.cli import (
+    compact,
+    consume,
+    convert,
+    demo,
+    describe,
+    maintain,
+    produce,
+    rebalance,
+    rewind,
+    run,
+    sql,
+    status,
+)
 from lakestate.runtime.failure import message_of
 from lakestate.warehouse import Warehouse
 
@@ -110,231 +127,76 @@ class Command:
     description: str | None = None
 
 
-# -- produce ------------------------------------------------------------------------------
-
-
-def _produce_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", help="topic to append to (created if missing)")
-    p.add_argument(
-        "file",
-        help='JSON lines, one record a line: {"key": ..., "value": ..., "timestamp": ms '
-        '(optional), "partition": n (optional), "headers": {...} (optional)}; "-" for stdin',
-    )
-    p.add_argument(
-        "--partitions",
-        type=int,
-        metavar="N",
-        help="partition count when the topic is created (default 1); if the topic exists "
-        "it must have N partitions",
-    )
-
-
-def _read_jsonl(stream: IO[str]) -> tuple[list[Any], list[str]]:
-    records: list[Any] = []
-    labels: list[str] = []
-    errors: list[str] = []
-    for lineno, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            errors.append(f"line {lineno}: not valid JSON: {e.msg} (column {e.colno})")
-            continue
-        labels.append(f"line {lineno}")
-    if errors:
-        raise ValueError(
-            f"{len(errors)} invalid line{'s' if len(errors) != 1 else ''}, nothing written:\n  "
-            + "\n  ".join(errors[:10])
-            + (f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else "")
-        )
-    return records, labels
-
-
-def _produce(args: argparse.Namespace, ctx: Context) -> int:
-    from lakestate.io import logtable
-
-    if args.partitions is not None and args.partitions < 1:
-        raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
-    if args.file == "-":
-        records, labels = _read_jsonl(sys.stdin)
-    else:
-        try:
-            with open(args.file, encoding="utf-8") as f:
-                records, labels = _read_jsonl(f)
-        except OSError as e:
-            raise ValueError(f"cannot read {args.file}: {e.strerror}") from None
-    spark = None  # log tables are read and written by delta-rs: no JVM
-    created = False
-    if logtable.topic_exists(spark, ctx.warehouse, args.topic):
-        n = logtable.partitions(spark, ctx.warehouse, args.topic)
-        if args.partitions is not None and args.partitions != n:
-            raise ValueError(
-                f"topic {args.topic!r} exists with {n} partitions; --partitions {args.partitions} "
-                "does not match (a topic's partition count never changes)"
-            )
-    else:
-        n = args.partitions or 1
-        # Validate before creating, so a bad file leaves no empty topic behind.
-        logtable.validate_records(records, n, labels)
-        logtable.create_topic(ctx.warehouse, args.topic, n)
-        created = True
-        ctx.say(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
-    result = logtable.append_records(spark, ctx.warehouse, args.topic, records, labels=labels)
-    if ctx.json_output:
-        ranges = {str(p): {"start": s, "end": e} for p, (s, e) in sorted(result.ranges.items())}
-        ctx.print_json(
-            {"topic": args.topic, "created": created, "records": result.total, "partitions": ranges}
-        )
-        return 0
-    ctx.say(f"appended {result.total} record{'s' if result.total != 1 else ''} to {args.topic}")
-    for p, (start, end) in sorted(result.ranges.items()):
-        ctx.say(f"  partition {p}: {end - start} (offsets {start}..{end - 1})")
-    return 0
-
-
-# -- consume ------------------------------------------------------------------------------
-
-
-def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", help="topic to read")
-    p.add_argument(
-        "--from-beginning",
-        action="store_true",
-        default=True,
-        help="read from offset 0 (the default: log tables keep every record)",
-    )
-    p.add_argument(
-        "--partition", type=int, action="append", metavar="P", help="only partition P (repeatable)"
-    )
-    p.add_argument(
-        "--max-messages", type=int, metavar="N", help="stop after N records (in output order)"
-    )
-    p.add_argument(
-        "--engine",
-        choices=("arrow", "spark"),
-        default="arrow",
-        help="arrow (default): read through delta-rs in this process, no JVM; spark: read "
-        "with Spark",
-    )
-
-
-def _consume(args: argparse.Namespace, ctx: Context) -> int:
-    """Print the topic's records as JSON lines, partition by partition in offset order."""
-    from lakestate.io import logtable
-
-    if not logtable.topic_exists(None, ctx.warehouse, args.topic):
-        raise ValueError(f"topic {args.topic!r} does not exist in {ctx.warehouse.root}")
-    n = logtable.partitions(None, ctx.warehouse, args.topic)
-    wrong = sorted({p for p in args.partition or () if not 0 <= p < n})
-    if wrong:
-        raise ValueError(
-            f"topic {args.topic!r} has {n} partition{'s' if n != 1 else ''} (0..{n - 1}); "
-            f"no partition {', '.join(map(str, wrong))}"
-        )
-    limit = None if args.max_messages is None else max(args.max_messages, 0)
-    if args.engine == "spark":
-        df = logtable.read_topic(ctx.spark, ctx.warehouse, args.topic, partitions=args.partition)
-        records = logtable.iter_records(df if limit is None else df.limit(limit))
-    else:
-        records = (
-            logtable.LogRecord(
-                r["partition"],
-                r["offset"],
-                r["timestamp"],
-                logtable.decode_json(r["key"]),
-                logtable.decode_json(r["value"]),
-                logtable.decode_json(r["headers"]),
-            )
-            for table in logtable.read_partitions_arrow(
-                ctx.warehouse, args.topic, args.partition, limit
-            )
-            for r in table.to_pylist()
-        )
-    for r in records:
-        out: dict[str, Any] = {
-            "partition": r.partition,
-            "offset": r.offset,
-            "timestamp": r.timestamp,
-            "key": r.key,
-            "value": r.value,
-        }
-        if r.headers is not None:
-            out["headers"] = r.headers
-        ctx.print(json.dumps(out, ensure_ascii=False))
-    return 0
-
-
 # -- the table ----------------------------------------------------------------------------
 
 #: Every subcommand, by name, in the order ``--help`` lists them.
 COMMANDS: dict[str, Command] = {
     "produce": Command(
         help="append JSON-lines records to a topic's log table",
-        configure=_produce_args,
-        run=_produce,
+        configure=produce.configure,
+        run=produce.run,
     ),
     "consume": Command(
         help="print a topic's records as JSON lines, in partition/offset order",
-        configure=_consume_args,
-        run=_consume,
+        configure=consume.configure,
+        run=consume.run,
     ),
     "run": Command(
         help="run micro-batches of an app (exactly once, state in Delta)",
-        configure=commands.run_args,
-        run=commands.run,
+        configure=run.configure,
+        run=run.run,
     ),
     "sql": Command(
         help="run Spark SQL over every topic and state table of the warehouse (in process "
         "with DuckDB; --engine spark on Spark)",
-        configure=commands.sql_args,
-        run=commands.sql,
+        configure=sql.configure,
+        run=sql.run,
     ),
     "describe": Command(
         help="an app's sub-topologies, tasks, topics (partitions, end offsets), stores "
         "(kind, SQL views, changelogs) and config; or a topic's partitions and end offsets",
-        configure=commands.describe_args,
-        run=commands.describe,
+        configure=describe.configure,
+        run=describe.run,
     ),
     "status": Command(
         help="every task of an app: committed, end and local offsets, lag, last batch, "
         "stream time, metrics totals per operator (no Spark)",
-        configure=commands.status_args,
-        run=commands.status,
+        configure=status.configure,
+        run=status.run,
     ),
     "convert": Command(
         help="convert an app's state from lakestate's first format (batch log, MERGE-written "
         "state tables) to changelogs",
-        configure=commands.convert_args,
-        run=commands.convert,
+        configure=convert.configure,
+        run=convert.run,
     ),
     "compact": Command(
         help="rewrite an app's changelogs up to each task's last complete batch as one row "
         "per live key (safe while batches run)",
-        configure=commands.compact_args,
-        run=commands.compact,
+        configure=compact.configure,
+        run=compact.run,
     ),
     "maintain": Command(
         help="compaction, OPTIMIZE and VACUUM of an app's tables (safe while batches run)",
-        configure=commands.maintain_args,
-        run=commands.maintain,
+        configure=maintain.configure,
+        run=maintain.run,
     ),
     "rewind": Command(
         help="restore an app's sinks and state to an earlier batch (Delta time travel) so "
         "its next run reprocesses from there; asks first",
-        configure=commands.rewind_args,
-        run=commands.rewind,
+        configure=rewind.configure,
+        run=rewind.run,
     ),
     "rebalance": Command(
         help="compute the app's next assignment of tasks to its instances when the instances "
         "or their lags changed (or --force), put it in force, print old and new (no Spark)",
-        configure=commands.rebalance_args,
-        run=commands.rebalance,
+        configure=rebalance.configure,
+        run=rebalance.run,
     ),
     "demo": Command(
         help="produce sample events, run the demo DAG through Airflow, print the results",
-        configure=commands.demo_args,
-        run=commands.demo,
+        configure=demo.configure,
+        run=demo.run,
     ),
 }
 

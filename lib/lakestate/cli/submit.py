@@ -1,4 +1,4 @@
-"""spark-submit entry point: ``spark-submit lib/lakestate/engine/submit.py jobs/APP.py [options]``.
+"""spark-submit entry point: ``spark-submit lib/lakestate/cli/submit.py jobs/APP.py [options]``.
 
 Takes the arguments of ``lakestate run`` minus ``--master`` (spark-submit's own ``--master``
 decides) and calls ``lakestate.run_app``: for a driver that must run where

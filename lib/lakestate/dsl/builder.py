@@ -38,12 +38,6 @@ def table_store_spec(store: str, materialized: Materialized | None) -> StoreSpec
     return StoreSpec(store, TIMESTAMPED_KEY_VALUE)
 
 
-def check_callable(fn: Any, what: str, node: str) -> None:
-    """DSL functions are checked when the node is added, so the error names the node."""
-    if not callable(fn):
-        raise TopologyException(f"node {node}: {what} must be callable, got {fn!r}")
-
-
 def check_topic(topic: Any, node: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise TopologyException(f"node {node}: topic must be a non-empty string, got {topic!r}")
@@ -66,6 +60,14 @@ class GraphBuilder:
         self._index += 1
         return name
 
+    def _check_new(self, name: str) -> None:
+        """Node names are unique (Kafka: "Processor X is already added")."""
+        if name in self.nodes:
+            raise TopologyException(
+                f"node {name} already exists; give the operator another name "
+                "(Named.as_ / Branched.as_ / Repartitioned.as_)"
+            )
+
     def add_source(
         self,
         name: str,
@@ -73,6 +75,7 @@ class GraphBuilder:
         internal: bool = False,
         carries_changes: bool = False,
     ) -> Node:
+        self._check_new(name)
         factory = ChangeDecodingSource if carries_changes else PassThrough
         node = Node(
             name,
@@ -91,10 +94,15 @@ class GraphBuilder:
         parent: str,
         factory: Callable[[], Processor],
         stores: list[str] | None = None,
+        other_parents: tuple[str, ...] = (),
     ) -> Node:
-        node = Node(name, PROCESSOR, parents=[parent], factory=factory, stores=list(stores or []))
+        """A processor below ``parent`` (and ``other_parents``: a merge has several)."""
+        self._check_new(name)
+        parents = [parent, *other_parents]
+        node = Node(name, PROCESSOR, parents=parents, factory=factory, stores=list(stores or []))
         self.nodes[name] = node
-        self.nodes[parent].children.append(name)
+        for p in parents:
+            self.nodes[p].children.append(name)
         return node
 
     def add_sink(
@@ -104,7 +112,10 @@ class GraphBuilder:
         topic: str,
         internal: bool = False,
         carries_changes: bool = False,
+        num_partitions: int | None = None,
     ) -> Node:
+        self._check_new(name)
+
         def factory() -> Processor:
             return Sink(topic, drop_null_keys=internal, encode_changes=carries_changes)
 
@@ -116,6 +127,7 @@ class GraphBuilder:
             topics=[topic],
             internal_topic=internal,
             carries_changes=carries_changes,
+            num_partitions=num_partitions,
         )
         self.nodes[name] = node
         self.nodes[parent].children.append(name)
@@ -152,16 +164,28 @@ class GraphBuilder:
             todo.extend(self.nodes[name].parents)
         return sorted(found)
 
-    def repartition(self, parent: str, topic_suffix: str, carries_changes: bool = False) -> str:
-        """Insert a repartition topic after ``parent``; returns the new source node's name."""
+    def repartition(
+        self,
+        parent: str,
+        topic_suffix: str,
+        carries_changes: bool = False,
+        num_partitions: int | None = None,
+        named: bool = False,
+    ) -> str:
+        """Insert a repartition topic after ``parent``; returns the new source node's name.
+        ``named``: its sink and source are ``<topic>-sink`` and ``<topic>-source`` (as
+        Kafka names those of a named ``repartition()``), else generated."""
+        sink, source = self.new_name("KSTREAM-SINK-"), self.new_name("KSTREAM-SOURCE-")
+        if named:
+            sink, source = f"{topic_suffix}-sink", f"{topic_suffix}-source"
         self.add_sink(
-            self.new_name("KSTREAM-SINK-"),
+            sink,
             parent,
             topic_suffix,
             internal=True,
             carries_changes=carries_changes,
+            num_partitions=num_partitions,
         )
-        source = self.new_name("KSTREAM-SOURCE-")
         self.add_source(source, [topic_suffix], internal=True, carries_changes=carries_changes)
         return source
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from lakestate.dsl.builder import GraphBuilder, check_callable
+from lakestate.dsl.arguments import check_function, duration_ms
+from lakestate.dsl.builder import GraphBuilder
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
@@ -19,7 +20,6 @@ from lakestate.processors.dedup import (
     DeduplicateRepartitioned,
     DeduplicationIdSelect,
 )
-from lakestate.records import duration_millis
 from lakestate.topology.graph import StoreSpec
 
 DEDUP = "dedup"
@@ -58,6 +58,11 @@ def _check_name(name: Any) -> str:
 BY_KEY = "by_key"
 BY_KEY_VALUE = "by_key_value"
 BY_ID = "by_id"
+OPERATORS = {
+    BY_KEY: "KStream.deduplicate_by_key",
+    BY_KEY_VALUE: "KStream.deduplicate_by_key_value",
+    BY_ID: "KStream.deduplicate",
+}
 
 
 def add_deduplication(
@@ -75,11 +80,8 @@ def add_deduplication(
     select = graph.new_name("KSTREAM-KEY-SELECT-") if how == BY_ID else None
     name = graph.new_name(PROCESSOR_PREFIX)
     if how != BY_KEY:
-        check_callable(id_selector, "id selector", name)
-    try:
-        interval_ms = duration_millis(interval, "interval")
-    except (TypeError, ValueError) as exc:
-        raise TopologyException(f"node {name}: {exc}") from None
+        check_function(id_selector, name, OPERATORS[how], "id_selector(key, value)")
+    interval_ms = duration_ms(interval, "interval", f"node {name}: {OPERATORS[how]}")
     if deduplicated is not None and not isinstance(deduplicated, Deduplicated):
         raise TopologyException(
             f"node {name}: deduplicated must be a Deduplicated, got {deduplicated!r}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder, check_callable
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder
 from lakestate.dsl.ktable import KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
@@ -46,11 +47,12 @@ class KGroupedStream:
         materialized: Materialized | None,
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KSTREAM-AGGREGATE-",
+        operator: str = "",
     ) -> KTable:
         # Kafka names reduce nodes and their stores KSTREAM-REDUCE-*.
         name = self._graph.new_name(prefix)
-        for fn, what in checks:
-            check_callable(fn, what, name)
+        for fn, signature in checks:
+            check_function(fn, name, f"KGroupedStream.{operator}", signature)
         store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
         check_unversioned(materialized, name)
         parent = self._node
@@ -89,8 +91,8 @@ class KGroupedStream:
         materialized: Materialized | None = None,
     ) -> KTable:
         """Folds each record in: ``agg = aggregator(key, value, agg)``, from ``initializer()``."""
-        checks = ((initializer, "initializer"), (aggregator, "aggregator"))
-        return self._aggregate(initializer, aggregator, materialized, checks)
+        checks = ((initializer, "initializer()"), (aggregator, "aggregator(key, value, agg)"))
+        return self._aggregate(initializer, aggregator, materialized, checks, operator="aggregate")
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], materialized: Materialized | None = None
@@ -100,8 +102,9 @@ class KGroupedStream:
             None,
             reducer_as_aggregator(reducer),
             materialized,
-            ((reducer, "reducer"),),
+            ((reducer, "reducer(agg, value)"),),
             prefix="KSTREAM-REDUCE-",
+            operator="reduce",
         )
 
 
@@ -120,11 +123,12 @@ class KGroupedTable:
         materialized: Materialized | None,
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KTABLE-AGGREGATE-",
+        operator: str = "",
     ) -> KTable:
         # Kafka names a table reduce KTABLE-REDUCE-*; its store stays KTABLE-AGGREGATE-STATE-STORE-*.
         name = self._graph.new_name(prefix)
-        for fn, what in checks:
-            check_callable(fn, what, name)
+        for fn, signature in checks:
+            check_function(fn, name, f"KGroupedTable.{operator}", signature)
         store = self._graph.store_name(materialized, "KTABLE-AGGREGATE-STATE-STORE-")
         check_unversioned(materialized, name)
         source = self._graph.repartition(self._node, f"{store}-repartition", carries_changes=True)
@@ -149,8 +153,14 @@ class KGroupedTable:
     ) -> KTable:
         """``adder(key, new_value, agg)`` for new rows, ``subtractor(key, old_value, agg)``
         for replaced or deleted ones."""
-        checks = ((initializer, "initializer"), (adder, "adder"), (subtractor, "subtractor"))
-        return self._aggregate(initializer, adder, subtractor, materialized, checks)
+        checks = (
+            (initializer, "initializer()"),
+            (adder, "adder(key, value, agg)"),
+            (subtractor, "subtractor(key, value, agg)"),
+        )
+        return self._aggregate(
+            initializer, adder, subtractor, materialized, checks, operator="aggregate"
+        )
 
     def reduce(
         self,
@@ -164,6 +174,7 @@ class KGroupedTable:
             reducer_as_aggregator(adder),
             reducer_as_aggregator(subtractor),
             materialized,
-            ((adder, "adder"), (subtractor, "subtractor")),
+            ((adder, "adder(agg, value)"), (subtractor, "subtractor(agg, value)")),
             prefix="KTABLE-REDUCE-",
+            operator="reduce",
         )

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, VERSIONED, GraphBuilder, check_callable
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, VERSIONED, GraphBuilder
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.join import (
@@ -53,7 +54,8 @@ def stream_table_join(stream: KStream, table: KTable, joiner: Joiner, left: bool
 
     graph: GraphBuilder = stream._graph
     name = graph.new_name("KSTREAM-JOIN-" if not left else "KSTREAM-LEFTJOIN-")
-    check_callable(joiner, "joiner", name)
+    operator = "KStream.left_join" if left else "KStream.join"
+    check_function(joiner, name, operator, "joiner(stream_value, table_value)")
     if not isinstance(table, KTable):
         raise TopologyException(
             f"node {name}: join() takes a KTable (or a GlobalKTable with a key selector), "
@@ -95,8 +97,9 @@ def stream_global_table_join(
 
     graph: GraphBuilder = stream._graph
     name = graph.new_name("KSTREAM-JOIN-" if not left else "KSTREAM-LEFTJOIN-")
-    check_callable(key_selector, "key selector", name)
-    check_callable(joiner, "joiner", name)
+    operator = "KStream.left_join" if left else "KStream.join"
+    check_function(key_selector, name, operator, "key_selector(key, value)")
+    check_function(joiner, name, operator, "joiner(stream_value, table_value)")
     store = table.query_store_name
     if store not in graph.stores or not graph.stores[store].is_global:
         raise TopologyException(f"node {name}: {table!r} is not a global table of this builder")
@@ -124,7 +127,8 @@ def table_table_join(
     graph: GraphBuilder = this._graph
     prefix = {"inner": "KTABLE-JOIN", "left": "KTABLE-LEFTJOIN", "outer": "KTABLE-OUTERJOIN"}[how]
     this_name = graph.new_name(f"{prefix}THIS-")
-    check_callable(joiner, "joiner", this_name)
+    operator = {"inner": "KTable.join", "left": "KTable.left_join", "outer": "KTable.outer_join"}
+    check_function(joiner, this_name, operator[how], "joiner(value, other_value)")
     if not isinstance(other, KTable) or other._graph is not graph:
         raise TopologyException(f"node {this_name}: join() takes a KTable of this builder")
     this_store = _table_store(graph, this)

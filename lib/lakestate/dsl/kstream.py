@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from lakestate.dsl.builder import GraphBuilder, check_callable, check_topic
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import GraphBuilder, check_topic
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
-from lakestate.processors.stateless import Filter, Map, MapValues, Peek, SelectKey
+from lakestate.processors.stateless import (
+    Filter,
+    FlatMap,
+    FlatMapValues,
+    Foreach,
+    Map,
+    MapValues,
+    PassThrough,
+    Peek,
+    SelectKey,
+)
 
 if TYPE_CHECKING:
+    from lakestate.dsl.branched import BranchedKStream, Named
     from lakestate.dsl.deduplicated import Deduplicated
     from lakestate.dsl.grouped import KGroupedStream
     from lakestate.dsl.ktable import GlobalKTable, KTable
+    from lakestate.dsl.repartitioned import Repartitioned
+    from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 
 
 class KStream:
     """An unbounded stream of records. Operators return new streams; nothing runs until
     the built topology is run by the test driver or the engine.
 
-    ``repartition_required`` is set after a key change (select_key, map, group_by): the
+    ``repartition_required`` is set after a key change (select_key, map, flat_map,
+    group_by, or a merge with a stream that changed its key): the
     next stateful operation then reads the records through a repartition topic, so that
     records with the same new key meet in the same task.
     """
@@ -41,18 +56,23 @@ class KStream:
         factory_of: Callable[[str], Any],
         key_changing: bool = False,
         fn: Any = None,
-        what: str = "",
+        signature: str = "",
+        operator: str = "",
     ) -> KStream:
         name = self._graph.new_name(prefix)
-        if what:
-            check_callable(fn, what, name)
+        if signature:
+            check_function(fn, name, f"KStream.{operator}", signature)
         self._graph.add_processor(name, self._node, factory_of(name))
         return KStream(self._graph, name, self._repartition_required or key_changing)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
         """Keeps the records for which ``predicate(key, value)`` is true."""
         return self._then(
-            "KSTREAM-FILTER-", lambda _: lambda: Filter(predicate), fn=predicate, what="predicate"
+            "KSTREAM-FILTER-",
+            lambda _: lambda: Filter(predicate),
+            fn=predicate,
+            signature="predicate(key, value)",
+            operator="filter",
         )
 
     def filter_not(self, predicate: Callable[[Any, Any], bool]) -> KStream:
@@ -61,13 +81,18 @@ class KStream:
             "KSTREAM-FILTER-",
             lambda _: lambda: Filter(predicate, negate=True),
             fn=predicate,
-            what="predicate",
+            signature="predicate(key, value)",
+            operator="filter_not",
         )
 
     def map_values(self, mapper: Callable[[Any], Any]) -> KStream:
         """Replaces each value with ``mapper(value)``; keys (and partitioning) stay."""
         return self._then(
-            "KSTREAM-MAPVALUES-", lambda _: lambda: MapValues(mapper), fn=mapper, what="mapper"
+            "KSTREAM-MAPVALUES-",
+            lambda _: lambda: MapValues(mapper),
+            fn=mapper,
+            signature="mapper(value)",
+            operator="map_values",
         )
 
     def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
@@ -77,7 +102,8 @@ class KStream:
             lambda _: lambda: SelectKey(selector),
             key_changing=True,
             fn=selector,
-            what="key selector",
+            signature="key_selector(key, value)",
+            operator="select_key",
         )
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
@@ -87,12 +113,95 @@ class KStream:
             lambda _: lambda: Map(mapper),
             key_changing=True,
             fn=mapper,
-            what="mapper",
+            signature="mapper(key, value)",
+            operator="map",
         )
+
+    def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
+        """Replaces each record with the records of ``mapper(key, value)``, an iterable of
+        (new_key, new_value) tuples (empty: none), each with the record's timestamp; a later
+        stateful operation repartitions."""
+        return self._then(
+            "KSTREAM-FLATMAP-",
+            lambda _: lambda: FlatMap(mapper),
+            key_changing=True,
+            fn=mapper,
+            signature="mapper(key, value)",
+            operator="flat_map",
+        )
+
+    def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
+        """Replaces each record with one record per value of ``mapper(value)`` (an iterable;
+        empty: none), each with the record's key and timestamp."""
+        return self._then(
+            "KSTREAM-FLATMAPVALUES-",
+            lambda _: lambda: FlatMapValues(mapper),
+            fn=mapper,
+            signature="mapper(value)",
+            operator="flat_map_values",
+        )
+
+    def split(self, named: Named | None = None) -> BranchedKStream:
+        """Splits the stream into branches (``.branch(predicate, Branched.as_(name))``...,
+        then ``.default_branch()`` or ``.no_default_branch()``, which return the branches by
+        name): a record goes to the first branch whose ``predicate(key, value)`` holds.
+        ``Named.as_(prefix)`` prefixes the branches' names (see dsl/branched.py)."""
+        from lakestate.dsl.branched import BranchedKStream
+
+        return BranchedKStream(self, named)
+
+    def merge(self, other: KStream, named: Named | None = None) -> KStream:
+        """Both streams' records as one stream, each record once, in the order they are
+        processed. A later stateful operation repartitions when either side changed keys."""
+        from lakestate.dsl.branched import Named
+
+        if not isinstance(other, KStream) or other._graph is not self._graph:
+            raise TopologyException(
+                f"merge() takes a KStream of the same StreamsBuilder, got {other!r}"
+            )
+        if named is not None and not isinstance(named, Named):
+            raise TopologyException(f"merge() takes a Named, got {named!r}")
+        name = self._graph.new_name("KSTREAM-MERGE-") if named is None else named.name
+        self._graph.add_processor(name, self._node, PassThrough, other_parents=(other._node,))
+        required = self._repartition_required or other._repartition_required
+        return KStream(self._graph, name, required)
+
+    def foreach(self, action: Callable[[Any, Any], None]) -> None:
+        """Calls ``action(key, value)`` for each record (terminal: forwards nothing)."""
+        name = self._graph.new_name("KSTREAM-FOREACH-")
+        check_function(action, name, "KStream.foreach", "action(key, value)")
+        self._graph.add_processor(name, self._node, lambda: Foreach(action))
+
+    def repartition(self, repartitioned: Repartitioned | None = None) -> KStream:
+        """The stream through a repartition topic (``<name>-repartition``, see
+        ``Repartitioned``): records by their current key's partition. Ends the need to
+        repartition before a stateful operation."""
+        from lakestate.dsl.repartitioned import Repartitioned
+
+        if repartitioned is None:
+            repartitioned = Repartitioned()
+        if not isinstance(repartitioned, Repartitioned):
+            raise TopologyException(f"repartition() takes a Repartitioned, got {repartitioned!r}")
+        graph = self._graph
+        name = repartitioned.name or graph.new_name("KSTREAM-REPARTITION-")
+        topic = name if name.endswith("-repartition") else f"{name}-repartition"
+        source = graph.repartition(
+            self._node,
+            topic,
+            num_partitions=repartitioned.number_of_partitions,
+            named=repartitioned.name is not None,
+        )
+        return KStream(graph, source, False)
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged."""
-        return self._then("KSTREAM-PEEK-", lambda _: lambda: Peek(action), fn=action, what="action")
+        return self._then(
+            "KSTREAM-PEEK-",
+            lambda _: lambda: Peek(action),
+            fn=action,
+            signature="action(key, value)",
+            operator="peek",
+        )
 
     def to(self, topic: str) -> None:
         """Writes the stream to ``topic``."""
@@ -166,34 +275,71 @@ class KStream:
         )
         return KStream(self._graph, name, repartition_required)
 
-    def join(self, table: KTable | GlobalKTable, *args: Any) -> KStream:
-        """Inner join with a table: ``join(table, joiner)``, each record joined with the
-        table's row for its key, ``joiner(stream_value, table_value)``; read as of the
-        record's timestamp when the table is versioned (KIP-914), its latest row otherwise.
-        Records without a row are dropped. With a global table, ``join(global_table,
-        key_selector, joiner)`` looks up ``key_selector(key, value)``. Records with a null
-        value or join key are dropped (metric ``dropped-records``). A key change upstream
-        makes the stream go through a repartition topic first."""
-        return self._join(table, args, left=False)
+    def join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
+        """Inner join.
 
-    def left_join(self, table: KTable | GlobalKTable, *args: Any) -> KStream:
-        """Like ``join``, but a record without a table row (or with a null join key, or
-        looked up beyond a versioned table's history retention) is joined with None."""
-        return self._join(table, args, left=True)
+        With a table: ``join(table, joiner)``, each record joined with the table's row for
+        its key, ``joiner(stream_value, table_value)``; read as of the record's timestamp
+        when the table is versioned (KIP-914), its latest row otherwise. Records without a
+        row are dropped. With a global table, ``join(global_table, key_selector, joiner)``
+        looks up ``key_selector(key, value)``. Records with a null value or join key are
+        dropped (metric ``dropped-records``).
 
-    def _join(self, table: Any, args: tuple[Any, ...], left: bool) -> KStream:
+        With a stream: ``join(other_stream, joiner, JoinWindows, stream_joined=None)``, each
+        pair of records with the same key at most the windows' difference apart, joined as
+        ``joiner(value, other_value)`` at the larger timestamp (Kafka's stream-stream join;
+        both sides buffered for before + after + grace; null keys and values dropped).
+
+        A key change upstream makes a stream go through a repartition topic first."""
+        return self._join(other, args, "inner")
+
+    def left_join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
+        """Like ``join``, but a record without a partner is joined with None: with a table
+        at once (also a null join key, or a lookup beyond a versioned table's history
+        retention); with a stream once its window has closed (stream time past its
+        timestamp + after + grace), never before, and a null-key record at once."""
+        return self._join(other, args, "left")
+
+    def outer_join(
+        self,
+        other: KStream,
+        joiner: Callable[[Any, Any], Any],
+        windows: JoinWindows,
+        stream_joined: StreamJoined | None = None,
+    ) -> KStream:
+        """Stream-stream outer join: like ``left_join`` with a stream, and the other side's
+        records without a partner are emitted too, as ``joiner(None, other_value)``."""
+        from lakestate.dsl.stream_joins import stream_stream_join
+
+        if not isinstance(other, KStream):
+            raise TopologyException(
+                "outer_join() of a stream takes (other_stream, joiner, JoinWindows); a stream "
+                f"has no outer join with {type(other).__name__}"
+            )
+        return stream_stream_join(self, other, joiner, windows, "outer", stream_joined)
+
+    def _join(self, other: Any, args: tuple[Any, ...], how: str) -> KStream:
         from lakestate.dsl.joins import stream_global_table_join, stream_table_join
         from lakestate.dsl.ktable import GlobalKTable
+        from lakestate.dsl.stream_joins import stream_stream_join
 
-        if isinstance(table, GlobalKTable):
+        if isinstance(other, KStream):
+            if len(args) not in (2, 3):
+                raise TopologyException(
+                    "a join with a stream takes (other_stream, joiner, JoinWindows[, StreamJoined])"
+                )
+            stream_joined = args[2] if len(args) == 3 else None
+            return stream_stream_join(self, other, args[0], args[1], how, stream_joined)
+        left = how == "left"
+        if isinstance(other, GlobalKTable):
             if len(args) != 2:
                 raise TopologyException(
                     "a join with a global table takes (global_table, key_selector, joiner)"
                 )
-            return stream_global_table_join(self, table, args[0], args[1], left)
+            return stream_global_table_join(self, other, args[0], args[1], left)
         if len(args) != 1:
             raise TopologyException("a join with a table takes (table, joiner)")
-        return stream_table_join(self, table, args[0], left)
+        return stream_table_join(self, other, args[0], left)
 
     def group_by_key(self) -> KGroupedStream:
         """Groups by the current key, for an aggregation."""
@@ -210,6 +356,7 @@ class KStream:
             lambda _: lambda: SelectKey(key_selector),
             key_changing=True,
             fn=key_selector,
-            what="key selector",
+            signature="key_selector(key, value)",
+            operator="group_by",
         )
         return KGroupedStream(self._graph, keyed._node, True)

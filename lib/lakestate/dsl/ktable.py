@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakestate.dsl.builder import VERSIONED, GraphBuilder, check_callable, table_store_spec
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import VERSIONED, GraphBuilder, table_store_spec
 from lakestate.dsl.materialized import Materialized
 from lakestate.processors.table import (
     TableFilter,
@@ -70,10 +71,11 @@ class KTable:
         materialized: Materialized | None,
         factory_of: Callable[[str | None], Any],
         fn: Any,
-        what: str,
+        operator: str,
+        signature: str,
     ) -> KTable:
         name = self._graph.new_name(prefix)
-        check_callable(fn, what, name)
+        check_function(fn, name, f"KTable.{operator}", signature)
         store = None
         # Without its own store the result inherits versioned-ness; with one, the store says.
         versioned = self._versioned
@@ -95,7 +97,8 @@ class KTable:
             materialized,
             lambda s: lambda: TableFilter(predicate, False, s, versioned),
             predicate,
-            "predicate",
+            "filter",
+            "predicate(key, value)",
         )
 
     def filter_not(
@@ -107,7 +110,8 @@ class KTable:
             materialized,
             lambda s: lambda: TableFilter(predicate, True, s, versioned),
             predicate,
-            "predicate",
+            "filter_not",
+            "predicate(key, value)",
         )
 
     def map_values(
@@ -119,7 +123,8 @@ class KTable:
             materialized,
             lambda s: lambda: TableMapValues(mapper, s),
             mapper,
-            "mapper",
+            "map_values",
+            "mapper(value)",
         )
 
     def to_stream(self) -> KStream:
@@ -186,7 +191,7 @@ class KTable:
         from lakestate.dsl.grouped import KGroupedTable
 
         name = self._graph.new_name("KTABLE-SELECT-")
-        check_callable(selector, "selector", name)
+        check_function(selector, name, "KTable.group_by", "selector(key, value)")
         versioned = self._versioned
         self._graph.add_processor(
             name, self._node, lambda: TableRepartitionMap(selector, versioned)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from lakestate.dsl.arguments import duration_ms
 from lakestate.dsl.names import check_store_name
-from lakestate.errors import TopologyException
 
 
 @dataclass(frozen=True)
@@ -38,17 +38,9 @@ class Materialized:
         """A named versioned key-value store (KIP-889) keeping versions ``history_retention``
         behind its observed stream time; the retention doubles as its grace period."""
         named = Materialized.as_(store_name)
-        if not isinstance(history_retention, timedelta):
-            raise TopologyException(
-                f"Materialized.as_versioned: history retention must be a timedelta, "
-                f"got {history_retention!r}"
-            )
-        ms = int(history_retention / timedelta(milliseconds=1))
-        if ms <= 0:
-            raise TopologyException(
-                f"Materialized.as_versioned: history retention must be positive (at least "
-                f"1 ms), got {history_retention}"
-            )
+        ms = duration_ms(
+            history_retention, "history retention", "Materialized.as_versioned", positive=True
+        )
         return replace(named, history_retention_ms=ms)
 
     @property

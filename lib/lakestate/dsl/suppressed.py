@@ -31,11 +31,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from lakestate.dsl.arguments import duration_ms
 from lakestate.dsl.builder import GraphBuilder
 from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
 from lakestate.processors.suppress import EMIT_EARLY, SHUT_DOWN, SPILL_TO_DISK, Suppress
-from lakestate.records import duration_millis
 from lakestate.topology.graph import StoreSpec
 
 SUPPRESSION_BUFFER = "suppression_buffer"
@@ -128,10 +128,7 @@ class Suppressed:
     def until_time_limit(duration: timedelta, buffer_config: BufferConfig) -> Suppressed:
         """Each key's latest update, ``duration`` after its first buffered update."""
         _check_config(buffer_config)
-        try:
-            ms = duration_millis(duration, "until_time_limit duration")
-        except (TypeError, ValueError) as exc:
-            raise TopologyException(f"Suppressed: {exc}") from None
+        ms = duration_ms(duration, "duration", "Suppressed.until_time_limit")
         return Suppressed(UNTIL_TIME_LIMIT, buffer_config, ms)
 
     def with_name(self, name: str) -> Suppressed:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lakestate.dsl.builder import GraphBuilder, check_callable
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import GraphBuilder
 from lakestate.dsl.ktable import KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
@@ -41,11 +42,12 @@ class _Windowed:
         checks: tuple[tuple[Any, str], ...],
         factory_of: Callable[[str], Callable[[], Any]],
         close_after_ms: int,
+        operator: str,
     ) -> KTable:
         # Kafka names windowed nodes and stores like the unwindowed ones.
         name = self._graph.new_name(prefix)
-        for fn, what in checks:
-            check_callable(fn, what, name)
+        for fn, signature in checks:
+            check_function(fn, name, f"{type(self).__name__}.{operator}", signature)
         store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
         parent = self._node
         if self._repartition_required:
@@ -76,6 +78,7 @@ class TimeWindowedKStream(_Windowed):
         materialized: Materialized | None,
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KSTREAM-AGGREGATE-",
+        operator: str = "count",
     ) -> KTable:
         windows = self._windows
         processor = (
@@ -90,6 +93,7 @@ class TimeWindowedKStream(_Windowed):
             checks,
             lambda store: lambda: processor(store, windows, initializer, aggregator),
             windows.grace_ms,
+            operator,
         )
 
     def count(self, materialized: Materialized | None = None) -> KTable:
@@ -104,8 +108,8 @@ class TimeWindowedKStream(_Windowed):
         materialized: Materialized | None = None,
     ) -> KTable:
         """Per key and window: ``agg = aggregator(key, value, agg)``, from ``initializer()``."""
-        checks = ((initializer, "initializer"), (aggregator, "aggregator"))
-        return self._aggregate(initializer, aggregator, materialized, checks)
+        checks = ((initializer, "initializer()"), (aggregator, "aggregator(key, value, agg)"))
+        return self._aggregate(initializer, aggregator, materialized, checks, operator="aggregate")
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], materialized: Materialized | None = None
@@ -115,8 +119,9 @@ class TimeWindowedKStream(_Windowed):
             None,
             reducer_as_aggregator(reducer),
             materialized,
-            ((reducer, "reducer"),),
+            ((reducer, "reducer(agg, value)"),),
             prefix="KSTREAM-REDUCE-",
+            operator="reduce",
         )
 
 
@@ -137,6 +142,7 @@ class SessionWindowedKStream(_Windowed):
         materialized: Materialized | None,
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KSTREAM-AGGREGATE-",
+        operator: str = "count",
     ) -> KTable:
         windows = self._windows
         return self._add(
@@ -148,6 +154,7 @@ class SessionWindowedKStream(_Windowed):
                 lambda: SessionWindowedAggregate(store, windows, initializer, aggregator, merger)
             ),
             windows.close_after_ms,
+            operator,
         )
 
     def count(self, materialized: Materialized | None = None) -> KTable:
@@ -165,8 +172,14 @@ class SessionWindowedKStream(_Windowed):
     ) -> KTable:
         """Per key and session: ``aggregator(key, value, agg)`` from ``initializer()``;
         ``merger(key, agg1, agg2)`` combines two sessions that a record joins."""
-        checks = ((initializer, "initializer"), (aggregator, "aggregator"), (merger, "merger"))
-        return self._aggregate(initializer, aggregator, merger, materialized, checks)
+        checks = (
+            (initializer, "initializer()"),
+            (aggregator, "aggregator(key, value, agg)"),
+            (merger, "merger(key, agg1, agg2)"),
+        )
+        return self._aggregate(
+            initializer, aggregator, merger, materialized, checks, operator="aggregate"
+        )
 
     def reduce(
         self, reducer: Callable[[Any, Any], Any], materialized: Materialized | None = None
@@ -178,6 +191,7 @@ class SessionWindowedKStream(_Windowed):
             reducer_as_aggregator(reducer),
             lambda _k, a, b: reducer(a, b),
             materialized,
-            ((reducer, "reducer"),),
+            ((reducer, "reducer(agg, value)"),),
             prefix="KSTREAM-REDUCE-",
+            operator="reduce",
         )

@@ -7,19 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from lakestate.dsl.arguments import duration_ms
 from lakestate.errors import TopologyException
 from lakestate.records import Window
-
-
-def _millis(value: timedelta, what: str, positive: bool) -> int:
-    if not isinstance(value, timedelta):
-        raise TopologyException(f"{what} must be a timedelta, got {value!r}")
-    ms = int(value / timedelta(milliseconds=1))
-    if ms < 0 or (positive and ms == 0):
-        raise TopologyException(
-            f"{what} must be {'positive' if positive else 'zero or more'}, got {value}"
-        )
-    return ms
 
 
 @dataclass(frozen=True)
@@ -35,17 +25,18 @@ class TimeWindows:
 
     @staticmethod
     def of_size_with_no_grace(size: timedelta) -> TimeWindows:
-        size_ms = _millis(size, "window size", positive=True)
+        size_ms = duration_ms(size, "window size", "TimeWindows.of_size_with_no_grace", True)
         return TimeWindows(size_ms, size_ms, 0)
 
     @staticmethod
     def of_size_and_grace(size: timedelta, grace: timedelta) -> TimeWindows:
-        size_ms = _millis(size, "window size", positive=True)
-        return TimeWindows(size_ms, size_ms, _millis(grace, "grace period", positive=False))
+        operator = "TimeWindows.of_size_and_grace"
+        size_ms = duration_ms(size, "window size", operator, positive=True)
+        return TimeWindows(size_ms, size_ms, duration_ms(grace, "grace period", operator))
 
     def advance_by(self, advance: timedelta) -> TimeWindows:
         """Hopping windows: a new window every ``advance`` (0 < advance <= size)."""
-        advance_ms = _millis(advance, "window advance", positive=True)
+        advance_ms = duration_ms(advance, "window advance", "TimeWindows.advance_by", True)
         if advance_ms > self.size_ms:
             raise TopologyException(
                 f"window advance ({advance_ms} ms) must not exceed the window size "
@@ -80,13 +71,15 @@ class SessionWindows:
 
     @staticmethod
     def of_inactivity_gap_with_no_grace(gap: timedelta) -> SessionWindows:
-        return SessionWindows(_millis(gap, "inactivity gap", positive=True), 0)
+        operator = "SessionWindows.of_inactivity_gap_with_no_grace"
+        return SessionWindows(duration_ms(gap, "inactivity gap", operator, positive=True), 0)
 
     @staticmethod
     def of_inactivity_gap_and_grace(gap: timedelta, grace: timedelta) -> SessionWindows:
+        operator = "SessionWindows.of_inactivity_gap_and_grace"
         return SessionWindows(
-            _millis(gap, "inactivity gap", positive=True),
-            _millis(grace, "grace period", positive=False),
+            duration_ms(gap, "inactivity gap", operator, positive=True),
+            duration_ms(grace, "grace period", operator),
         )
 
     @property
@@ -120,7 +113,8 @@ class SlidingWindows:
         time_difference: timedelta, grace: timedelta
     ) -> SlidingWindows:
         return SlidingWindows(
-            _time_difference(time_difference), _millis(grace, "grace period", positive=False)
+            _time_difference(time_difference),
+            duration_ms(grace, "grace period", "SlidingWindows.of_time_difference_and_grace"),
         )
 
     @property
@@ -143,4 +137,4 @@ def _time_difference(value: timedelta) -> int:
             "sliding windows' time difference must be positive (at least 1 ms), got 0: "
             "Kafka Streams fails on the first record with a time difference of 0"
         )
-    return _millis(value, "sliding windows' time difference", positive=True)
+    return duration_ms(value, "time difference", "SlidingWindows", positive=True)

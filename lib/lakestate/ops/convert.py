@@ -22,7 +22,7 @@ from collections.abc import Callable
 from lakestate.app import App
 from lakestate.checkpoint import changelog, progress
 from lakestate.errors import StreamsException
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits, topics
 from lakestate.task_id import TaskId
 from lakestate.topology.graph import internal_topic_name
 from lakestate.warehouse import Warehouse
@@ -58,7 +58,7 @@ def convert(
         inputs = list(sub.source_topics) + [
             internal_topic_name(app.name, s) for s in sub.repartition_sources
         ]
-        partitions = max(logtable.partitions(spark, warehouse, t) for t in inputs)
+        partitions = max(topics.topic(warehouse, t).partitions() for t in inputs)
         tasks = [TaskId(sub.id, p) for p in range(partitions)]
         tables = []
         for store in sub.stores:

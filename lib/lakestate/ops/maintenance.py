@@ -7,7 +7,7 @@ it writes: its sinks and repartition topics, as its progress rows name them (fie
 ``optimize`` rewrites each Delta partition's small files into bigger ones
 (``DeltaTable.optimize.compact``). Its commit adds and removes files with ``dataChange``
 false and carries no ``txn``: the rows, every task's txn version and the end offsets that
-lakestate reads from a topic's commits (``logtable._recorded_ends`` steps over commits that
+lakestate reads from a topic's commits (``logtable.ends._recorded_ends`` steps over commits that
 change no data) stay as they were. It commits beside the engine's appends: delta-rs checks
 an OPTIMIZE against concurrent appends and lets both through.
 

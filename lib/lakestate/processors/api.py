@@ -85,6 +85,9 @@ class Processor:
     """
 
     chunked: ClassVar[bool] = False
+    # A chunked processor that sends each record to one child of its choice (split's branch
+    # node) implements ``route_chunk`` instead of ``process_chunk``, and ``process``.
+    routes_chunks: ClassVar[bool] = False
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
@@ -104,6 +107,10 @@ class Processor:
     def process_chunk(self, chunk: Chunk) -> Chunk:
         """What this node forwards for the records of ``chunk``, as one chunk."""
         raise NotImplementedError(f"{type(self).__name__} does not process chunks")
+
+    def route_chunk(self, chunk: Chunk) -> dict[str, Chunk]:
+        """Per child node (every one), the chunk of the records this node sends it."""
+        raise NotImplementedError(f"{type(self).__name__} does not route chunks")
 
     def finish_chunk(self) -> None:  # noqa: B027 - optional hook, stateless processors hold nothing
         """Write to the stores what the last ``process_chunk`` decided."""

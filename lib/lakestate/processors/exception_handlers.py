@@ -82,11 +82,13 @@ def default_dead_letter_topic(application_id: str) -> str:
 @dataclass(frozen=True)
 class ExceptionHandlers:
     """An app's handlers. ``dead_letter_topic``: where skipped records go; None when no
-    handler continues (a failure then always fails the batch)."""
+    handler continues (a failure then always fails the batch). ``topic_if_continued``:
+    where they would go if a handler continued (what a failure's advice names)."""
 
     processing: str = FAIL
     deserialization: str = FAIL
     dead_letter_topic: str | None = None
+    topic_if_continued: str | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], application_id: str) -> ExceptionHandlers:
@@ -103,14 +105,29 @@ class ExceptionHandlers:
             raise StreamsException(
                 f"config {DEAD_LETTER_QUEUE_TOPIC} must be a topic name, got {topic!r}"
             )
-        if CONTINUE not in (processing, deserialization):
-            topic = None  # every failure fails its batch: nothing is ever written there
-        elif topic is None:
+        if topic is None:
             topic = default_dead_letter_topic(application_id)
-        return cls(processing, deserialization, topic)
+        # With no handler continuing every failure fails its batch: nothing is written there.
+        written = topic if CONTINUE in (processing, deserialization) else None
+        return cls(processing, deserialization, written, topic)
 
     def handler(self, kind: str) -> str:
         return self.processing if kind == PROCESSING else self.deserialization
+
+    def advice(self, kind: str) -> str:
+        """What to do about a record that failed under log-and-fail (``kind``: PROCESSING
+        or DESERIALIZATION): the handler setting, its values and the dead-letter topic."""
+        key = (
+            PROCESSING_EXCEPTION_HANDLER
+            if kind == PROCESSING
+            else DESERIALIZATION_EXCEPTION_HANDLER
+        )
+        return (
+            f"{key} is {FAIL}, so the batch failed and the next run retries the record: fix "
+            f"the record or the app, or set {key} to {CONTINUE} (values: {FAIL}, "
+            f"{CONTINUE}) to skip failing records to the dead-letter topic "
+            f"{self.topic_if_continued!r} ({DEAD_LETTER_QUEUE_TOPIC})"
+        )
 
 
 def _choice(config: Mapping[str, Any], key: str, known: dict[str, str]) -> str:

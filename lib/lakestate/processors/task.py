@@ -16,6 +16,7 @@ from lakestate.errors import ProcessingException, SerializationException, Stream
 from lakestate.processors import exception_handlers as handlers
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.processors.metrics import NODES, STORES, TaskMetrics
 from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.state import processor_metadata as metadata_store
@@ -206,7 +207,7 @@ class Task:
             self._contexts[name] = _NodeContext(self, name, node.children)
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
-        self._chains = self._chunk_chains()
+        self._plans = self._chunk_plans()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
         self._committed_metrics = self.metrics.copy()
 
@@ -233,40 +234,28 @@ class Task:
         self.stream_time = max(self.stream_time, record.timestamp)
         self.process_at(source, record)
 
-    def _chunk_chains(self) -> dict[str, list[Processor]]:
-        """For each source topic whose records pass one straight chain, source to sink, of
-        chunk-capable processors: that chain. Other inputs' nodes may stand beside it (the
-        table a stream joins with): a chunk holds one topic's records, and no node of its
-        chain hands records to them."""
-        nodes = self.topology.nodes
-        chains: dict[str, list[Processor]] = {}
+    def _chunk_plans(self) -> dict[str, ChunkPlan]:
+        """For each source topic whose records reach only chunk-capable processors: their
+        way through the sub-topology (processors/chunk_plan.py). Other inputs' nodes may
+        stand beside it (the table a stream joins with): a chunk holds one topic's records."""
+        plans: dict[str, ChunkPlan] = {}
         for topic, source in self._sources.items():
-            chain: list[Processor] | None = []
-            name = source
-            while chain is not None:
-                processor = self._processors[name]
-                children = nodes[name].children
-                if not processor.chunked or len(children) > 1:
-                    chain = None
-                    break
-                chain.append(processor)
-                if not children:
-                    break
-                name = children[0]
-            if chain is not None:
-                chains[topic] = chain
-        return chains
+            plan = ChunkPlan.of(self.topology, self.subtopology.nodes, source, self._processors)
+            if plan is not None:
+                plans[topic] = plan
+        return plans
 
     def can_process_chunks(self, topic: str) -> bool:
         """True when ``process_chunk`` applies to records of ``topic``."""
-        return topic in self._chains
+        return topic in self._plans
 
     def process_chunk(self, topic: str, offsets: list[int], records: list[Record]) -> bool:
         """Process ``records`` (read from ``topic`` at ``offsets``, in offset order) node by
         node, each node taking them all at once: the same state, output, metrics and stream
-        time as ``process`` on each in turn. Returns False, with nothing applied, when the
-        sub-topology is not a chain of chunk-capable processors or when a record fails; the
-        caller then processes the records one by one, which raises for the one that fails."""
+        time as ``process`` on each in turn (each topic's output in the same order). Returns
+        False, with nothing applied, when the records of ``topic`` reach a processor that is
+        not chunk-capable or when a record fails; the caller then processes the records one
+        by one, which raises for the one that fails."""
         if not self.can_process_chunks(topic):
             return False
         stream_time = self.stream_time
@@ -283,25 +272,23 @@ class Task:
         output_mark = len(self._output)
         metrics = self.metrics.copy()
         chunk = Chunk(topic, offsets, stream_times, records, list(range(len(records))))
-        chain = self._chains[topic]
+        plan = self._plans[topic]
         try:
-            for processor in chain:
-                chunk = processor.process_chunk(chunk)
-                # What a node forwards, as its forward() calls count it one record at a time.
-                if chunk.records:
-                    self.metrics.add(
-                        NODES, processor.context.node, FORWARD_TOTAL, len(chunk.records)
-                    )
+            plan.run(chunk, self._forwarded, lambda: self._output)
         except Exception:
             # Nothing was written to the stores yet (finish_chunk does that): undo the rest.
             del self._output[output_mark:]
             self.metrics = metrics
             return False
-        for processor in chain:
+        for processor in plan.processors:
             processor.finish_chunk()
         self.stream_time = stream_time
         self.current_metadata = RecordMetadata(topic, self.partition, offsets[-1])
         return True
+
+    def _forwarded(self, processor: Processor, count: int) -> None:
+        """What a node forwarded of a chunk, as its forward() calls count it one by one."""
+        self.metrics.add(NODES, processor.context.node, FORWARD_TOTAL, count)
 
     def process_at(self, node: str, record: Record) -> None:
         try:

@@ -17,9 +17,11 @@ from; None: it held no store then). An instance is caught up on a task when its 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lakestate.assign import history as generations_table
+from lakestate.assign.types import Assignment
 from lakestate.read.status import TaskStatus, app_status
 from lakestate.scaleout import lag_reports as reports_table
 from lakestate.task_id import TaskId
@@ -61,6 +63,13 @@ def held_pct(local_offsets: Mapping[str, int] | None, committed: Mapping[str, in
         return 100.0
     held = sum(min(end, int(local_offsets.get(key, 0))) for key, end in committed.items())
     return round(100.0 * held / total, 1)
+
+
+def _global_topics(topology: Topology | None, tasks: list[TaskStatus]) -> set[str]:
+    """The app's global topics: the topology's, and any input a task reads beyond its own
+    partition (without the topology: from the progress rows)."""
+    found = {g.topic for g in topology.global_tables} if topology is not None else set()
+    return found | {i.topic for t in tasks for i in t.inputs if i.partition != t.task.partition}
 
 
 def _committed(task: TaskStatus, global_topics: set[str]) -> dict[str, int]:
@@ -139,10 +148,7 @@ def assignment_view(
     latest = history[-1] if history else None
     assignment = latest.assignment if latest is not None else None
 
-    global_topics = {g.topic for g in topology.global_tables} if topology is not None else set()
-    global_topics |= {
-        i.topic for t in status.tasks for i in t.inputs if i.partition != t.task.partition
-    }
+    global_topics = _global_topics(topology, status.tasks)
     by_task = {t.task: t for t in status.tasks}
     task_ids = sorted(
         set(by_task)
@@ -151,60 +157,120 @@ def assignment_view(
     )
     configured = latest.instance_names if latest is not None else []
     names = configured + sorted(set(newest) - set(configured))
-
     tasks = []
     for task in task_ids:
         found = by_task.get(task)
         committed = _committed(found, global_topics) if found is not None else {}
-        active = assignment.active.get(task) if assignment else None
-        warmup = sorted(assignment.warmup.get(task, ())) if assignment else []
-        standby = sorted(assignment.standby.get(task, ())) if assignment else []
+        roles = _Roles.of(assignment, task)
         per_instance = []
         for name in names:
-            role = (
-                "active" if name == active
-                else "warmup" if name in warmup
-                else "standby" if name in standby
-                else "none"
-            )  # fmt: skip
             report = newest.get(name, {}).get(task)
+            role = roles.role_of(name)
             if role == "none" and report is None:
                 continue
-            local = report.local_offsets if report is not None else None
-            lag = reports_table.lag_of(local, committed)
-            entry: dict[str, Any] = {
-                "instance": name,
-                "role": role,
-                "lag": lag,
-                "caught_up": None if lag is None else lag <= acceptable_recovery_lag,
-                "held_pct": held_pct(local, committed),
-                "local_batch": report.local_batch if report else None,
-                "reported_at_ms": report.at_ms if report else None,
-                "reported_generation": report.generation if report else None,
-                "reported_role": report.role if report else None,
-            }
+            entry = _instance_on_task(name, role, report, committed, acceptable_recovery_lag)
             if role == "warmup":
                 since = _warmup_since(history, task, name)
                 entry["warmup_since"] = since.number
                 entry["lag_at_assignment"] = since.lags.get(name, {}).get(task)
             per_instance.append(entry)
-        tasks.append(
-            {
-                "task": str(task),
-                "active": active,
-                "warmup": warmup,
-                "standby": standby,
-                "last_batch": found.batch if found else 0,
-                "last_commit_at_ms": found.committed_at_ms if found else None,
-                "pending_batch": found.pending_batch if found else None,
-                "input_lag": found.lag if found else None,
-                "committed_offsets": committed,
-                "instances": per_instance,
-            }
+        tasks.append(_task_entry(task, roles, found, committed, per_instance))
+    summaries = [_summary(g, history[i - 1] if i else None) for i, g in enumerate(history)]
+    return {
+        "app": app,
+        "generation": latest.number if latest is not None else None,
+        "reason": latest.reason if latest is not None else None,
+        "at_ms": latest.at_ms if latest is not None else None,
+        "probing_rebalance_needed": bool(assignment and assignment.probing_rebalance_needed),
+        "acceptable_recovery_lag": acceptable_recovery_lag,
+        "instances": _instances(names, latest, tasks, newest),
+        "tasks": tasks,
+        "history": summaries[::-1][:history_limit],
+        "unresolved_subtopologies": status.unresolved,
+    }
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """A task's instances in the latest generation (none: never assigned)."""
+
+    active: str | None
+    warmup: list[str]
+    standby: list[str]
+
+    @staticmethod
+    def of(assignment: Assignment | None, task: TaskId) -> _Roles:
+        if assignment is None:
+            return _Roles(None, [], [])
+        return _Roles(
+            assignment.active.get(task),
+            sorted(assignment.warmup.get(task, ())),
+            sorted(assignment.standby.get(task, ())),
         )
 
+    def role_of(self, instance: str) -> str:
+        if instance == self.active:
+            return "active"
+        if instance in self.warmup:
+            return "warmup"
+        return "standby" if instance in self.standby else "none"
+
+
+def _instance_on_task(
+    name: str,
+    role: str,
+    report: reports_table.Report | None,
+    committed: dict[str, int],
+    acceptable_recovery_lag: int,
+) -> dict[str, Any]:
+    """An instance's entry on a task: its role, its lag and what its store holds, from its
+    newest report on the task (None: it sent none)."""
+    local = report.local_offsets if report is not None else None
+    lag = reports_table.lag_of(local, committed)
+    return {
+        "instance": name,
+        "role": role,
+        "lag": lag,
+        "caught_up": None if lag is None else lag <= acceptable_recovery_lag,
+        "held_pct": held_pct(local, committed),
+        "local_batch": report.local_batch if report else None,
+        "reported_at_ms": report.at_ms if report else None,
+        "reported_generation": report.generation if report else None,
+        "reported_role": report.role if report else None,
+    }
+
+
+def _task_entry(
+    task: TaskId,
+    roles: _Roles,
+    found: TaskStatus | None,
+    committed: dict[str, int],
+    per_instance: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "task": str(task),
+        "active": roles.active,
+        "warmup": roles.warmup,
+        "standby": roles.standby,
+        "last_batch": found.batch if found else 0,
+        "last_commit_at_ms": found.committed_at_ms if found else None,
+        "pending_batch": found.pending_batch if found else None,
+        "input_lag": found.lag if found else None,
+        "committed_offsets": committed,
+        "instances": per_instance,
+    }
+
+
+def _instances(
+    names: list[str],
+    latest: generations_table.Generation | None,
+    tasks: list[dict[str, Any]],
+    newest: dict[str, dict[TaskId, reports_table.Report]],
+) -> list[dict[str, Any]]:
+    """Per instance: whether the latest generation configures it, its queue and capacity,
+    its task counts by role and its newest report's time."""
     described = {i["name"]: i for i in latest.instances} if latest is not None else {}
-    instances = [
+    return [
         {
             "name": name,
             "configured": name in described,
@@ -219,16 +285,3 @@ def assignment_view(
         }
         for name in names
     ]
-    summaries = [_summary(g, history[i - 1] if i else None) for i, g in enumerate(history)]
-    return {
-        "app": app,
-        "generation": latest.number if latest is not None else None,
-        "reason": latest.reason if latest is not None else None,
-        "at_ms": latest.at_ms if latest is not None else None,
-        "probing_rebalance_needed": bool(assignment and assignment.probing_rebalance_needed),
-        "acceptable_recovery_lag": acceptable_recovery_lag,
-        "instances": instances,
-        "tasks": tasks,
-        "history": summaries[::-1][:history_limit],
-        "unresolved_subtopologies": status.unresolved,
-    }

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from lakestate.app import App, load_app
-from lakestate.io import delta_commits, logtable
+from lakestate.io import delta_commits, topics
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
 from lakestate.runtime.inprocess import DEFAULT_MAX_RECORDS, MAX_RECORDS_CONFIG
 from lakestate.state import constants
-from lakestate.topology.graph import internal_topic_name
+from lakestate.topology.graph import SubTopology, internal_topic_name
 from lakestate.warehouse import Warehouse
 
 __all__ = ["describe_app", "describe_topic", "find_app"]
@@ -58,22 +58,22 @@ def find_app(name: str, jobs: str | Path = "jobs") -> App | None:
 def describe_topic(warehouse: Warehouse, topic: str) -> dict[str, Any]:
     """A topic's table, partition count, end offsets and record count (the sum of the end
     offsets: offsets are dense from 0). ValueError if it does not exist."""
-    if not logtable.topic_exists(None, warehouse, topic):
+    found = topics.topic(warehouse, topic)
+    if not found.exists():
         raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}")
-    n = logtable.partitions(None, warehouse, topic)
-    ends = logtable.end_offsets_of(warehouse, topic, n)
+    about = found.describe()
     return {
         "topic": topic,
-        "path": warehouse.topic_path(topic),
-        "partitions": n,
-        "end_offsets": {str(p): e for p, e in sorted(ends.items())},
-        "records": sum(ends.values()),
+        "path": about.location,
+        "partitions": about.partitions,
+        "end_offsets": {str(p): e for p, e in sorted(about.end_offsets.items())},
+        "records": about.records,
         "sql_view": view_name(topic),
     }
 
 
 def _topic(warehouse: Warehouse, topic: str, role: str) -> dict[str, Any]:
-    if logtable.topic_exists(None, warehouse, topic):
+    if topics.topic(warehouse, topic).exists():
         return {"role": role, "exists": True, **describe_topic(warehouse, topic)}
     return {
         "topic": topic,
@@ -90,6 +90,34 @@ def _topic(warehouse: Warehouse, topic: str, role: str) -> dict[str, Any]:
 def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
     """The description of ``app`` (see the module's docstring)."""
     topology, name = app.topology, app.name
+    topics = {t: _topic(warehouse, t, role) for t, role in _topic_roles(app).items()}
+    inputs = {
+        sub.id: list(sub.source_topics)
+        + [internal_topic_name(name, s) for s in sub.repartition_sources]
+        for sub in topology.subtopologies
+    }
+    task_counts = _task_counts(app, topics, inputs)
+    return {
+        "app": name,
+        "warehouse": warehouse.root,
+        "progress": warehouse.progress_path(name),
+        "config": _config(app),
+        "topology": topology.describe(),
+        "subtopologies": [
+            _subtopology(app, sub, inputs[sub.id], task_counts.get(sub.id))
+            for sub in topology.subtopologies
+        ],
+        "global_tables": [{"topic": g.topic, "store": g.store} for g in topology.global_tables],
+        "tasks": _tasks(app, inputs, task_counts),
+        "topics": list(topics.values()),
+        "stores": _stores(warehouse, app),
+    }
+
+
+def _topic_roles(app: App) -> dict[str, str]:
+    """Every topic the app reads or writes, with its role: source, repartition, sink,
+    global or dead letters."""
+    topology, name = app.topology, app.name
     roles: dict[str, str] = {}
     for sub in topology.subtopologies:
         for t in sub.source_topics:
@@ -103,23 +131,29 @@ def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
     dead_letters = app.config.get("errors.dead.letter.queue.topic.name")
     if dead_letters:
         roles.setdefault(dead_letters, "dead letters")
-    topics = {t: _topic(warehouse, t, role) for t, role in roles.items()}
+    return roles
 
-    # Tasks as a run resolves them: per sub-topology, writers first, the most partitions of
-    # its inputs; a repartition topic not made yet gets its writer's task count.
+
+def _task_counts(
+    app: App, topics: dict[str, dict[str, Any]], inputs: dict[int, list[str]]
+) -> dict[int, int]:
+    """Per sub-topology its task count as a run resolves it (absent: unknown until its
+    input topics exist): the most partitions of its inputs, writers first; a repartition
+    topic not made yet gets its writer's task count."""
+    topology = app.topology
     writers = {
-        internal_topic_name(name, s): sub.id
+        internal_topic_name(app.name, s): sub.id
         for sub in topology.subtopologies
         for s in sub.repartition_sinks
     }
-    inputs = {
-        sub.id: list(sub.source_topics)
-        + [internal_topic_name(name, s) for s in sub.repartition_sources]
-        for sub in topology.subtopologies
+    fixed = {
+        internal_topic_name(app.name, s): n for s, n in topology.repartition_partitions().items()
     }
 
     def partitions(topic: str, counts: dict[int, int]) -> int | None:
         known = topics[topic]["partitions"]
+        if known is None:
+            known = fixed.get(topic)
         return known if known is not None else counts.get(writers.get(topic, -1))
 
     task_counts: dict[int, int] = {}
@@ -131,20 +165,54 @@ def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
             if sub.id not in task_counts and found and None not in found:
                 task_counts[sub.id] = max(found)
                 changed = True
-    global_topics = [g.topic for g in topology.global_tables]
-    tasks = []
-    for sub in topology.subtopologies:
-        for p in range(task_counts.get(sub.id, 0)):
-            tasks.append(
-                {
-                    "task": f"{sub.id}_{p}",
-                    "subtopology": sub.id,
-                    "partition": p,
-                    "reads": [f"{t}[{p}]" for t in inputs[sub.id]],
-                    "global_reads": global_topics,
-                }
-            )
+    return task_counts
 
+
+def _tasks(
+    app: App, inputs: dict[int, list[str]], task_counts: dict[int, int]
+) -> list[dict[str, Any]]:
+    """Every task: the partition of each input it reads, and the global topics it reads
+    whole."""
+    global_topics = [g.topic for g in app.topology.global_tables]
+    return [
+        {
+            "task": f"{sub.id}_{p}",
+            "subtopology": sub.id,
+            "partition": p,
+            "reads": [f"{t}[{p}]" for t in inputs[sub.id]],
+            "global_reads": global_topics,
+        }
+        for sub in app.topology.subtopologies
+        for p in range(task_counts.get(sub.id, 0))
+    ]
+
+
+def _subtopology(app: App, sub: SubTopology, reads: list[str], tasks: int | None) -> dict[str, Any]:
+    """A sub-topology: its nodes, the topics it reads and writes, its stores, its tasks."""
+    nodes = app.topology.nodes
+    return {
+        "id": sub.id,
+        "nodes": [
+            {
+                "name": n,
+                "kind": nodes[n].kind,
+                "description": nodes[n].describe(),
+                "children": list(nodes[n].children),
+            }
+            for n in sub.nodes
+        ],
+        "reads": reads,
+        "writes": list(sub.sink_topics)
+        + [internal_topic_name(app.name, s) for s in sub.repartition_sinks],
+        "stores": list(sub.stores),
+        "tasks": tasks,
+    }
+
+
+def _stores(warehouse: Warehouse, app: App) -> list[dict[str, Any]]:
+    """Every store: its kind, sub-topology and options; a local store also its SQL views
+    and changelog table."""
+    topology, name = app.topology, app.name
     stores = []
     for store, spec in topology.stores.items():
         sub = next((s.id for s in topology.subtopologies if store in s.stores), None)
@@ -164,41 +232,16 @@ def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
                 changelog_exists=delta_commits.table_exists(path),
             )
         stores.append(entry)
+    return stores
 
+
+def _config(app: App) -> dict[str, dict[str, Any]]:
+    """The config keys that decide how the app runs (with their defaults when unset), then
+    every other key the app sets."""
     config = {
         key: {"value": app.config.get(key, default), "default": key not in app.config}
         for key, default in _CONFIG_DEFAULTS.items()
     }
     for key, value in sorted(app.config.items()):
         config.setdefault(key, {"value": value, "default": False})
-    return {
-        "app": name,
-        "warehouse": warehouse.root,
-        "progress": warehouse.progress_path(name),
-        "config": config,
-        "topology": topology.describe(),
-        "subtopologies": [
-            {
-                "id": sub.id,
-                "nodes": [
-                    {
-                        "name": n,
-                        "kind": topology.nodes[n].kind,
-                        "description": topology.nodes[n].describe(),
-                        "children": list(topology.nodes[n].children),
-                    }
-                    for n in sub.nodes
-                ],
-                "reads": inputs[sub.id],
-                "writes": list(sub.sink_topics)
-                + [internal_topic_name(name, s) for s in sub.repartition_sinks],
-                "stores": list(sub.stores),
-                "tasks": task_counts.get(sub.id),
-            }
-            for sub in topology.subtopologies
-        ],
-        "global_tables": [{"topic": g.topic, "store": g.store} for g in topology.global_tables],
-        "tasks": tasks,
-        "topics": list(topics.values()),
-        "stores": stores,
-    }
+    return config

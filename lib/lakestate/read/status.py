@@ -24,7 +24,7 @@ from lakestate.checkpoint import progress, task_dir
 from lakestate.checkpoint.batch import GLOBAL_SEPARATOR, global_key
 from lakestate.checkpoint.standing import is_complete
 from lakestate.checkpoint.task_dir import TaskDir
-from lakestate.io import logtable
+from lakestate.io import topics
 from lakestate.processors.metrics import TASK, is_document, task_level
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.task_id import TaskId
@@ -126,7 +126,9 @@ def app_status(
     inputs, global_topics = _inputs(app, topology, history)
     partitions = {t: _partitions(warehouse, t) for ts in inputs.values() for t in ts}
     partitions.update({t: _partitions(warehouse, t) for t in global_topics})
-    ends = {t: logtable.end_offsets(None, warehouse, t) if n else {} for t, n in partitions.items()}
+    ends = {
+        t: topics.topic(warehouse, t, n).end_offsets() if n else {} for t, n in partitions.items()
+    }
     tasks = sorted(
         {TaskId(sub, p) for sub, ts in inputs.items() for p in range(_count(ts, partitions))}
         | set(history.rows)
@@ -203,9 +205,8 @@ def _inputs(
 def _partitions(warehouse: Warehouse, topic: str) -> int:
     """A topic's partition count; 0 when it does not exist (yet: a repartition topic is
     created by the app's first run)."""
-    if not logtable.topic_exists(None, warehouse, topic):
-        return 0
-    return logtable.partitions(None, warehouse, topic)
+    found = topics.topic(warehouse, topic)
+    return found.partitions() if found.exists() else 0
 
 
 def _count(topics: list[str], partitions: Mapping[str, int]) -> int:

@@ -16,13 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
-from deltalake import DeltaTable
 from lakestate import console
 from lakestate.checkpoint.batch import TaskPlan
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.errors import StreamsException
-from lakestate.io import delta_commits
+from lakestate.io.topics import TopicReader
 from lakestate.runtime.task_executor import (
     GLOBAL_INPUT,
     INPUT_COLUMNS,
@@ -53,7 +51,6 @@ _INPUT_SCHEMA = pa.schema(
         pa.field("headers", pa.string()),
     ]
 )
-_LOG_SCHEMA = pa.schema([_INPUT_SCHEMA.field(name) for name in _LOG_COLUMNS])
 
 
 def max_records(config: Mapping[str, Any]) -> int:
@@ -110,14 +107,12 @@ def read_inputs(layout: AppLayout, plan: TaskPlan, tables: _Tables | None = None
 
 
 class _Tables:
-    """The batch's log tables, each opened once (its newest snapshot holds every planned
-    range: a plan never reaches past the ends it was made from, and records are never
-    deleted from a log table), and reads of their ranges, the global topics' reads shared by
-    the tasks reading the same ranges."""
+    """The batch's topics, each with one reader (``Topic.reader``), and reads of their
+    ranges, the global topics' reads shared by the tasks reading the same ranges."""
 
     def __init__(self, layout: AppLayout) -> None:
         self.layout = layout
-        self.opened: dict[str, DeltaTable] = {}
+        self.opened: dict[str, TopicReader] = {}
         self.global_reads: dict[tuple, pa.Table] = {}
 
     def read(self, topic: str, ranges: dict[int, tuple[int, int]]) -> pa.Table:
@@ -125,35 +120,13 @@ class _Tables:
         key = (topic, tuple(sorted(ranges.items())))
         if shared and key in self.global_reads:
             return self.global_reads[key]
-        table = self.opened.get(topic)
-        if table is None:
-            path = self.layout.warehouse.topic_path(topic)
-            table = self.opened[topic] = delta_commits.open_table(path)
-        rows = read_range(table, ranges)
+        reader = self.opened.get(topic)
+        if reader is None:
+            reader = self.opened[topic] = self.layout.topic(topic).reader()
+        rows = reader.read_range(ranges)
         if shared:
             self.global_reads[key] = rows
         return rows
-
-
-def read_range(table: DeltaTable, ranges: dict[int, tuple[int, int]]) -> pa.Table:
-    """The log table's rows with ``start <= offset < end`` of each partition in ``ranges``,
-    in the log table's columns. Only files that may hold them are read: their partition
-    values and offset statistics (Delta's per-file min/max) prune the rest."""
-    wanted = {p: (s, e) for p, (s, e) in ranges.items() if e > s}
-    if not wanted:
-        return _LOG_SCHEMA.empty_table()
-    pruning = [
-        [("partition", "=", p), ("offset", ">=", s), ("offset", "<", e)]
-        for p, (s, e) in sorted(wanted.items())
-    ]
-    exact = None
-    for p, (s, e) in sorted(wanted.items()):
-        one = (ds.field("partition") == p) & (ds.field("offset") >= s) & (ds.field("offset") < e)
-        exact = one if exact is None else exact | one
-    rows = table.to_pyarrow_dataset(file_pruning_predicate=pruning).to_table(
-        columns=list(_LOG_COLUMNS), filter=exact
-    )
-    return rows.cast(_LOG_SCHEMA)
 
 
 def _with_task(rows: pa.Table, sub: int, task: int, index: int, topic: str) -> pa.Table:
@@ -175,6 +148,5 @@ __all__ = [
     "max_records",
     "process_inputs",
     "read_inputs",
-    "read_range",
     "run_batch",
 ]

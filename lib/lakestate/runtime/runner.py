@@ -38,10 +38,10 @@ from lakestate.checkpoint.layout import end_offsets as layout_end_offsets
 from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException
-from lakestate.io import logtable
+from lakestate.processors.exception_handlers import ExceptionHandlers
 from lakestate.processors.metrics import accumulate
 from lakestate.restore.recovery import recover
-from lakestate.runtime import inprocess
+from lakestate.runtime import inprocess, spark_topics
 from lakestate.runtime.cutoff import Cutoff, format_timestamp
 from lakestate.runtime.failure import message_of
 from lakestate.runtime.plan import plan_tasks
@@ -79,7 +79,9 @@ class RunResult:
     one did nothing. ``transport``: ``in_process`` or ``spark`` (None: no batch to run);
     ``figures``: per batch, its tasks' batch numbers, records in and out, the tasks it
     replayed, and its seconds. ``instance``: the instance the run was; ``warmed``: the
-    warmup and standby tasks it brought to their committed batch, with the lag each had."""
+    warmup and standby tasks it brought to their committed batch, with the lag each had.
+    ``dead_letters``: the records its batches skipped (log-and-continue) to the app's
+    ``dead_letter_topic``; they are not among the output records."""
 
     batches: list[dict[str, int]] = field(default_factory=list)
     records: int = 0
@@ -89,6 +91,8 @@ class RunResult:
     figures: list[dict[str, Any]] = field(default_factory=list)
     instance: str | None = None
     warmed: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    dead_letter_topic: str | None = None
 
 
 def new_run_id() -> str:
@@ -184,9 +188,13 @@ class Runner:
         self.wh = wh
         #: ``run_app(until_timestamp=...)``: the inputs' ends are cut (``runtime/cutoff.py``).
         self.cutoff: Cutoff | None = None
+        #: where records skipped by log-and-continue go (None: every failure fails its batch)
+        self.dead_letter_topic = ExceptionHandlers.from_config(
+            app.config, app.name
+        ).dead_letter_topic
 
     def run(self, tasks: list[TaskId], limit: int | None, deadline: float | None) -> RunResult:
-        result = RunResult()
+        result = RunResult(dead_letter_topic=self.dead_letter_topic)
         standing = where_tasks_stand(self.layout, tasks)
         committed = dict(standing.committed)
         replays = standing.replays
@@ -238,7 +246,11 @@ class Runner:
                 )
             result.batches.append({str(r.task): r.batch_id for r in results})
             result.records += sum(r.records for r in results)
-            result.figures.append(_figures(results, replayed, time.monotonic() - batch_started))
+            figures = _figures(
+                results, replayed, time.monotonic() - batch_started, self.dead_letter_topic
+            )
+            result.figures.append(figures)
+            result.dead_letters += figures["dead_letters"]
             self.bar.advance(sum(r.records for r in results))
         return result
 
@@ -337,7 +349,9 @@ class Runner:
                 if not ranges:
                     continue
                 # Unordered: each task orders its records by offset (process._in_order).
-                df = logtable.read_range(self.spark(), self.wh, topic, ranges, ordered=False)
+                df = spark_topics.read_range(
+                    self.spark(), self.layout.topic(topic), ranges, ordered=False
+                )
                 frames.append(
                     df.select(
                         F.lit(sub).cast("int").alias("sub"),
@@ -364,8 +378,8 @@ class Runner:
                 if ranges:
                     readers.setdefault(tuple(sorted(ranges.items())), []).append(plan.task)
             for ranges_key, tasks in readers.items():
-                df = logtable.read_range(
-                    self.spark(), self.wh, topic, dict(ranges_key), ordered=False
+                df = spark_topics.read_range(
+                    self.spark(), self.layout.topic(topic), dict(ranges_key), ordered=False
                 )
                 task_structs = [
                     F.struct(F.lit(t.subtopology).alias("sub"), F.lit(t.partition).alias("task"))
@@ -420,12 +434,14 @@ class Runner:
             self.isolation,
             fences,
         )
-        n_out = sum(n for r in results for per in r.outputs.values() for n in per.values())
+        figures = _figures(results, replayed, 0.0, self.dead_letter_topic)
+        dead = figures["dead_letters"]
         self.say(
             "batch "
             + ", ".join(f"{r.task}:{r.batch_id}" for r in results)
-            + f": {sum(r.records for r in results)} records, {n_out} output records, "
-            f"{time.time() - started:.1f}s"
+            + f": {figures['records']} records, {figures['output_records']} output records, "
+            + (f"{dead} skipped to dead-letter topic {self.dead_letter_topic}, " if dead else "")
+            + f"{time.time() - started:.1f}s"
         )
         return results
 
@@ -498,14 +514,24 @@ def _from_global_starts(
     return TaskPlan(plan.task, plan.batch_id, ranges, plan.run_id)
 
 
-def _figures(results: list[TaskResult], replayed: set[TaskId], seconds: float) -> dict[str, Any]:
-    """One batch's figures, as ``RunResult.figures`` and ``lakestate run --json`` give them."""
+def _figures(
+    results: list[TaskResult], replayed: set[TaskId], seconds: float, dead_letter_topic: str | None
+) -> dict[str, Any]:
+    """One batch's figures, as ``RunResult.figures`` and ``lakestate run --json`` give them:
+    the records skipped to the dead-letter topic are counted apart from the output."""
+    out = dead = 0
+    for r in results:
+        for topic, per in r.outputs.items():
+            n = sum(per.values())
+            if topic == dead_letter_topic:
+                dead += n
+            else:
+                out += n
     return {
         "tasks": {str(r.task): r.batch_id for r in results},
         "records": sum(r.records for r in results),
-        "output_records": sum(
-            n for r in results for per in r.outputs.values() for n in per.values()
-        ),
+        "output_records": out,
+        "dead_letters": dead,
         "replayed": sorted(str(t) for t in replayed),
         "seconds": round(seconds, 3),
     }

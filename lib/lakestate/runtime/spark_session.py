@@ -23,13 +23,18 @@ Environment:
 ``LAKESTATE_LOG_LEVEL``
     Spark's log level once the session is up (default ``WARN``).
 
-Under the ``lakestate`` command the JVM's stdout and stderr go to the command's log file
-(``lakestate.logfile``), not the terminal.
+The JVM's stdout and stderr (Ivy's resolution report, log4j's console output, Spark's
+Python workers' output) never reach the terminal: under the ``lakestate`` command they go to
+the command's log file (``lakestate.logfile``), and a JVM started from plain Python (a
+notebook, a script calling ``get_spark``) writes to a file of its own,
+``$LAKESTATE_LOG_DIR`` (else ``./logs``) ``/lakestate-spark-<UTC time>-<pid>.log``. Under
+spark-submit, whose JVM is already up, nothing changes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -202,6 +207,7 @@ def get_spark(
     ``extra_conf`` is then applied as runtime confs where Spark allows it.
     """
     with _lock:
+        _pyspark_errors_to_log()
         existing = SparkSession.getActiveSession()
         if existing is not None:
             for key, value in (extra_conf or {}).items():
@@ -225,27 +231,45 @@ def get_spark(
         return spark
 
 
-def _launch_jvm_into_log(conf: dict[str, str]) -> None:
-    """When a command's log file is current (``lakestate.logfile``) and this process has
-    no JVM yet, start it (``spark-submit``, as ``getOrCreate`` would, with the same confs)
-    with its stdout and stderr on the log file: Ivy's resolution report, log4j's console
-    output and Spark's Python workers' output then stay off the terminal. The JVM keeps
-    those for its life, so a later session in this process logs there too."""
+def _pyspark_errors_to_log() -> None:
+    """Under a command's log file, pyspark's query-context loggers write there: they do not
+    propagate, and print a failed query's error with its Java stack as JSON on stderr."""
     from lakestate import logfile
 
-    log = logfile.current()
-    if log is None or _under_spark_submit():
+    if logfile.current() is None:
         return
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logfile.capture(PySparkLogger.getLogger(name))
+
+
+def _launch_jvm_into_log(conf: dict[str, str]) -> None:
+    """When this process has no JVM yet, start it (``spark-submit``, as ``getOrCreate``
+    would, with the same confs) with its stdout and stderr on the command's log file
+    (``lakestate.logfile``), or without one on a log file of its own: Ivy's resolution
+    report, log4j's console output and Spark's Python workers' output then stay off the
+    terminal. The JVM keeps those for its life, so a later session in this process logs
+    there too."""
+    if _under_spark_submit():
+        return
+    from lakestate import logfile
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     if SparkContext._gateway is not None:
         return
+    log = logfile.current() or logfile.new("spark")
+    logging.getLogger("lakestate.spark").info("Spark's output goes to %s", log.path)
     spark_conf = SparkConf()
     for key, value in conf.items():
         spark_conf.set(key, value)
-    with log.open_for_child() as out:
-        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
+    try:
+        with log.open_for_child() as out:
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
+    except Exception as exc:
+        exc.add_note(f"Spark's output: {log.path}")
+        raise
     # What getOrCreate's SparkContext does with a gateway it is given (pyspark 4.2).
     SparkContext._ensure_initialized(gateway=gateway)
 

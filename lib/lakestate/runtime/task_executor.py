@@ -360,8 +360,9 @@ def _process_records(
     """Run the rows of ``order`` through the task until done or a commit is needed
     (KIP-892: the uncommitted bound forces the commit there), skipping the rows of
     ``failures`` (they count as processed: their offsets are behind the batch). A task that
-    reads one topic through a chain of chunk-capable processors takes them in chunks, which
-    shrink near the bound so that it is checked about as often as record by record would.
+    reads a topic through a chain of chunk-capable processors takes each run of that topic's
+    records in chunks (the other inputs' records stand between runs), which shrink near the
+    bound so that it is checked about as often as record by record would.
     Returns the offset reached per input topic, the number of records processed, and the
     row that failed in processing and its failure, if one did and its handler continues
     (the caller then undoes the attempt and starts again); a row that cannot be decoded is
@@ -374,8 +375,15 @@ def _process_records(
     single_topic = len(set(topics)) == 1
     while position < len(order):
         topic = topics[order[position]]
-        if single_topic and task.can_process_chunks(topic):
-            rows = order[position : position + _chunk_length(task)]
+        if task.can_process_chunks(topic):
+            # A chunk is a run of one topic's records (the inputs interleave by timestamp).
+            end = min(position + _chunk_length(task), len(order))
+            if not single_topic:
+                run = position + 1
+                while run < end and topics[order[run]] == topic:
+                    run += 1
+                end = run
+            rows = order[position:end]
             good, records = decode.good(rows)
             chunk_offsets = [offsets[i] for i in good]
             if task.process_chunk(topic, chunk_offsets, records):
@@ -402,6 +410,8 @@ def _process_records(
                 except (ProcessingException, SerializationException) as exc:
                     failure = task.failure(exc, topic, offset, record, _texts(columns, i))
                     if not task.continues(failure):
+                        # The one line a person reads also says what to do about it.
+                        exc.args = (f"{exc}; {task.handlers.advice(failure.kind)}",)
                         raise
                     return reached, processed, (i, failure)
             reached[topic] = offset + 1
@@ -460,7 +470,8 @@ class _Decoder:
             except _Undecodable:
                 failure = _bad_json(self.task, self.columns, i)
                 if not self.task.continues(failure):
-                    raise SerializationException(failure.message) from None
+                    advice = self.task.handlers.advice(failure.kind)
+                    raise SerializationException(f"{failure.message}; {advice}") from None
                 failures[i] = failure
                 continue
             good.append(i)

@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from lakestate.errors import TopologyException
 from lakestate.state.dedup import DedupStore
+from lakestate.state.stream_join import JoinBufferStore, WaitingRecordsStore
 from lakestate.state.suppression_buffer import SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore
 from lakestate.state.versioned import VersionedKeyValueStore
@@ -70,6 +71,8 @@ STORE_KINDS: dict[str, type[StoreKind]] = {
     WindowStore.kind: WindowStore,
     SessionStore.kind: SessionStore,
     VersionedKeyValueStore.kind: VersionedKeyValueStore,
+    JoinBufferStore.kind: JoinBufferStore,
+    WaitingRecordsStore.kind: WaitingRecordsStore,
 }
 
 

@@ -238,8 +238,8 @@ class TopologyTestDriver:
     def get_all_state_stores(self) -> dict[str, Any]:
         return {name: self.get_state_store(name) for name in self.topology.stores}
 
-    def advance_wall_clock_time(self, duration: timedelta | int) -> None:
-        """Advance the driver's wall clock by ``duration`` (a timedelta, or ms). Accepted
+    def advance_wall_clock_time(self, duration: timedelta) -> None:
+        """Advance the driver's wall clock by ``duration`` (a timedelta). Accepted
         for Kafka's API; nothing in lakestate runs on wall-clock time (suppression is driven
         by stream time, as KIP-328 specifies), so it changes no output."""
         try:

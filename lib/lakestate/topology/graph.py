@@ -48,6 +48,9 @@ class Node:
     internal_topic: bool = False
     # A repartition topic that carries KTable changes (new and old value) instead of values.
     carries_changes: bool = False
+    # A repartition sink's topic partition count set with Repartitioned (None: as many as
+    # the tasks writing it).
+    num_partitions: int | None = None
 
     def describe(self) -> str:
         if self.kind == SOURCE:
@@ -121,6 +124,15 @@ class Topology:
 
     def sink_topics(self) -> list[str]:
         return [t for sub in self.subtopologies for t in sub.sink_topics]
+
+    def repartition_partitions(self) -> dict[str, int]:
+        """The repartition topics (suffixes) whose partition count the app set with
+        ``Repartitioned.with_number_of_partitions``, and that count."""
+        return {
+            node.topics[0]: node.num_partitions
+            for node in self.nodes.values()
+            if node.kind == SINK and node.internal_topic and node.num_partitions is not None
+        }
 
     def describe(self) -> str:
         """A readable outline, like Kafka's ``TopologyDescription``."""

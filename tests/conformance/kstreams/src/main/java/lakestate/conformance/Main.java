@@ -129,6 +129,10 @@ public final class Main {
         props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, "unused:9092");
         // No record cache: every update is forwarded, as lakestate's driver does.
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        // Left and outer stream-stream joins look for closed windows at every in-order record,
+        // not at most once per wall-clock second (the driver's wall clock stands still), as
+        // lakestate does.
+        props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_OUTER_JOIN_SPURIOUS_RESULTS_FIX, 0L);
         try {
             // Each driver its own state directory (under java.io.tmpdir), as they run at once.
             props.put(StreamsConfig.STATE_DIR_CONFIG, Files.createTempDirectory("kstreams-").toString());

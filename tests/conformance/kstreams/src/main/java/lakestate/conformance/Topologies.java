@@ -2,6 +2,9 @@ package lakestate.conformance;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.Serde;
@@ -9,17 +12,23 @@ import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.Joined;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Named;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.SessionWindowedKStream;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.SlidingWindows;
+import org.apache.kafka.streams.kstream.StreamJoined;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.Suppressed.BufferConfig;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
@@ -53,12 +62,14 @@ final class Topologies {
 
     /** The extension point: topology kind -> builder. */
     static final Map<String, Kind> KINDS = Map.of(
+            "stateless", Topologies::stateless,
             "aggregate", Topologies::aggregate,
             "time_windowed_aggregate", Topologies::timeWindowedAggregate,
             "session_windowed_aggregate", Topologies::sessionWindowedAggregate,
             "sliding_windowed_aggregate", Topologies::slidingWindowedAggregate,
             "stream_table_join", Topologies::streamTableJoin,
-            "table_table_join", Topologies::tableTableJoin);
+            "table_table_join", Topologies::tableTableJoin,
+            "stream_stream_join", Topologies::streamStreamJoin);
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);
@@ -159,6 +170,89 @@ final class Topologies {
         return new Built(builder.build(), cast(keys.deserializer()), outValues.deserializer());
     }
 
+    // -- stateless operators (scenario.py's StatelessParams has the functions in words) ------
+
+    static final String OTHER_TOPIC = "other";  // the second input of "merge_other"
+
+    /** stream("in") through the "ops" in turn, then to "out", or groupByKey().count() when "count". */
+    static Built stateless(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KStream<String, Object> stream = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        int i = 0;
+        for (JsonNode op : params.get("ops")) {
+            final int index = i++;
+            stream = switch (op.asText()) {
+                case "flat_map" -> stream.flatMap(Topologies::flatMapped);
+                case "flat_map_values" -> stream.flatMapValues(Topologies::flatMappedValues);
+                case "split" -> split(stream, index);
+                case "split_no_default" -> splitNoDefault(stream, index);
+                case "repartition" -> stream.repartition(Repartitioned.with(Serdes.String(), values));
+                case "merge_other" -> stream.merge(builder.stream(OTHER_TOPIC, Consumed.with(Serdes.String(), values)));
+                default -> throw unknown("stateless op", op.asText());
+            };
+        }
+        if (params.path("count").asBoolean(false)) {
+            stream.groupByKey(Grouped.with(Serdes.String(), values))
+                    .count(Materialized.with(Serdes.String(), Serdes.Long()))
+                    .toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.Long()));
+            return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
+        }
+        stream.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), values));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), values.deserializer());
+    }
+
+    static long num(Object value) {
+        return value instanceof Long n ? n : Long.parseLong(((String) value).substring(1));
+    }
+
+    static Object plus(Object value, long n) {
+        return value instanceof Long v ? (Object) (v + n) : "v" + (num(value) + n);
+    }
+
+    static List<KeyValue<String, Object>> flatMapped(String key, Object value) {
+        List<KeyValue<String, Object>> out = new ArrayList<>();
+        if (value == null) {
+            out.add(KeyValue.pair(key, null));
+            return out;
+        }
+        String other = key == null ? "z" : (key.equals("a") ? null : key + "1");
+        int n = String.valueOf(value).length() % 3;
+        if (n > 0) {
+            out.add(KeyValue.pair(key, value));
+        }
+        if (n > 1) {
+            out.add(KeyValue.pair(other, value));
+        }
+        return out;
+    }
+
+    static List<Object> flatMappedValues(Object value) {
+        if (value == null) {
+            return Arrays.asList(null, null);
+        }
+        return num(value) % 2 == 0 ? List.of() : List.of(value, plus(value, 1));
+    }
+
+    static KStream<String, Object> split(KStream<String, Object> stream, int i) {
+        String prefix = "s" + i + "-";
+        Map<String, KStream<String, Object>> branches = stream.split(Named.as(prefix))
+                .branch((k, v) -> v != null && num(v) > 5, Branched.as("big"))
+                .branch((k, v) -> v == null)
+                .defaultBranch();
+        KStream<String, Object> big = branches.get(prefix + "big").mapValues(v -> plus(v, 10));
+        KStream<String, Object> rest = branches.get(prefix + "0").filter((k, v) -> num(v) % 3 != 0);
+        return big.merge(branches.get(prefix + "2")).merge(rest).merge(stream.filter((k, v) -> "a".equals(k)));
+    }
+
+    static KStream<String, Object> splitNoDefault(KStream<String, Object> stream, int i) {
+        String prefix = "n" + i + "-";
+        Map<String, KStream<String, Object>> branches = stream.split(Named.as(prefix))
+                .branch((k, v) -> v != null && num(v) % 2 == 0, Branched.as("even"))
+                .branch((k, v) -> k == null, Branched.withFunction(s -> s.mapValues(v -> v), "nokey"))
+                .noDefaultBranch();
+        return branches.get(prefix + "even").merge(branches.get(prefix + "nokey"));
+    }
+
     // -- joins ---------------------------------------------------------------------------------
 
     static final String TABLE_TOPIC = "table";  // a join's second input
@@ -197,6 +291,38 @@ final class Topologies {
             default -> throw unknown("table-table join", join);
         };
         result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /**
+     * stream("in").join/leftJoin/outerJoin(stream("table"), joiner, JoinWindows): windows of
+     * "diff" ms with "grace" ms (none when null), then .before("before") and .after("after")
+     * when set.
+     */
+    static Built streamStreamJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KStream<String, Object> left = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        KStream<String, Object> right = builder.stream(TABLE_TOPIC, Consumed.with(Serdes.String(), values));
+        Duration diff = millis(params, "diff");
+        JoinWindows windows = params.path("grace").isNull() || params.path("grace").isMissingNode()
+                ? JoinWindows.ofTimeDifferenceWithNoGrace(diff)
+                : JoinWindows.ofTimeDifferenceAndGrace(diff, millis(params, "grace"));
+        if (params.hasNonNull("before")) {
+            windows = windows.before(millis(params, "before"));
+        }
+        if (params.hasNonNull("after")) {
+            windows = windows.after(millis(params, "after"));
+        }
+        StreamJoined<String, Object, Object> joined = StreamJoined.with(Serdes.String(), values, values);
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        String join = params.get("join").asText();
+        KStream<String, String> result = switch (join) {
+            case "inner" -> left.join(right, joiner, windows, joined);
+            case "left" -> left.leftJoin(right, joiner, windows, joined);
+            case "outer" -> left.outerJoin(right, joiner, windows, joined);
+            default -> throw unknown("stream-stream join", join);
+        };
+        result.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 

@@ -1,0 +1,151 @@
+"""``lakestate demo`` (run by scripts/main.sh): sample events produced to a demo app's
+topics, the app's DAG run through Airflow, its results printed (``demo_printers``).
+
+Not part of the library's runtime: nothing but the CLI's command table imports this module,
+and its printers load only when the demo runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lakestate.cli.main import Context
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--records", type=int, default=1000, help="sample events to generate")
+    p.add_argument(
+        "--app",
+        choices=("demo", "clicks", "orders"),
+        default="demo",
+        help="demo: per-user counts (jobs/demo.py); clicks: per-user clicks a minute, final "
+        "results only, and rate-limited alerts (jobs/clicks.py: windows and suppression); "
+        "orders: orders enriched with the customer's tier at the order's time (jobs/orders.py: "
+        "a versioned table)",
+    )
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    """Generate sample input, run the app's DAG through Airflow (``dags test``) on local
+    Spark, then print its sinks and SQL queries over its state tables."""
+    from lakestate.app import load_module
+    from lakestate.cli import demo_printers
+    from lakestate.io import topics
+
+    module = load_module(REPO / "jobs" / f"{args.app}.py")
+    if args.app == "orders":
+        return _demo_orders(args, ctx, module)
+    spark = ctx.spark
+    topic = topics.topic(ctx.warehouse, module.INPUT_TOPIC)
+    topic.create(2)
+    start = topic.end_offsets()
+    seed = sum(start.values())
+    if args.app == "clicks":
+        start_ms = module.START_MS
+        if seed:
+            # Go on after the clicks already there: clicks at the same times again would
+            # all be late (their windows closed), and dropped.
+            from lakestate.runtime import spark_topics
+
+            newest = spark_topics.read_topic(spark, topic).agg({"timestamp": "max"}).first()[0]
+            start_ms = max(start_ms, -(-newest // 60_000) * 60_000)
+        sample = module.sample_clicks(args.records, seed=seed, start_ms=start_ms)
+    else:
+        sample = module.sample_events(args.records, seed=seed)
+    records = [{"key": k, "value": v, "timestamp": t} for k, v, t in sample]
+    topic.append(records)
+    ctx.print(f"demo: produced {len(records)} sample events to topic {module.INPUT_TOPIC!r}")
+    ctx.close()  # the DAG's Spark job runs in its own process
+    _run_dag(ctx, f"lakestate_{module.app.name}")
+    if args.app == "clicks":
+        demo_printers.show_clicks(ctx, module)
+    else:
+        demo_printers.show_counts(ctx, module)
+    return 0
+
+
+def _demo_orders(args: argparse.Namespace, ctx: Context, orders) -> int:
+    """The orders demo: on a first run, sample customers' tier history, which the DAG loads
+    into the versioned table; then sample orders (some late), which the DAG joins with it."""
+    from lakestate.cli import demo_printers
+    from lakestate.io import topics
+
+    wh = ctx.warehouse
+    customers = 20
+    customer_topic = topics.topic(wh, orders.CUSTOMERS_TOPIC)
+    order_topic = topics.topic(wh, orders.INPUT_TOPIC)
+    for topic in (customer_topic, order_topic):
+        topic.create(2)
+    if not sum(customer_topic.end_offsets().values()):
+        history = [
+            {"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(customers)
+        ]
+        customer_topic.append(history)
+        ctx.print(
+            f"demo: produced {len(history)} tier changes of {customers} customers to topic "
+            f"{orders.CUSTOMERS_TOPIC!r} (some out of order)"
+        )
+        ctx.close()
+        _run_dag(ctx, f"lakestate_{orders.app.name}")
+    first = sum(order_topic.end_offsets().values())
+    records = [
+        {"key": k, "value": v, "timestamp": t}
+        for k, v, t in orders.sample_orders(args.records, customers, seed=first, first=first)
+    ]
+    order_topic.append(records)
+    ctx.print(
+        f"demo: produced {len(records)} orders to topic {orders.INPUT_TOPIC!r} "
+        "(one in ten up to an hour late)"
+    )
+    ctx.close()
+    _run_dag(ctx, f"lakestate_{orders.app.name}")
+    demo_printers.show_orders(ctx, orders)
+    return 0
+
+
+def _run_dag(ctx: Context, dag_id: str) -> None:
+    """``airflow dags test DAG_ID`` until caught up, its batches printed, its log in
+    airflow_home/; raises if the run failed."""
+    from lakestate.errors import StreamsException
+
+    env = dict(os.environ, LAKESTATE_WAREHOUSE=ctx.warehouse.root)
+    log_path = REPO / "airflow_home" / f"{dag_id.removeprefix('lakestate_')}-dag-test.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    ctx.print(
+        f"demo: running DAG {dag_id} through Airflow (dags test) on local Spark; "
+        f"its log: {log_path}"
+    )
+    with open(log_path, "w") as log:
+        proc = subprocess.run(
+            [
+                str(REPO / "scripts" / "airflow.sh"),
+                "dags",
+                "test",
+                dag_id,
+                "-c",
+                json.dumps({"until_caught_up": True}),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    text = log_path.read_text()
+    for line in text.splitlines():
+        found = re.search(
+            r"batch [\d_:, ]+: \d+ records, \d+ output records, "
+            r"(?:\d+ skipped to dead-letter topic \S+, )?[\d.]+s|caught up: no new input",
+            line,
+        )
+        if found:
+            ctx.print(f"  {found.group(0)}")
+    if proc.returncode != 0 or "state=success" not in text:
+        raise StreamsException(f"the demo DAG run failed; see {log_path}")

@@ -1,0 +1,273 @@
+"""Stream-stream joins of the DSL: ``JoinWindows``, ``StreamJoined`` and the wiring of
+``KStream.join/left_join/outer_join(other_stream, joiner, windows)``; the processors are
+in processors/stream_join.py.
+
+The wiring is Kafka's (KStreamImplJoin): each side passes a ``KSTREAM-WINDOWED-`` node that
+keeps its records in the side's buffer store, then its join node (``KSTREAM-JOINTHIS-`` /
+``-JOINOTHER-``; ``OUTERTHIS``/``OUTEROTHER`` on a side whose records are emitted without
+a partner), which reads the other side's buffer; both feed one ``KSTREAM-MERGE-`` node. A
+left or outer join adds the shared store of records waiting for a partner
+(``KSTREAM-OUTERSHARED-<n>-store``). The stores put both sides in one sub-topology, so
+they must be co-partitioned (checked when a run starts); a side whose key changed is
+repartitioned first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import GraphBuilder
+from lakestate.dsl.names import check_store_name
+from lakestate.errors import TopologyException
+from lakestate.processors.stateless import PassThrough
+from lakestate.processors.stream_join import JoinBuffer, StreamStreamJoin
+from lakestate.state.stream_join import JoinBufferStore, WaitingRecordsStore
+from lakestate.topology.graph import SOURCE, StoreSpec
+
+if TYPE_CHECKING:
+    from lakestate.dsl.kstream import KStream
+
+Joiner = Callable[[Any, Any], Any]
+
+
+def _ms(value: Any, what: str) -> int:
+    if not isinstance(value, timedelta):
+        raise TopologyException(f"{what} must be a timedelta, got {value!r}")
+    return int(value / timedelta(milliseconds=1))
+
+
+@dataclass(frozen=True)
+class JoinWindows:
+    """Which records of two streams join: a record at ``ts`` joins the other side's records
+    of its key with timestamps in ``[ts - before, ts + after]`` (the other side's records
+    look the other way). ``grace`` is how long after that window ends out-of-order records
+    are still taken; left and outer joins emit a record without a partner once it ends."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    def __post_init__(self) -> None:
+        if self.before_ms + self.after_ms < 0:
+            raise TopologyException(
+                f"JoinWindows: before + after must not be negative, got before "
+                f"{self.before_ms} ms and after {self.after_ms} ms"
+            )
+        if self.grace_ms < 0:
+            raise TopologyException(
+                f"JoinWindows: grace must not be negative, got {self.grace_ms} ms"
+            )
+
+    @staticmethod
+    def of_time_difference_and_grace(time_difference: timedelta, grace: timedelta) -> JoinWindows:
+        """Records at most ``time_difference`` apart join; late ones are taken for ``grace``."""
+        diff = _ms(time_difference, "JoinWindows time difference")
+        if diff < 0:
+            raise TopologyException(
+                f"JoinWindows: time difference must not be negative, got {diff} ms"
+            )
+        return JoinWindows(diff, diff, _ms(grace, "JoinWindows grace"))
+
+    @staticmethod
+    def of_time_difference_without_grace(time_difference: timedelta) -> JoinWindows:
+        """``of_time_difference_and_grace(time_difference, 0)``."""
+        return JoinWindows.of_time_difference_and_grace(time_difference, timedelta(0))
+
+    # Kafka's name for the same thing.
+    of_time_difference_with_no_grace = of_time_difference_without_grace
+
+    def before(self, time_difference: timedelta) -> JoinWindows:
+        """How far back a left record looks (may be negative, if after makes up for it)."""
+        return JoinWindows(_ms(time_difference, "JoinWindows before"), self.after_ms, self.grace_ms)
+
+    def after(self, time_difference: timedelta) -> JoinWindows:
+        """How far ahead a left record looks (may be negative, if before makes up for it)."""
+        return JoinWindows(self.before_ms, _ms(time_difference, "JoinWindows after"), self.grace_ms)
+
+    def size(self) -> int:
+        """before + after, in ms."""
+        return self.before_ms + self.after_ms
+
+    @property
+    def retention_ms(self) -> int:
+        """How long a side's buffer keeps a record behind its stream time."""
+        return self.before_ms + self.after_ms + self.grace_ms
+
+
+@dataclass(frozen=True)
+class StreamJoined:
+    """Names a stream-stream join: ``StreamJoined.as_(store_name)`` names its stores
+    (``<name>-this-join-store``, ``<name>-other-join-store``, ``<name>-outer-shared-join-store``
+    or ``-left-shared-join-store``; ``outer-`` before ``this``/``other`` on a side whose
+    records are emitted without a partner), ``.with_name(name)`` its processors and
+    repartition topics (``<name>-left-repartition``, ``<name>-right-repartition``)."""
+
+    store_name: str | None = None
+    name: str | None = None
+
+    @staticmethod
+    def as_(store_name: str) -> StreamJoined:
+        return StreamJoined(check_store_name(store_name, "StreamJoined.as_"), None)
+
+    def with_store_name(self, store_name: str) -> StreamJoined:
+        return StreamJoined(check_store_name(store_name, "StreamJoined.with_store_name"), self.name)
+
+    def with_name(self, name: str) -> StreamJoined:
+        return StreamJoined(self.store_name, check_store_name(name, "StreamJoined.with_name"))
+
+
+def _repartitioned(graph: GraphBuilder, stream: KStream, topic: str) -> str:
+    """The node a side's join reads: ``stream``'s own, or, after a key change, the source of
+    its repartition topic ``topic`` (made once: a stream joined with itself shares it)."""
+    if not stream._repartition_required:
+        return stream.node_name
+    for node in graph.nodes.values():
+        if node.kind == SOURCE and node.internal_topic and node.topics == [topic]:
+            return node.name
+    return graph.repartition(stream.node_name, topic)
+
+
+def stream_stream_join(
+    this: KStream,
+    other: KStream,
+    joiner: Joiner,
+    windows: JoinWindows,
+    how: str,
+    stream_joined: StreamJoined | None,
+) -> KStream:
+    """``how``: "inner", "left" or "outer" (this is the left side)."""
+    from lakestate.dsl.kstream import KStream
+
+    graph: GraphBuilder = this._graph
+    left_outer, right_outer = how in ("left", "outer"), how == "outer"
+    if not isinstance(other, KStream) or other._graph is not graph:
+        raise TopologyException("a stream-stream join takes a KStream of the same StreamsBuilder")
+    if not isinstance(windows, JoinWindows):
+        raise TopologyException(f"a stream-stream join takes JoinWindows, got {windows!r}")
+    if stream_joined is not None and not isinstance(stream_joined, StreamJoined):
+        raise TopologyException(f"stream_joined must be a StreamJoined, got {stream_joined!r}")
+    named = stream_joined or StreamJoined()
+    # Kafka's repartition topics: <name>-left/-right with a name, else <the stream's node>.
+    this_topic = f"{named.name}-left" if named.name else this.node_name
+    other_topic = f"{named.name}-right" if named.name else other.node_name
+    this_parent = _repartitioned(graph, this, f"{this_topic}-repartition")
+    other_parent = _repartitioned(graph, other, f"{other_topic}-repartition")
+    names = _names(graph, named, left_outer, right_outer)
+    operator = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
+    check_function(joiner, names["this"], f"KStream.{operator}", "joiner(value, other_value)")
+    this_store, other_store, waiting = _stores(graph, named, names, left_outer, right_outer)
+    retention = windows.retention_ms
+    graph.add_processor(
+        names["this_windowed"], this_parent, lambda: JoinBuffer(this_store, retention), [this_store]
+    )
+    graph.add_processor(
+        names["other_windowed"],
+        other_parent,
+        lambda: JoinBuffer(other_store, retention),
+        [other_store],
+    )
+    graph.add_store(StoreSpec(this_store, JoinBufferStore.kind), names["this_windowed"])
+    graph.add_store(StoreSpec(other_store, JoinBufferStore.kind), names["other_windowed"])
+    if waiting is not None:
+        graph.add_store(StoreSpec(waiting, WaitingRecordsStore.kind), names["this"])
+    tracker = names["this"]
+
+    def side(is_left: bool) -> Callable[[], StreamStreamJoin]:
+        return lambda: StreamStreamJoin(
+            is_left=is_left,
+            other_store=other_store if is_left else this_store,
+            waiting_store=waiting,
+            joiner=joiner,
+            outer=left_outer if is_left else right_outer,
+            before_ms=windows.before_ms,
+            after_ms=windows.after_ms,
+            grace_ms=windows.grace_ms,
+            tracker=tracker,
+        )
+
+    shared = [waiting] if waiting is not None else []
+    graph.add_processor(names["this"], names["this_windowed"], side(True), [other_store, *shared])
+    graph.add_processor(names["other"], names["other_windowed"], side(False), [this_store, *shared])
+    _merge(graph, names)
+    graph.copartition_groups.append(
+        (names["this"], graph.source_nodes(this_parent), graph.source_nodes(other_parent))
+    )
+    return KStream(graph, names["merge"], repartition_required=False)
+
+
+def _merge(graph: GraphBuilder, names: dict[str, str]) -> None:
+    """The node where both sides' results meet (Kafka's PassThrough merge)."""
+    graph.add_processor(names["merge"], names["this"], PassThrough)
+    graph.nodes[names["merge"]].parents.append(names["other"])
+    graph.nodes[names["other"]].children.append(names["merge"])
+
+
+def _names(
+    graph: GraphBuilder, named: StreamJoined, left_outer: bool, right_outer: bool
+) -> dict[str, str]:
+    """The join's node names, in Kafka's order of generation (so numbers match Kafka's)."""
+    this_suffix = "-outer-this-join" if right_outer else "-this-join"
+    other_suffix = "-outer-other-join" if left_outer else "-other-join"
+    generated = {
+        "this_windowed": graph.new_name("KSTREAM-WINDOWED-"),
+        "other_windowed": graph.new_name("KSTREAM-WINDOWED-"),
+        "this": graph.new_name("KSTREAM-OUTERTHIS-" if right_outer else "KSTREAM-JOINTHIS-"),
+        "other": graph.new_name("KSTREAM-OUTEROTHER-" if left_outer else "KSTREAM-JOINOTHER-"),
+        "merge": graph.new_name("KSTREAM-MERGE-"),
+    }
+    names = dict(generated, this_generated=generated["this"], other_generated=generated["other"])
+    if named.name:
+        names.update(
+            this_windowed=f"{named.name}-this-windowed",
+            other_windowed=f"{named.name}-other-windowed",
+            this=f"{named.name}{this_suffix}",
+            other=f"{named.name}{other_suffix}",
+            merge=f"{named.name}-merge",
+        )
+    names["this_suffix"], names["other_suffix"] = this_suffix, other_suffix
+    taken = [
+        names[k]
+        for k in ("this_windowed", "other_windowed", "this", "merge")
+        if names[k] in graph.nodes
+    ]
+    if taken:
+        raise TopologyException(
+            f"node {taken[0]} already exists: give the join another StreamJoined.with_name"
+        )
+    return names
+
+
+def _stores(
+    graph: GraphBuilder,
+    named: StreamJoined,
+    names: dict[str, str],
+    left_outer: bool,
+    right_outer: bool,
+) -> tuple[str, str, str | None]:
+    """The two buffers' and the waiting records' store names (Kafka's)."""
+    base = named.store_name
+    this_store = (
+        f"{base}{names['this_suffix']}-store" if base else f"{names['this_generated']}-store"
+    )
+    other_store = (
+        f"{base}{names['other_suffix']}-store" if base else f"{names['other_generated']}-store"
+    )
+    waiting = None
+    if left_outer:
+        suffix = "-outer-shared-join" if right_outer else "-left-shared-join"
+        if base:
+            waiting = f"{base}{suffix}-store"
+        else:
+            number = names["this_generated"].rsplit("-", 1)[1]
+            waiting = f"KSTREAM-OUTERSHARED-{number}-store"
+    for store in (this_store, other_store, waiting):
+        if store is not None and store in graph.stores:
+            raise TopologyException(
+                f"node {names['this']}: store {store!r} already exists; name the join's stores "
+                "with StreamJoined.as_(name)"
+            )
+    return this_store, other_store, waiting

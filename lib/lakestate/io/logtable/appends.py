@@ -1,0 +1,153 @@
+"""Appending to a log table through delta-rs: producers' records, and a batch's records
+with its tasks' txns (step 3 of the commit protocol for sink and repartition topics).
+
+Appends to one topic are serialized within a process (a lock per table) and, on a local
+warehouse, across processes (``fcntl`` lock on ``topics/.<topic>.lock``): each reads the
+partitions' end offsets, numbers its records on from there and writes them in one Delta
+commit, which records the end offsets it leaves (``ends.ENDS_METADATA_KEY``). A commit's
+Delta ``txn`` actions make it idempotent: a table holds version ``v`` of txn app id ``a``
+once a commit carried it, and a replay of an append already held writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakestate.io import delta_commits
+from lakestate.io.logtable.ends import ENDS_METADATA_KEY, ends_value, read_ends, remember_ends
+from lakestate.io.topic_records import AppendResult, normalize_records
+from lakestate.task_id import TaskId
+from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from lakestate.io.topics import BatchRows
+
+_process_locks: dict[str, threading.RLock] = {}
+_process_locks_guard = threading.Lock()
+_held = threading.local()  # per thread: {path: depth} of append_lock holds
+
+
+@contextlib.contextmanager
+def append_lock(warehouse: Warehouse, topic: str, path: str) -> Iterator[None]:
+    """Hold the append lock of ``topic`` (its log table at ``path``): appends are
+    serialized while held (their offsets are read, then written). Reentrant within a
+    thread; across processes on a local warehouse through ``fcntl.flock`` on
+    ``topics/.<topic>.lock``."""
+    with _process_locks_guard:
+        lock = _process_locks.setdefault(path, threading.RLock())
+    with lock:
+        depth: dict[str, int] = getattr(_held, "depth", None) or {}
+        _held.depth = depth
+        if depth.get(path, 0) > 0 or not warehouse.is_local:
+            depth[path] = depth.get(path, 0) + 1
+            try:
+                yield
+            finally:
+                depth[path] -= 1
+            return
+        import fcntl
+
+        lock_file = Path(path.removeprefix("file://")).parent / f".{topic}.lock"
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        depth[path] = 1
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            depth[path] = 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def append_records(
+    warehouse: Warehouse,
+    topic: str,
+    path: str,
+    num_partitions: int,
+    records: Sequence[Any],
+    txn: tuple[str, int] | None,
+    labels: Sequence[str] | None,
+) -> AppendResult:
+    """Append producers' ``records`` (``topic_records.normalize_records``) in one commit,
+    each partition's numbered on from its end offset in the order given; ``txn``: (app id,
+    version) of a Delta txn that makes the append idempotent. The caller checked ``txn``."""
+    rows = normalize_records(records, num_partitions, labels)
+    with append_lock(warehouse, topic, path):
+        table = delta_commits.open_table(path)
+        if txn is not None and (table.transaction_version(txn[0]) or -1) >= txn[1]:
+            return AppendResult(topic, {}, skipped=True, version=table.version())
+        if not rows:
+            return AppendResult(topic, {}, skipped=False, version=table.version())
+        ends, _ = read_ends(warehouse, path, num_partitions)
+        next_offset = dict(ends)
+        offsets = []
+        for p, *_ in rows:
+            offsets.append(next_offset[p])
+            next_offset[p] += 1
+        data = pa.table(
+            {
+                "partition": pa.array([r[0] for r in rows], pa.int32()),
+                "offset": pa.array(offsets, pa.int64()),
+                "timestamp": pa.array([r[1] for r in rows], pa.int64()),
+                "key": pa.array([r[2] for r in rows], pa.string()),
+                "value": pa.array([r[3] for r in rows], pa.string()),
+                "headers": pa.array([r[4] for r in rows], pa.string()),
+            }
+        )
+        metadata = {ENDS_METADATA_KEY: ends_value(next_offset)}
+        txns = dict([txn]) if txn is not None else None
+        version = delta_commits.append(table, data, "", {}, metadata, extra_txns=txns)
+        remember_ends(warehouse, path, version, next_offset)
+    return AppendResult(
+        topic,
+        {p: (ends[p], next_offset[p]) for p in sorted(ends) if next_offset[p] > ends[p]},
+        skipped=False,
+        version=version,
+    )
+
+
+def append_batch(
+    warehouse: Warehouse,
+    topic: str,
+    path: str,
+    num_partitions: int,
+    app: str,
+    batches: Mapping[TaskId, int],
+    build: BatchRows,
+    metadata: Mapping[str, Any],
+) -> AppendResult:
+    """Append a batch's records of ``topic`` in one commit carrying the txn of each task
+    batch of ``batches`` the table does not hold yet (none: nothing is written, a replay).
+    ``build(todo, ends)`` gives those tasks' rows numbered on from ``ends``; the commit's
+    metadata is ``metadata`` and the end offsets it leaves."""
+    with append_lock(warehouse, topic, path):
+        table = delta_commits.open_table(path)
+        held = delta_commits.txn_versions(table, app, list(batches))
+        todo = {t: b for t, b in batches.items() if held[t] < b}
+        if not todo:
+            return AppendResult(topic, {}, skipped=True, version=table.version())
+        ends, _ = read_ends(warehouse, path, num_partitions)
+        data = build(todo, dict(ends))
+        next_offset = dict(ends)
+        counts = pc.value_counts(data.column("partition")).to_pylist() if data.num_rows else []
+        for count in counts:
+            next_offset[count["values"]] += count["counts"]
+        version = delta_commits.append(
+            table, data, app, todo, {**metadata, ENDS_METADATA_KEY: ends_value(next_offset)}
+        )
+        remember_ends(warehouse, path, version, next_offset)
+    return AppendResult(
+        topic,
+        {p: (ends[p], next_offset[p]) for p in sorted(ends) if next_offset[p] > ends[p]},
+        skipped=False,
+        version=version,
+    )

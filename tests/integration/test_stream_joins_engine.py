@@ -1,0 +1,177 @@
+"""A stream-stream outer join through the engine, with each transport: many small batches
+with the local state wiped before every other batch (the buffers and the waiting records
+restored from their changelogs) give what the test driver gives, record by record, and
+the SQL view of the waiting records shows what the driver's store holds; a SIGKILL at each
+commit step, then a rerun, gives what an uninterrupted run gives.
+
+Records of two inputs of one task interleave by timestamp within a batch, so a join's
+output would depend on where batches end; each phase here feeds one side and the engine
+catches up before the next, so the order is the phases' whatever the batches."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import pytest
+from engine_helpers import APPS, topic_rows
+from lakestate import run_app
+from lakestate.app import load_app
+from lakestate.io import topics as io_topics
+from lakestate.io.partitioner import partition_for
+from lakestate.read.spark_engine import state_frame
+from lakestate.testing import TopologyTestDriver
+from lakestate.warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+APP = APPS / "stream_joins.py"
+PARTITIONS = 2
+KEYS = ("u1", "u2", "u6", "u8")  # two in each partition
+WAITING = "pairs-outer-shared-join-store"
+# The transports of a batch's processing (engine/inprocess.py): inprocess_max_records.
+TRANSPORTS = {"spark": 0, "in_process": 10**9}
+
+
+def _phases(seed: int) -> list[tuple[str, list[dict]]]:
+    """Alternating sides, timestamps walking forward with some out of order, a few null
+    values (dropped) and a last record far ahead (closes most windows)."""
+    rng = random.Random(seed)
+    phases, now = [], 1_000
+    for n, topic in enumerate(["clicks", "views", "clicks", "views", "clicks"]):
+        records = []
+        for i in range(12):
+            now += rng.randrange(15)
+            records.append(
+                {
+                    "key": rng.choice(KEYS),
+                    "value": None if rng.random() < 0.1 else f"{topic[0]}{n}.{i}",
+                    "timestamp": now - rng.randrange(60),
+                }
+            )
+        phases.append((topic, records))
+    phases.append(
+        ("views", [{"key": f"u{k}", "value": "end", "timestamp": now + 500} for k in range(4)])
+    )
+    return phases
+
+
+def _mixed(seed: int) -> list[tuple[str, list[dict]]]:
+    """Both sides over the same time span: 30 clicks, then 50 views. A batch takes one
+    input's records before the next input's, so with 10 records a batch, a partition's
+    (some 15 clicks, 25 views) second batch changes all three stores."""
+    rng = random.Random(seed)
+    records: dict[str, list[dict]] = {"clicks": [], "views": []}
+    for i in range(80):
+        topic = "clicks" if i % 8 in (0, 3, 5) else "views"
+        value = None if rng.random() < 0.1 else f"{topic[0]}{i}"
+        ts = 1_000 + 8 * i - rng.randrange(60)
+        records[topic].append({"key": rng.choice(KEYS), "value": value, "timestamp": ts})
+    return list(records.items())
+
+
+def _driver_model(phases) -> tuple[dict[int, list[tuple]], list[tuple]]:
+    """Per partition (one task each), the driver's output; and the waiting records."""
+    app = load_app(APP)
+    outputs, waiting = {}, []
+    for p in range(PARTITIONS):
+        with TopologyTestDriver(app.topology, {"application.id": app.name}) as d:
+            for topic, records in phases:
+                source = d.create_input_topic(topic)
+                for r in records:
+                    if partition_for(r["key"], PARTITIONS) == p:
+                        source.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
+            out = d.create_output_topic("paired").read_records_to_list()
+            outputs[p] = [(x.key, x.value, x.timestamp) for x in out]
+            store = d.get_state_store(WAITING)
+            waiting += [
+                (key, ts, "left" if left else "right", v) for _, ts, left, key, v in store.scan()
+            ]
+    return outputs, sorted(waiting)
+
+
+def _waiting_view(spark, wh: Warehouse) -> list[tuple]:
+    rows = state_frame(spark, wh, "stream_joins", WAITING).collect()
+    return sorted((json.loads(r["key"]), r["ts"], r["side"], json.loads(r["value"])) for r in rows)
+
+
+def _run(wh: Warehouse, state, transport: str, **kwargs):
+    return run_app(
+        str(APP),
+        warehouse=wh.root,
+        state_dir=str(state),
+        inprocess_max_records=TRANSPORTS[transport],
+        say=lambda _: None,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_outer_join_matches_the_driver_in_small_batches_with_state_wiped(
+    spark, tmp_path, transport
+):
+    phases = _phases(seed=7)
+    wh = Warehouse(tmp_path / "wh")
+    for topic in ("clicks", "views"):
+        io_topics.topic(wh, topic).create(PARTITIONS)
+    state = tmp_path / "state"
+    batches = 0
+    for topic, records in phases:
+        io_topics.topic(wh, topic).append(records)
+        while _run(
+            wh, state, transport, max_records=5, max_batches=1, until_caught_up=False
+        ).records:
+            batches += 1
+            if batches % 2:
+                shutil.rmtree(state)
+    expected, waiting = _driver_model(phases)
+    got: dict[int, list[tuple]] = {p: [] for p in range(PARTITIONS)}
+    for partition, _offset, key, value, ts in topic_rows(spark, wh, "paired"):
+        got[partition].append((key, value, ts))
+    assert got == expected
+    assert any("/None" in v for rows in got.values() for _, v, _ in rows)  # unjoined clicks
+    assert any("/v" in v for rows in got.values() for _, v, _ in rows)  # pairs
+    assert _waiting_view(spark, wh) == waiting
+    assert waiting  # the last records still wait
+
+
+def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path):
+    """SIGKILL after the progress commit, after the sink, after each store's changelog (in
+    the commit's order: by name), after all tables and in the middle of the local commits; a rerun gives what one
+    uninterrupted run gives (every input is written before the first run)."""
+    from test_exactly_once import _run_in_subprocess
+
+    def produce(wh: Warehouse) -> None:
+        for topic in ("clicks", "views"):
+            io_topics.topic(wh, topic).create(PARTITIONS)
+        for topic, records in _mixed(seed=9):
+            io_topics.topic(wh, topic).append(records)
+
+    def results(wh: Warehouse) -> tuple:
+        return topic_rows(spark, wh, "paired"), _waiting_view(spark, wh)
+
+    reference = Warehouse(tmp_path / "reference")
+    produce(reference)
+    proc = _run_in_subprocess(
+        reference, tmp_path / "ref-state", None, app="stream_joins.py", max_records=10
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wh = Warehouse(tmp_path / "wh")
+    produce(wh)
+    state = tmp_path / "state"
+    for point in (
+        "after_progress@2",
+        "after_sink:paired@2",
+        "after_changelog:pairs-outer-other-join-store@2",
+        "after_changelog:pairs-outer-shared-join-store@2",
+        "after_changelog:pairs-outer-this-join-store@2",
+        "after_tables@3",
+        "mid_local_commit@4",
+    ):
+        proc = _run_in_subprocess(wh, state, point, app="stream_joins.py", max_records=10)
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+    proc = _run_in_subprocess(wh, state, None, app="stream_joins.py", max_records=10)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert results(wh) == results(reference)
+    assert results(wh)[0] and results(wh)[1]

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -99,19 +102,42 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     )
     run(APPS / "payments.py")
     # A stream-stream join's buffers and waiting records (README's ads example).
-    produce(spark, wh, "impressions", [
-        {"key": f"u{i % 6}", "value": {"ad": f"ad{i % 4}"}, "timestamp": i * MIN}
-        for i in range(40)
-    ], partitions=2)
-    produce(spark, wh, "ad-clicks", [
-        {"key": f"u{i % 6}", "value": {"page": "checkout"}, "timestamp": i * 3 * MIN + 30_000}
-        for i in range(10)
-    ], partitions=2)
+    produce(
+        spark,
+        wh,
+        "impressions",
+        [
+            {"key": f"u{i % 6}", "value": {"ad": f"ad{i % 4}"}, "timestamp": i * MIN}
+            for i in range(40)
+        ],
+        partitions=2,
+    )
+    produce(
+        spark,
+        wh,
+        "ad-clicks",
+        [
+            {"key": f"u{i % 6}", "value": {"page": "checkout"}, "timestamp": i * 3 * MIN + 30_000}
+            for i in range(10)
+        ],
+        partitions=2,
+    )
     run(APPS / "ads.py", max_records=15)
-    tiers = [(42, "silver", 0), (7, "bronze", 1), (42, "gold", 10), (42, "platinum", 20),
-             (42, "silver-plus", 5), (7, None, 12)]
-    produce(spark, wh, "tier-updates",
-            [{"key": k, "value": v, "timestamp": m * MIN} for k, v, m in tiers], partitions=1)
+    tiers = [
+        (42, "silver", 0),
+        (7, "bronze", 1),
+        (42, "gold", 10),
+        (42, "platinum", 20),
+        (42, "silver-plus", 5),
+        (7, None, 12),
+    ]
+    produce(
+        spark,
+        wh,
+        "tier-updates",
+        [{"key": k, "value": v, "timestamp": m * MIN} for k, v, m in tiers],
+        partitions=1,
+    )
     run(APPS / "versioned_tiers.py", max_records=2)
     clicks = load_module(JOBS / "clicks.py")
     produce(
@@ -123,9 +149,13 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     )
     run(JOBS / "clicks.py", max_records=100)
     orders = load_module(JOBS / "orders.py")
-    produce(spark, wh, orders.CUSTOMERS_TOPIC,
-            [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(20)],
-            partitions=2)
+    produce(
+        spark,
+        wh,
+        orders.CUSTOMERS_TOPIC,
+        [{"key": k, "value": v, "timestamp": t} for k, v, t in orders.sample_customers(20)],
+        partitions=2,
+    )
     topics.topic(wh, orders.INPUT_TOPIC).create(2)
     run(JOBS / "orders.py")  # the tier history first, as the demo loads it
     produce(
@@ -280,8 +310,14 @@ def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
         load_module(JOBS / "orders.py").app,
     ] + [
         load_module(APPS / f).app
-        for f in ("alerts.py", "dedup.py", "windowed.py", "payments.py", "versioned_tiers.py",
-                  "ads.py")
+        for f in (
+            "alerts.py",
+            "dedup.py",
+            "windowed.py",
+            "payments.py",
+            "versioned_tiers.py",
+            "ads.py",
+        )
     ]
     tables = {(t.app, t.store) for t in wh.list_state_tables()}
     kinds = {
@@ -290,9 +326,16 @@ def test_every_view_of_every_store_kind_gives_spark_s_rows(spark, wh):
         for name, spec in app.topology.stores.items()
         if (app.name, name) in tables
     }
-    assert kinds >= {"timestamped_key_value", "dedup", "window", "session",
-                     "suppression_buffer", "versioned", "stream_join_buffer",
-                     "stream_join_waiting"}, kinds
+    assert kinds >= {
+        "timestamped_key_value",
+        "dedup",
+        "window",
+        "session",
+        "suppression_buffer",
+        "versioned",
+        "stream_join_buffer",
+        "stream_join_waiting",
+    }, kinds
     ctx = Context(wh)
     counts = {q: _compare(ctx, q) for q in _views(wh)}
     assert all(counts.values()), [q for q, n in counts.items() if not n]
@@ -328,3 +371,128 @@ def test_errors_name_what_is_wrong(spark, wh):
         sql.query(ctx, "SELECT * FROM no_such_view")
     with pytest.raises(ValueError, match="applies to one app"):
         sql.query(ctx, "SELECT * FROM events", batch=1)
+
+
+def _bash_sql(wh: Warehouse, command: str) -> subprocess.CompletedProcess:
+    """``command`` (a printed ``lakestate sql ...``) run by bash as pasted, ``lakestate``
+    being this checkout's CLI over ``wh``."""
+    script = f'lakestate() {{ "{sys.executable}" -m lakestate.cli "$@"; }}\n{command}'
+    env = dict(os.environ, LAKESTATE_WAREHOUSE=wh.root, PYTHONPATH=str(README.parent / "lib"))
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_every_printed_sql_hint_returns_rows_when_pasted_into_bash(spark, wh):
+    """The `lakestate sql ...` lines the demos print (and the README's shell blocks), run
+    by bash as printed: each exits 0 with rows (the orders demo's `key = '"customer-N"'`
+    used to reach the CLI as `'customer-N'`: a header and no rows)."""
+    out = io.StringIO()
+    ctx = Context(wh, stdout=out)
+    demo_printers.show_counts(ctx, load_module(JOBS / "demo.py"))
+    demo_printers.show_clicks(ctx, load_module(JOBS / "clicks.py"))
+    demo_printers.show_orders(ctx, load_module(JOBS / "orders.py"))
+    printed = [re.sub(r"^(demo:)?\s*", "", line) for line in out.getvalue().splitlines()]
+    hints = [line for line in printed if line.startswith("lakestate sql ")]
+    assert len(hints) == 5 and any('\\"customer-' in h for h in hints), hints
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+        hints += [line for line in block.splitlines() if line.startswith("lakestate sql ")]
+    assert len(hints) >= 8, hints
+    for hint in hints:
+        ran = _bash_sql(wh, hint)
+        assert ran.returncode == 0, (hint, ran.stderr[-2000:])
+        assert len(ran.stdout.splitlines()) >= 2, (hint, ran.stdout)  # a header and rows
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_an_unknown_view_names_the_views_there_are_and_the_nearest(spark, wh, engine):
+    ctx = Context(wh)
+    with pytest.raises(ValueError) as typo:
+        sql.query(ctx, "SELECT * FROM demo__event_count", engine=engine)
+    text = str(typo.value)
+    assert "pg_" not in text and wh.root in text
+    assert "did you mean demo__event_counts_store?" in text
+    assert "views of app demo: demo__event_counts_store, " in text and "demo__assignment" in text
+    with pytest.raises(ValueError, match=r"no view named no_such_view .* Its views: .*events"):
+        sql.query(ctx, "SELECT * FROM no_such_view", engine=engine)
+    with pytest.raises(ValueError, match="event-counts is the view event_counts"):
+        sql.query(ctx, "SELECT * FROM event-counts", engine=engine)
+
+
+def test_an_unknown_view_fails_the_cli_with_the_hint(wh, capsys):
+    from lakestate.cli import main
+
+    assert main(["--warehouse", wh.root, "sql", "SELECT * FROM evnts"]) == 1
+    assert "did you mean events?" in capsys.readouterr().err
+
+
+def test_show_tables_and_sql_list_show_every_view(spark, wh, capsys):
+    """SHOW TABLES lists every view, on both engines, as Spark lists temporary views (the
+    same schema as Spark's own SHOW TABLES); `lakestate sql --list` too, with each one's
+    kind."""
+    from lakestate.cli import main
+    from lakestate.read import spark_engine
+
+    ctx = Context(wh)
+    shown = {e: sql.query(ctx, "SHOW TABLES", engine=e) for e in ("duckdb", "spark")}
+    assert shown["duckdb"] == shown["spark"]
+    names = [r[1] for r in shown["duckdb"].rows]
+    assert {
+        "events",
+        "demo__event_counts_store",
+        "demo__event_counts_store__changelog",
+        "demo__assignment",
+        "demo__instances",
+        "orders__customers",
+    } <= set(names)
+    assert sorted(q.removeprefix("SELECT * FROM ") for q in _views(wh)) == sorted(
+        n for n in names if not n.endswith(("__assignment", "__instances"))
+    )
+    assert {r[0] for r in shown["duckdb"].rows} == {""} and {
+        r[2] for r in shown["duckdb"].rows
+    } == {True}
+    spark.range(1).createOrReplaceTempView("lakestate_probe")
+    real = spark.sql("SHOW TABLES").schema
+    ours = spark_engine.sql(spark, wh, "SHOW TABLES").schema
+    assert ours == real and shown["duckdb"].columns == real.names
+    spark.catalog.dropTempView("lakestate_probe")
+    like = sql.query(ctx, "SHOW VIEWS LIKE 'demo__*|events'")
+    assert like.columns[1] == "viewName"
+    assert [r[1] for r in like.rows] == sorted(
+        [n for n in names if n.startswith("demo__")] + ["events"]
+    )
+
+    capsys.readouterr()
+    assert main(["--warehouse", wh.root, "sql", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "view\tkind\tof"
+    listed = {tuple(line.split("\t")) for line in lines[1:]}
+    assert ("events", "topic", "events") in listed
+    assert ("demo__event_counts_store", "state", "demo/event-counts-store") in listed
+    assert ("demo__event_counts_store__changelog", "changelog", "demo/event-counts-store") in listed
+    assert sorted(v for v, _, _ in listed) == sorted(names)
+
+
+# Unnamed columns: Spark names them by their SQL (count(1), sum(x), (a + 1) ...).
+UNNAMED = [
+    "SELECT count(*), count(DISTINCT task), sum(CAST(value AS BIGINT)), max(ts), min(key), "
+    "avg(CAST(value AS DOUBLE)) FROM demo__event_counts_store",
+    "SELECT task, count(*) FROM demo__event_counts_store GROUP BY task ORDER BY count(*) DESC",
+    "SELECT get_json_object(value, '$.user'), timestamp_millis(timestamp), partition + 1, "
+    "offset DIV 2, key IS NULL, CAST(offset AS STRING), CAST(offset + 1 AS STRING), "
+    "CASE WHEN partition = 0 THEN 'a' ELSE 'b' END, if(offset > 3, 'x', 'y'), "
+    "coalesce(key, 'none'), upper(key), length(value), key <> 'k1', key LIKE 'k%', "
+    "partition IN (0, 1), -1, 'lit', o.offset FROM events o ORDER BY partition, offset LIMIT 5",
+    "SELECT get_json_object(o.value, '$.tier'), count(*) * 2 FROM enriched_orders o "
+    "GROUP BY get_json_object(o.value, '$.tier')",
+]
+
+
+def test_unnamed_columns_have_spark_s_names(spark, wh):
+    ctx = Context(wh)
+    for query in UNNAMED:
+        fast = sql.query(ctx, query, engine="duckdb")
+        slow = sql.query(ctx, query, engine="spark")
+        assert fast.columns == list(slow.columns), query
+        _compare(ctx, query)
+    assert sql.query(ctx, UNNAMED[0]).columns[0] == "count(1)"

@@ -209,8 +209,41 @@ def test_an_app_that_never_ran_lists_the_tasks_its_module_knows(spark, warehouse
     for t in doc["tasks"]:
         (inp,) = t["inputs"]
         assert inp["committed"] == 0 and inp["lag"] == inp["end"] == ends[t["partition"]] > 0
-    by_name, _ = _status(warehouse, state, "regroup")
-    assert by_name == {"app": "regroup", "tasks": [], "unresolved_subtopologies": []}
+    # By name there is nothing to go by: an error that says so, with the way forward.
+    failed = _status_fails(warehouse, state, "regroup")
+    assert f"app regroup has not run in warehouse {warehouse.root}" in failed.stderr
+    assert "jobs/regroup.py" in failed.stderr and "--warehouse DIR" in failed.stderr
+
+
+def _status_fails(warehouse, cwd, app: str, *options: str) -> subprocess.CompletedProcess:
+    """``lakestate [--warehouse W] status APP`` in a fresh process, which must fail (exit 1)
+    with one error line and no traceback on stderr."""
+    where = [] if warehouse is None else ["--warehouse", warehouse.root]
+    env = {k: v for k, v in os.environ.items() if k != "LAKESTATE_WAREHOUSE"}
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI_PROBE, *where, *options, "status", app],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=env,
+    )
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "lakestate status: error: " in proc.stderr and "Traceback" not in proc.stderr
+    return proc
+
+
+def test_status_of_an_app_from_a_folder_without_its_warehouse_says_where_it_looked(tmp_path):
+    """`lakestate status demo` where ./warehouse does not exist (the default, as a new user
+    runs it from another folder): an error naming the path looked at and how to point at
+    the warehouse; not an empty status with exit 0."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    for options in ((), ("--json",)):
+        failed = _status_fails(None, folder, "demo", *options)
+        assert f"no warehouse at {folder / 'warehouse'}" in failed.stderr
+        assert "--warehouse DIR or LAKESTATE_WAREHOUSE" in failed.stderr
+        assert failed.stdout == ""
 
 
 def _progress_metrics(warehouse, app: str) -> dict[tuple[str, int], dict]:

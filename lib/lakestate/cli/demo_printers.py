@@ -10,6 +10,7 @@ import json
 from types import ModuleType, SimpleNamespace
 from typing import TYPE_CHECKING
 
+from lakestate.cli.shell_hint import sql_command
 from lakestate.cli.sql import query
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def show_counts(ctx: Context, demo_module: ModuleType, engine: str = "duckdb") -
         )
     view = view_name(f"{demo_module.app.name}__{demo_module.STORE}")
     text = f"SELECT key, value AS count, task FROM {view} ORDER BY key"
-    ctx.print(f'demo: lakestate sql "{text}"')
+    ctx.print(f"demo: {sql_command(text)}")
     for row in query(ctx, text, engine=engine).dicts():
         ctx.print(f"  {row['key']}\t{row['count']}\t(task {row['task']})")
 
@@ -71,7 +72,7 @@ def _show_final_clicks(ctx: Context, clicks: ModuleType, engine: str) -> None:
         f"demo: final results, one per user and minute once its window closed (topic "
         f"{clicks.FINAL_TOPIC!r}), the last 10, oldest first:"
     )
-    ctx.print(f'  lakestate sql "{text}"')
+    ctx.print(f"  {sql_command(text)}")
     for row in _rows(ctx, text, engine):
         ctx.print(f"  {row.user}\t{_time_of_day(row.window_start)}\t{row.clicks} clicks")
 
@@ -125,7 +126,7 @@ def _show_open_windows(ctx: Context, clicks: ModuleType, engine: str) -> None:
         "WHERE key IS NOT NULL ORDER BY buffer_time, user"
     )
     ctx.print("demo: windows still open, emitted once their task's stream time passes end + grace:")
-    ctx.print(f'  lakestate sql "{text}"')
+    ctx.print(f"  {sql_command(text)}")
     for row in _rows(ctx, text, engine):
         ctx.print(
             f"  {row.user}\t{_time_of_day(row.window_start)}\t{row.clicks_so_far} clicks so far, "
@@ -155,7 +156,7 @@ def show_orders(ctx: Context, orders: ModuleType, engine: str = "duckdb") -> Non
         f"demo: orders joined with the tier valid at their time, not the customer's tier now "
         f"(topic {orders.OUTPUT_TOPIC!r}), the last 10, oldest first:"
     )
-    ctx.print(f'  lakestate sql "{text}"')
+    ctx.print(f"  {sql_command(text)}")
     for row in _rows(ctx, text, engine):
         ctx.print(
             f"  {row.order_id} at {_time_of_day(row.timestamp)}: {row.customer} was {row.tier} "
@@ -179,7 +180,7 @@ def _show_tier_history(ctx: Context, history: str, engine: str) -> None:
     ctx.print(
         f"demo: the tier history of {json.loads(customer.key)} (the versioned store's SQL view):"
     )
-    ctx.print(f'  lakestate sql "{text}"')
+    ctx.print(f"  {sql_command(text)}")
     for row in _rows(ctx, text, engine):
         until = "now" if row.valid_to is None else _time_of_day(row.valid_to)
         tier = "deleted" if row.tier is None else json.loads(row.tier)

@@ -12,7 +12,15 @@ if TYPE_CHECKING:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("query", help="Spark SQL; topics and state tables (<app>__<store>) are views")
+    p.add_argument(
+        "query",
+        nargs="?",
+        help="Spark SQL; topics and state tables (<app>__<store>) are views (SHOW TABLES "
+        "lists them)",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="list every view: its name, kind and what it shows"
+    )
     p.add_argument(
         "--batch",
         type=int,
@@ -31,11 +39,17 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    """Print the query's rows: a tab-separated table (NULL for nulls), or with ``--json``
-    one JSON object per row."""
+    """Print the query's rows (with ``--list``: the warehouse's views): a tab-separated
+    table (NULL for nulls), or with ``--json`` one JSON object per row."""
+    from lakestate.read.catalog import listing
     from lakestate.read.result import print_result
 
-    result = query(ctx, args.query, args.batch, args.limit, args.engine)
+    if args.list:
+        result = listing(ctx.warehouse)
+    elif args.query is None:
+        raise ValueError("give a query (Spark SQL), or --list to see the views there are")
+    else:
+        result = query(ctx, args.query, args.batch, args.limit, args.engine)
     print_result(result, ctx.print, json_lines=ctx.json_output)
     return 0
 

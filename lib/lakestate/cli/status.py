@@ -42,7 +42,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Every task of an app: offsets, lag, stream time, last batch, metrics totals. No
     Spark: the progress rows and end offsets come through delta-rs and the Delta logs."""
     from lakestate.checkpoint.task_dir import state_dir_of
-    from lakestate.read.status import app_status
+    from lakestate.read.status import app_status, check_app
 
     name, topology = args.app, None
     if name.endswith(".py"):
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
         loaded = load_app(name)
         name, topology = loaded.name, loaded.topology
+    check_app(ctx.warehouse, name, topology)
     found = app_status(ctx.warehouse, name, state_dir_of(args.state_dir), topology)
     if ctx.json_output:
         ctx.print(json.dumps(found.to_json(), sort_keys=True))

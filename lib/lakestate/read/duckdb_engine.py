@@ -11,11 +11,12 @@ functions and behaviour.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import duckdb
 from deltalake import DeltaTable
-from lakestate.read import spark_dialect
+from lakestate.read import catalog, spark_dialect
 from lakestate.read.result import Result
 from lakestate.read.views import View, pinned_app, views, views_named
 from lakestate.warehouse import Warehouse
@@ -57,16 +58,26 @@ def sql(
     warehouse: Warehouse, query: str, batch: int | None = None, limit: int | None = None
 ) -> Result:
     """Run ``query`` (Spark SQL) over the warehouse's views that it names; ``batch`` pins
-    the one app it names (as ``inspect.sql``). At most ``limit`` rows. ValueError for a
-    query DuckDB refuses, with its message."""
+    the one app it names (as ``inspect.sql``). At most ``limit`` rows. ``SHOW TABLES`` and
+    ``SHOW VIEWS`` list every view (``catalog.show_tables``). ValueError for a query DuckDB
+    refuses, with its message, or for a name that is no view, with the views there are."""
+    listed = catalog.show_tables(warehouse, query)
+    if listed is not None:
+        return listed if limit is None else Result(listed.columns, listed.rows[: max(limit, 0)])
     batch_app = pinned_app(warehouse, query, batch)
     con = connect()
     try:
         register(con, views(warehouse, batch, batch_app, views_named(warehouse, query)))
         try:
-            cursor = con.execute(spark_dialect.to_duckdb(query))
-            columns = [d[0] for d in cursor.description or []]
+            columns, cursor = spark_dialect.execute(con, query)
             rows = cursor.fetchall() if limit is None else cursor.fetchmany(max(limit, 0))
+        except duckdb.CatalogException as e:
+            missing = re.search(r"Table with name (.+?) does not exist", str(e))
+            if missing is None:
+                raise ValueError(str(e)) from None
+            raise ValueError(catalog.unknown_view(warehouse, missing.group(1).strip('"'))) from None
+        except duckdb.ParserException as e:
+            raise ValueError(str(e) + catalog.spelled_as_tables(warehouse, query)) from None
         except duckdb.Error as e:
             raise ValueError(str(e)) from None
         return Result(columns, rows)

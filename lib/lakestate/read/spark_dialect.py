@@ -7,7 +7,8 @@ sqlglot leaves it to the engine: Spark's functions that DuckDB lacks, as macros 
 Spark's semantics (``SPARK_FUNCTIONS``), nulls first in ascending order and last in
 descending order, timestamps in UTC (lakestate's Spark sessions run in UTC), and a
 string compared with a number cast to the number's type (``'25' >= 20`` is true, as in
-Spark; DuckDB refuses the comparison otherwise).
+Spark; DuckDB refuses the comparison otherwise). Unnamed columns get Spark's names
+(``count(1)``, not DuckDB's ``count_star()``: ``spark_names``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 import sqlglot
+from lakestate.read import spark_names
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
 from sqlglot.errors import ParseError
 
-__all__ = ["SETTINGS", "SPARK_FUNCTIONS", "install", "to_duckdb"]
+__all__ = ["SETTINGS", "SPARK_FUNCTIONS", "execute", "install", "to_duckdb", "translate"]
 
 #: Spark functions DuckDB lacks (or has with other semantics), as DuckDB macros:
 #: name -> (parameters, body).
@@ -58,14 +60,29 @@ class _DuckDB(DuckDB):
 def to_duckdb(query: str) -> str:
     """``query`` (Spark SQL, one statement) in DuckDB's dialect. Text sqlglot cannot parse
     as Spark SQL is returned as it is, for DuckDB to run or to say what is wrong with it."""
+    return translate(query)[0]
+
+
+def translate(query: str) -> tuple[str, list[str | None]]:
+    """``query`` in DuckDB's dialect (``to_duckdb``) and Spark's names of its columns
+    (``spark_names.output_names``: for ``spark_names.rename`` of DuckDB's result)."""
     try:
         statements = sqlglot.parse(query, read="spark")
     except ParseError:
-        return query
+        return query, []
     statements = [s for s in statements if s is not None]
     if len(statements) != 1:
         raise ValueError(f"expected one SQL statement, got {len(statements)}")
-    return statements[0].sql(dialect=_DuckDB)
+    names = spark_names.output_names(statements[0], query)
+    return statements[0].sql(dialect=_DuckDB), names
+
+
+def execute(con: Any, query: str) -> tuple[list[str], Any]:
+    """Run ``query`` (Spark SQL) on DuckDB connection ``con``: its columns' names, as
+    Spark names them where they are certain (``spark_names``), and the cursor."""
+    text, names = translate(query)
+    cursor = con.execute(text)
+    return spark_names.rename([d[0] for d in cursor.description or []], names), cursor
 
 
 def install(con: Any) -> None:

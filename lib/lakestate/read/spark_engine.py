@@ -6,9 +6,14 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from lakestate.checkpoint.standing import app_pin
+from lakestate.read import catalog
 from lakestate.read.views import View, _store_pin, pinned_app, view_name, views, views_named
 from lakestate.warehouse import Warehouse
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+
+# SHOW TABLES' schema in Spark (the second column is viewName for SHOW VIEWS).
+_SHOW_SCHEMA = "{} string not null, {} string not null, {} boolean not null"
 
 
 def _spark_quote(name: str) -> str:
@@ -60,7 +65,21 @@ def sql(
     spark: SparkSession, warehouse: Warehouse, query: str, batch: int | None = None
 ) -> DataFrame:
     """Run ``query`` on Spark over the warehouse's views (those it names are registered);
-    ``batch`` pins the one app it names."""
+    ``batch`` pins the one app it names. ``SHOW TABLES`` and ``SHOW VIEWS`` list every view
+    (``catalog.show_tables``); a name that is no view is a ValueError naming those there
+    are."""
+    listed = catalog.show_tables(warehouse, query)
+    if listed is not None:
+        return spark.createDataFrame(listed.rows, _SHOW_SCHEMA.format(*listed.columns))
     batch_app = pinned_app(warehouse, query, batch)
     register_views(spark, warehouse, batch, batch_app, views_named(warehouse, query))
-    return spark.sql(query)
+    try:
+        return spark.sql(query)
+    except AnalysisException as e:  # ParseException too
+        if e.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
+            name = (e.getMessageParameters() or {}).get("relationName", "").replace("`", "")
+            raise ValueError(catalog.unknown_view(warehouse, name)) from None
+        hint = catalog.spelled_as_tables(warehouse, query)
+        if not hint:
+            raise
+        raise ValueError(str(e).strip().splitlines()[0] + hint) from None

@@ -14,6 +14,7 @@ the log tables' commit metadata) and RocksDB: no Spark.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -256,6 +257,28 @@ def _local(
         store.close()
 
 
+def check_app(warehouse: Warehouse, app: str, topology: Topology | None = None) -> None:
+    """ValueError, naming the warehouse looked at and how to point at another, when
+    ``app``'s status has nothing to go by there: no warehouse at its root, or (the app named
+    without its ``topology``) no such app in it."""
+    point = (
+        "run from the folder that holds it, or point at it with --warehouse DIR or "
+        "LAKESTATE_WAREHOUSE (the default is ./warehouse)"
+    )
+    if warehouse.is_local and not os.path.isdir(warehouse.root.removeprefix("file://")):
+        raise ValueError(
+            f"no warehouse at {warehouse.root} (app {app}'s status is read there): {point}"
+        )
+    if topology is not None or app in warehouse.list_apps():
+        return
+    apps = ", ".join(warehouse.list_apps()) or "none"
+    raise ValueError(
+        f"app {app} has not run in warehouse {warehouse.root} (its apps: {apps}). If it ran "
+        f"in another warehouse, {point}; before its first run, give its module (e.g. "
+        f"jobs/{app}.py) to list the tasks it will have"
+    )
+
+
 def format_time(ms: int | None) -> str:
     """Epoch ms as ``YYYY-MM-DD HH:MM:SS`` (UTC); ``-`` for none."""
     if ms is None or ms < 0:
@@ -263,4 +286,4 @@ def format_time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-__all__ = ["AppStatus", "InputStatus", "TaskStatus", "app_status", "format_time"]
+__all__ = ["AppStatus", "InputStatus", "TaskStatus", "app_status", "check_app", "format_time"]

@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 from lakestate.assign.history import assignment_path
 from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.checkpoint.standing import AppPin, app_pin
-from lakestate.io import delta_commits
+from lakestate.io import delta_commits, delta_log
 from lakestate.read import time_travel
 from lakestate.read.status import format_time
 from lakestate.scaleout.lag_reports import reports_path
@@ -262,15 +262,48 @@ def pinned_app(warehouse: Warehouse, query: str, batch: int | None) -> str | Non
     return named[0]
 
 
+@dataclass(frozen=True)
+class ViewInfo:
+    """One view of the warehouse: its SQL ``name``, its ``kind`` (``topic``, ``state``: a
+    store's current state, ``changelog``: a store's raw changelog, ``assignment``,
+    ``instances``) and what it shows (``of``: the topic, ``<app>/<store>``, or the app)."""
+
+    name: str
+    kind: str
+    of: str
+
+
+def list_views(warehouse: Warehouse) -> list[ViewInfo]:
+    """Every view of the warehouse (what ``views`` registers when every one is asked for),
+    without opening a table: topics, then per app its stores' state and changelog views
+    and its scale-out tables."""
+    found = [ViewInfo(view_name(t), "topic", t) for t in warehouse.list_topics()]
+    for app in warehouse.list_apps():
+        for table in warehouse.list_state_tables(app):
+            name, of = view_name(f"{app}__{table.store}"), f"{app}/{table.store}"
+            found += [
+                ViewInfo(name, "state", of),
+                ViewInfo(name + CHANGELOG_SUFFIX, "changelog", of),
+            ]
+        for suffix, path in (
+            (ASSIGNMENT_VIEW, assignment_path(warehouse, app)),
+            (INSTANCES_VIEW, reports_path(warehouse, app)),
+        ):
+            if _exists(path):
+                found.append(ViewInfo(view_name(f"{app}__{suffix}"), suffix, app))
+    return found
+
+
+def _exists(path: str) -> bool:
+    """Whether a Delta table is at ``path`` (on a local warehouse, without opening it)."""
+    log = delta_log.local_log(path)
+    return log.is_dir() if log is not None else delta_commits.table_exists(path)
+
+
 def views_named(warehouse: Warehouse, query: str) -> set[str]:
     """The names of the warehouse's views that ``query`` names (as whole words, in any
     case)."""
-    names = [view_name(t) for t in warehouse.list_topics()]
-    for app in warehouse.list_apps():
-        for table in warehouse.list_state_tables(app):
-            name = view_name(f"{app}__{table.store}")
-            names += [name, name + CHANGELOG_SUFFIX]
-        names += [view_name(f"{app}__{s}") for s in (ASSIGNMENT_VIEW, INSTANCES_VIEW)]
+    names = [v.name for v in list_views(warehouse)]
     return {n for n in names if re.search(rf"(?<!\w){re.escape(n)}(?!\w)", query, re.IGNORECASE)}
 
 
@@ -286,8 +319,10 @@ def apps_named(warehouse: Warehouse, query: str) -> list[str]:
 
 __all__ = [
     "View",
+    "ViewInfo",
     "apps_named",
     "format_time",
+    "list_views",
     "pinned_app",
     "state_sql",
     "view_name",

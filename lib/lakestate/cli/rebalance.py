@@ -34,7 +34,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     probing rebalance is due (scaleout/rebalance.py); prints the old and the new assignment
     per task and each instance's lag. No Spark."""
     from lakestate.read.describe import find_app
-    from lakestate.scaleout.rebalance import NO_CHANGE
     from lakestate.scaleout.rebalance import rebalance as rebalance_app
 
     app = find_app(args.app)
@@ -51,8 +50,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if new is None:
         where = "no generation yet" if old is None else f"generation {old.number} stays"
         ctx.print(f"no change ({where})")
-        if result.reason != NO_CHANGE:
-            ctx.say(f"computed ({result.reason}): the same assignment, nothing written")
     else:
         was = "" if old is None else f", was generation {old.number}"
         ctx.print(f"generation {new.number} ({new.reason}){was}")

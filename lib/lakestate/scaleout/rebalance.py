@@ -54,9 +54,11 @@ ATTEMPTS = 5
 @dataclass(frozen=True)
 class RebalanceResult:
     """What a rebalance did: the latest generation before it (``old``), the one it wrote
-    (``new``; None when nothing changed), why it computed one (``reason``: a generation
-    reason; "no change" when nothing asked for one), whether it wrote one (``changed``:
-    False also when the computed assignment equals the latest), the clients' lags it
+    (``new``; None when nothing changed), why it wrote one (``reason``: a generation reason;
+    "no change" when it wrote none), why it computed the assignment again when that gave the
+    same one (``recomputed``; None otherwise: a scheduled rebalance whose instances' lags
+    moved computes again every time, and is no change all the same), whether it wrote one
+    (``changed``), the clients' lags it
     computed with (per instance, per task; None: no store) and the tasks whose owner epoch
     it fenced (those of an unfinished earlier fence included)."""
 
@@ -66,6 +68,7 @@ class RebalanceResult:
     changed: bool
     lags: dict[str, dict[TaskId, int | None]] = field(default_factory=dict)
     fenced: dict[TaskId, int] = field(default_factory=dict)
+    recomputed: str | None = None
 
     @property
     def current(self) -> Generation | None:
@@ -76,6 +79,7 @@ class RebalanceResult:
         return {
             "reason": self.reason,
             "changed": self.changed,
+            "recomputed": self.recomputed,
             "old": None if self.old is None else self.old.to_json(),
             "new": None if self.new is None else self.new.to_json(),
             "lags": {
@@ -169,7 +173,7 @@ def _rebalance(
     computed = assign(tasks, clients, None if old is None else old.assignment, config)
     described = tuple(i.to_json() for i in configured)
     if old is not None and computed == old.assignment and described == old.instances:
-        return RebalanceResult(old, None, reason, False, lags, fenced)
+        return RebalanceResult(old, None, NO_CHANGE, False, lags, fenced, recomputed=reason)
     expected = 1 if old is None else old.number + 1
     faults.maybe_fail(BEFORE_GENERATION, expected)
     number = generations.write_generation(

@@ -48,6 +48,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 URL_PREFIX = "/lakestate"
 #: The UI's route of the embedded page (``/plugin/<route>``).
 UI_ROUTE = "lakestate"
+#: How often the page redraws its apps by default (seconds): runs and rebalances move
+#: tasks and lags while it is open.
+REFRESH_S = 30
 
 _bearer = HTTPBearer(auto_error=False)
 _Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -277,8 +280,11 @@ def post_rebalance(app: str, user: _User) -> JSONResponse:
 
 
 @api.get("/", response_class=HTMLResponse)
-def page(request: Request, user: _UserOrNone, app: str | None = None) -> Response:
-    """The page (``?app=NAME``: that app only); anonymous: to the login form."""
+def page(
+    request: Request, user: _UserOrNone, app: str | None = None, refresh: str | None = None
+) -> Response:
+    """The page (``?app=NAME``: that app only; ``?refresh=S``: redraw every S seconds, 0:
+    never, default ``REFRESH_S``); anonymous: to the login form."""
     if user is None:
         from airflow.api_fastapi.app import get_auth_manager
 
@@ -295,7 +301,7 @@ def page(request: Request, user: _UserOrNone, app: str | None = None) -> Respons
             views.append(_view(name, job))
         except Exception as exc:  # one broken app does not hide the others
             views.append({"app": name, "dag_id": dag_id_of(name), "error": f"{exc}"})
-    return HTMLResponse(render_page(views, request.scope.get("root_path", URL_PREFIX)))
+    return HTMLResponse(render_page(views, refresh_s=_refresh_s(refresh)))
 
 
 # -- the page -------------------------------------------------------------------------------
@@ -346,12 +352,27 @@ def _instance_cell(entry: dict[str, Any] | None, acceptable: int) -> str:
     )
 
 
-def _app_section(view: dict[str, Any], root: str) -> str:
+def _refresh_s(given: str | None) -> int:
+    if given is None:
+        return REFRESH_S
+    try:
+        seconds = int(given)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            f"refresh={given!r}: give the seconds between redraws as a whole number (0: never)",
+        )
+    return seconds
+
+
+def _app_section(view: dict[str, Any]) -> str:
     app = view["app"]
     aid = html.escape(app)
     out = [f'<section class="app" id="app-{aid}" data-app="{aid}">']
     out.append(
-        f'<h2>{aid} <small>DAG <a href="/dags/{html.escape(view["dag_id"])}" target="_top">'
+        f'<h2>{aid} <small>DAG <a href="../dags/{html.escape(view["dag_id"])}" target="_top">'
         f"{html.escape(view['dag_id'])}</a></small></h2>"
     )
     if view.get("error"):
@@ -373,9 +394,9 @@ def _app_section(view: dict[str, Any], root: str) -> str:
         )
     out.append(
         f'<p><button class="rebalance" data-app="{aid}" '
-        f'data-url="{html.escape(root)}/api/apps/{aid}/rebalance">Rebalance now</button> '
+        f'data-url="api/apps/{aid}/rebalance">Rebalance now</button> '
         f'<span class="message" id="message-{aid}"></span> '
-        f'<a href="{html.escape(root)}/api/apps/{aid}/assignment">JSON</a></p>'
+        f'<a href="api/apps/{aid}/assignment">JSON</a></p>'
     )
 
     out.append("<h3>Instances</h3>")
@@ -449,37 +470,61 @@ section.app { border-top: 2px solid #ddd; padding-top: .5rem; }
 """
 
 _SCRIPT = """
-for (const button of document.querySelectorAll("button.rebalance")) {
-  button.addEventListener("click", async () => {
-    const message = document.getElementById("message-" + button.dataset.app);
-    button.disabled = true;
-    message.textContent = "rebalancing...";
+let rebalancing = 0;
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("button.rebalance");
+  if (!button) return;
+  const message = document.getElementById("message-" + button.dataset.app);
+  button.disabled = true;
+  rebalancing += 1;
+  message.textContent = "rebalancing...";
+  try {
     const response = await fetch(button.dataset.url, {method: "POST", credentials: "same-origin"});
     const body = await response.json().catch(() => ({}));
     if (response.ok && body.rebalance.changed) {
       message.textContent = "generation " + body.rebalance.new.generation + " in force";
       window.location.reload();
+      return;
     } else if (response.ok) {
       message.textContent = "no change: the assignment computed is the current one";
-      button.disabled = false;
     } else {
       message.textContent = "failed (" + response.status + "): " + (body.error || body.detail);
-      button.disabled = false;
     }
-  });
+    button.disabled = false;
+  } finally {
+    rebalancing -= 1;
+  }
+});
+// The redraw swaps each app's section for a fresh one, not the page: a message or a
+// rebalance under way stays where it is.
+async function redraw() {
+  if (rebalancing > 0) return;
+  const response = await fetch(window.location.href, {credentials: "same-origin"});
+  if (!response.ok || rebalancing > 0) return;
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  for (const section of fresh.querySelectorAll("section.app")) {
+    const shown = document.getElementById(section.id);
+    if (shown && !shown.querySelector("button.rebalance[disabled]")) shown.replaceWith(section);
+  }
+  document.body.dataset.redrawn = String(Number(document.body.dataset.redrawn || 0) + 1);
 }
+const every = Number(document.body.dataset.refreshS);
+if (every > 0) setInterval(() => redraw().catch(() => {}), every * 1000);
 """
 
 
-def render_page(views: list[dict[str, Any]], root: str) -> str:
-    """The page's HTML for ``views`` (``_view``'s); ``root``: the plugin's URL prefix."""
-    body = "\n".join(_app_section(v, root) for v in views) or "<p>No lakestate app found.</p>"
+def render_page(views: list[dict[str, Any]], refresh_s: int = REFRESH_S) -> str:
+    """The page's HTML for ``views`` (``_view``'s). Every link is relative to the page's
+    own address (``<base>/lakestate/``), so the page works under any Airflow base URL; it
+    redraws its apps every ``refresh_s`` seconds (0: never)."""
+    body = "\n".join(_app_section(v) for v in views) or "<p>No lakestate app found.</p>"
     names = [html.escape(v["app"]) for v in views]
     links = ", ".join(f'<a href="?app={n}">{n}</a>' for n in names) or "none"
     return (
         '<!doctype html><html><head><meta charset="utf-8"><title>lakestate assignment</title>'
-        f"<style>{_STYLE}</style></head><body><h1>lakestate task assignment</h1>"
-        f'<p>Apps: {links} (<a href="{html.escape(root)}/">all</a>)</p>'
+        f'<style>{_STYLE}</style></head><body data-refresh-s="{refresh_s}">'
+        "<h1>lakestate task assignment</h1>"
+        f'<p>Apps: {links} (<a href="./">all</a>)</p>'
         f"{body}<script>{_SCRIPT}</script></body></html>"
     )
 

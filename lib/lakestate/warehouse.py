@@ -132,6 +132,10 @@ class Warehouse:
         """The app's progress table: a row per task per batch (written by the engine)."""
         return self._join("apps", validate_name("app", app), "_progress")
 
+    def layout_path(self, app: str) -> str:
+        """The app's sub-topologies as its last run saw them (checkpoint/recorded_layout.py)."""
+        return self._join("apps", validate_name("app", app), "_layout")
+
     def old_format_path(self, app: str) -> str:
         """The batch log of lakestate's first state format (MERGE-based state tables)."""
         return self._join("apps", validate_name("app", app), "_batches")

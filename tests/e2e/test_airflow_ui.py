@@ -520,8 +520,20 @@ def test_plugin_view_shows_the_assignment(
         )
         browser.driver.switch_to.default_content()
         browser.shot("plugin-after-rebalance")
-        browser.driver.get(f"{server.url}{PLUGIN}/?app=demo")  # the page itself, full size
+        # The page itself, full size, redrawing every second: its sections are swapped in
+        # place; its links lead into the same Airflow (relative to the page).
+        browser.driver.get(f"{server.url}{PLUGIN}/?app=demo&refresh=1")
         browser.element("section[data-app=demo] table.tasks")
+        browser.driver.execute_script("window.beforeRedraw = true")
+        browser.wait(
+            "two redraws of the page",
+            lambda: int(browser.attribute("body", "data-redrawn") or 0) >= 2,
+            timeout=60,
+        )
+        assert browser.driver.execute_script("return window.beforeRedraw === true")  # no reload
+        browser.element("section[data-app=demo] table.tasks")
+        dag_link = browser.element("section[data-app=demo] h2 a")
+        assert dag_link.get_property("href") == f"{server.url}/dags/{DAG_ID}", dag_link
         browser.shot("plugin-page")
     except Exception as exc:
         raise _failure(exc, browser, server, out_dir) from exc

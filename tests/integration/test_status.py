@@ -215,6 +215,29 @@ def test_an_app_that_never_ran_lists_the_tasks_its_module_knows(spark, warehouse
     assert "jobs/regroup.py" in failed.stderr and "--warehouse DIR" in failed.stderr
 
 
+def test_status_by_name_lists_sub_topologies_that_never_committed(spark, warehouse, tmp_path):
+    """The app's layout is recorded in the warehouse when a run prepares it: status by name
+    then lists every sub-topology's tasks, the repartition-fed one's included, before any
+    batch committed (by name it had only the progress rows to go by)."""
+    from lakestate.checkpoint.layout import prepare
+
+    records = [{"key": f"k{i}", "value": {"user": f"u{i % 3}"}, "timestamp": i} for i in range(30)]
+    produce(spark, warehouse, "events", records, 2)
+    prepare(load_app(APPS / "regroup.py"), warehouse)  # what a run does before its first batch
+    state = tmp_path / "state"
+    state.mkdir()
+    doc, _ = _status(warehouse, state, "regroup")
+    assert doc["unresolved_subtopologies"] == []
+    assert [(t["task"], t["last_batch"]) for t in doc["tasks"]] == [
+        ("0_0", 0),
+        ("0_1", 0),
+        ("1_0", 0),
+        ("1_1", 0),
+    ]
+    ends = topics.topic(warehouse, "events").end_offsets()
+    assert [t["inputs"][0]["lag"] for t in doc["tasks"][:2]] == [ends[0], ends[1]]
+
+
 def _status_fails(warehouse, cwd, app: str, *options: str) -> subprocess.CompletedProcess:
     """``lakestate [--warehouse W] status APP`` in a fresh process, which must fail (exit 1)
     with one error line and no traceback on stderr."""

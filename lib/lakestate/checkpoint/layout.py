@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 
 from lakestate.app import App
-from lakestate.checkpoint import changelog, progress
+from lakestate.checkpoint import changelog, progress, recorded_layout
+from lakestate.checkpoint.recorded_layout import RecordedLayout
 from lakestate.errors import StreamsException
 from lakestate.io import topics
 from lakestate.processors.exception_handlers import DEAD_LETTER_QUEUE_TOPIC, ExceptionHandlers
@@ -142,6 +143,12 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
     progress.ensure_table(warehouse.progress_path(app.name), app.name)
+    recorded = RecordedLayout(
+        {s: tuple(ts) for s, ts in inputs.items()},
+        {sub.id: tuple(sub.stores) for sub in topology.subtopologies},
+        global_topics,
+    )
+    recorded_layout.record(warehouse.layout_path(app.name), recorded)
     return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions, global_topics)
 
 

@@ -73,11 +73,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if rows:
         ctx.print("metrics (totals since each task's first batch):")
         print_table(ctx.print, [("task", "operator", *_STATUS_COLUMNS, "other"), *rows])
-    if topology is None and not ctx.quiet:
-        ctx.print(
-            "(sub-topologies that never committed are listed when status is given the app's "
-            "module, e.g. jobs/demo.py)"
-        )
     return 0
 
 

@@ -1,6 +1,7 @@
 """Where every task of an app stands (``lakestate status``), read without a JVM.
 
-Every task of every sub-topology is listed: those the app's topology names (when known)
+Every task of every sub-topology is listed: those the app's topology names (when given;
+else as the app's last run recorded them in the warehouse: checkpoint/recorded_layout.py)
 and those its progress rows name, each sub-topology with as many tasks as its inputs have
 partitions, so a task that never committed shows too (committed offset 0, lag = end
 offset). Per task: its last complete batch and when it was committed, the batch a crashed
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lakestate.checkpoint import progress, task_dir
+from lakestate.checkpoint import progress, recorded_layout, task_dir
 from lakestate.checkpoint.batch import GLOBAL_SEPARATOR, global_key
+from lakestate.checkpoint.recorded_layout import RecordedLayout
 from lakestate.checkpoint.standing import is_complete
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.io import topics
@@ -123,7 +125,8 @@ def app_status(
     of those its progress rows name). ``state_dir``: this instance's local stores; None for a
     reader that has none (the Airflow plugin on the api-server): no local figures."""
     history, _ = progress.read_all(warehouse, app)
-    inputs, global_topics = _inputs(app, topology, history)
+    recorded = None if topology is not None else recorded_layout.read(warehouse.layout_path(app))
+    inputs, global_topics = _inputs(app, topology, recorded, history)
     partitions = {t: _partitions(warehouse, t) for ts in inputs.values() for t in ts}
     partitions.update({t: _partitions(warehouse, t) for t in global_topics})
     ends = {
@@ -133,7 +136,7 @@ def app_status(
         {TaskId(sub, p) for sub, ts in inputs.items() for p in range(_count(ts, partitions))}
         | set(history.rows)
     )
-    stores = _stores(warehouse, app, topology)
+    stores = _stores(warehouse, app, topology, recorded)
     opened: dict[str, object] = {}  # tables opened once for every task's completeness
     found = []
     for task in tasks:
@@ -180,11 +183,19 @@ def app_status(
 
 
 def _inputs(
-    app: str, topology: Topology | None, history: progress.History
+    app: str,
+    topology: Topology | None,
+    recorded: RecordedLayout | None,
+    history: progress.History,
 ) -> tuple[dict[int, list[str]], list[str]]:
-    """Per sub-topology its input topics (real names), and the global topics."""
+    """Per sub-topology its input topics (real names), and the global topics: the
+    topology's when given, else as the app's last run recorded them, and those its
+    progress rows name."""
     inputs: dict[int, list[str]] = {}
     global_topics: list[str] = []
+    if recorded is not None:
+        inputs = {s: list(ts) for s, ts in recorded.inputs.items()}
+        global_topics = list(recorded.global_topics)
     if topology is not None:
         for sub in topology.subtopologies:
             inputs[sub.id] = list(sub.source_topics) + [
@@ -230,12 +241,17 @@ def _with_task_level(metrics: Mapping[str, Any]) -> dict[str, Any]:
     return {TASK: task_level(metrics), **metrics}
 
 
-def _stores(warehouse: Warehouse, app: str, topology: Topology | None) -> list[str]:
+def _stores(
+    warehouse: Warehouse, app: str, topology: Topology | None, recorded: RecordedLayout | None
+) -> list[str]:
     """The app's task stores: the topology's (global stores included, which live in each
-    task's local store), else those with a changelog."""
+    task's local store), else those with a changelog and those the last run recorded."""
     if topology is not None:
         return sorted(topology.stores)
-    return [t.store for t in warehouse.list_state_tables(app)]
+    found = {t.store for t in warehouse.list_state_tables(app)}
+    if recorded is not None:
+        found.update(s for stores in recorded.stores.values() for s in stores)
+    return sorted(found)
 
 
 def _local(

@@ -29,9 +29,10 @@ from lakestate.assign import Assignment, history
 from lakestate.assign.history import ConcurrentRebalanceError
 from lakestate.checkpoint import progress
 from lakestate.checkpoint.progress import TaskProgress
+from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException
 from lakestate.io import topics
-from lakestate.scaleout import lag_reports, ownership
+from lakestate.scaleout import lag_reports, ownership, state_cleanup
 from lakestate.scaleout.lag_reports import Report
 from lakestate.scaleout.rebalance import NO_CHANGE
 from lakestate.task_id import TaskId
@@ -465,13 +466,15 @@ def test_a_rebalance_killed_between_generation_and_fence_is_finished_by_the_next
 # -- with real runs -------------------------------------------------------------------------
 
 
-def _counts_app(folder: Path, names: list[str], state: Path) -> str:
-    """The counts test app with these instances (state dirs under ``state``), in ``folder``."""
+def _counts_app(folder: Path, names: list[str], state: Path, **extra: object) -> str:
+    """The counts test app with these instances (state dirs under ``state``) and ``extra``
+    config, in ``folder``."""
     from engine_helpers import APPS
 
     config = {
         "statestore.uncommitted.max.records": 100_000,
         "lakestate.instances": [{"name": n, "state_dir": str(state / n)} for n in names],
+        **extra,
     }
     source = (APPS / "counts.py").read_text()
     source = source.replace('{"statestore.uncommitted.max.records": 100_000}', repr(config))
@@ -515,7 +518,8 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     wh = Warehouse(tmp_path / "wh")
     state = tmp_path / "state"
     one = _counts_app(tmp_path / "one", ["a"], state)
-    two = _counts_app(tmp_path / "two", ["a", "b"], state)
+    # a keeps a store it lost until its next run: state.cleanup.delay.ms 0.
+    two = _counts_app(tmp_path / "two", ["a", "b"], state, **{"state.cleanup.delay.ms": 0})
     t0, t1 = TaskId(0, 0), TaskId(0, 1)
 
     def run(app: str, instance: str) -> None:
@@ -574,6 +578,18 @@ def test_scale_up_with_real_runs_moves_a_task_only_after_its_warmup_caught_up(tm
     assert {task for task, _ in after} == {"0_0", "0_1"}  # both tasks had new batches
     assert after == {(task, b): ("b" if TaskId.parse(task) in to_b else "a") for task, b in after}
     assert lag_reports.latest_by_instance(wh, "counts")["b"][min(to_b)].role == "active"
+    # a's store of a moved task: released by a's first run without a role for it (kept,
+    # in case it comes back), deleted by the next one once state.cleanup.delay.ms passed;
+    # b's stores and a's own stay.
+    gone = [TaskDir(state / "a", "counts", t).path for t in sorted(to_b)]
+    assert all((p / state_cleanup.RELEASED_FILE).exists() for p in gone)
+    run(two, "a")
+    assert not any(p.exists() for p in gone)
+    assert all(TaskDir(state / "b", "counts", t).exists() for t in to_b)
+    assert all(TaskDir(state / "a", "counts", t).exists() for t in {t0, t1} - to_b)
+    # a's report says so: no store (lag None), so no rebalance counts its older reports.
+    newest_a = lag_reports.latest_by_instance(wh, "counts")["a"]
+    assert all(newest_a[t].lag is None and newest_a[t].role == "none" for t in to_b)
     # The same sinks and state as one instance that processed everything.
     ref = Warehouse(tmp_path / "reference")
     topics.topic(ref, "events").create(2)

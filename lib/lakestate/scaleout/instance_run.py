@@ -107,6 +107,7 @@ def run_app(
             limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
             deadline = None if time_budget_s is None else started + time_budget_s
             ended = False
+            deleted: list[TaskId] = []
             try:
                 with console.progress(f"{app.name}: records", total=None) as bar:
                     runner.bar = bar
@@ -115,12 +116,13 @@ def run_app(
                 if scaled:
                     warmed = task_roles.warm(runner.layout, roles, sdir, runner.isolation, say)
                     result.warmed = {str(t): lag for t, lag in warmed.items()}
+                    deleted = task_roles.clean_up(runner.layout, roles, sdir, say)
                 ended = True
             except TaskMigratedException as exc:
                 raise task_roles.migrated(runner.layout, roles, exc) from exc
             finally:
                 if scaled:
-                    _report(runner, roles, ended)
+                    _report(runner, roles, ended, deleted)
             return result
         finally:
             spark.join()
@@ -140,12 +142,14 @@ def _report_busy(
         log.warning("the lag report of a busy run was not written", exc_info=True)
 
 
-def _report(runner: Runner, roles: task_roles.Roles, ended: bool) -> None:
+def _report(runner: Runner, roles: task_roles.Roles, ended: bool, deleted: list[TaskId]) -> None:
     """The run's lag report, under the lock. After a run that failed, a report that fails
     too (e.g. the app is mid-rewind) is logged, not raised: the run's own error is the one
     to see."""
     try:
-        task_roles.report(runner.layout, roles, runner.state_dir, runner.isolation, runner.run_id)
+        task_roles.report(
+            runner.layout, roles, runner.state_dir, runner.isolation, runner.run_id, deleted
+        )
     except Exception:
         if ended:
             raise

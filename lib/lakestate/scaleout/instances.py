@@ -40,6 +40,8 @@ INSTANCES_KEY = "lakestate.instances"
 DEFAULT_INSTANCE = "default"
 PROBING_INTERVAL_KEY = "probing.rebalance.interval.ms"
 PROBING_INTERVAL_DEFAULT = 600_000  # Kafka's default
+CLEANUP_DELAY_KEY = "state.cleanup.delay.ms"
+CLEANUP_DELAY_DEFAULT = 600_000  # Kafka's default
 WARMUP_MAX_KEY = "lakestate.warmup.max.records"
 # A warmup run should be no longer than a normal one: a piece of 200k changelog rows took
 # 0.5-0.8 s on the 2-core test machine unloaded (bench_warmup.py, 1M keys), a normal
@@ -155,6 +157,13 @@ def probing_rebalance_interval_ms(app: App) -> int:
     rebalance (warmups still catching up) the next one is computed even when no lag
     changed."""
     return _non_negative_int(app, PROBING_INTERVAL_KEY, PROBING_INTERVAL_DEFAULT)
+
+
+def cleanup_delay_ms(app: App) -> int:
+    """``state.cleanup.delay.ms`` (Kafka's): how long a local store of a task this instance
+    no longer has any role for (or a warmup's shadow it no longer builds) is kept before a
+    run deletes it, in case the task comes back."""
+    return _non_negative_int(app, CLEANUP_DELAY_KEY, CLEANUP_DELAY_DEFAULT)
 
 
 def warmup_max_records(app: App) -> int:

@@ -10,8 +10,9 @@ commit fail, and the run stops with ``TaskMigratedException`` (``migrated``), ha
 committed nothing. After its batches, the warmup and standby tasks the latest generation
 gives the instance are brought to their last complete batch from the changelogs
 (``recovery.warm``: never a replay, never a write to Delta), within
-``lakestate.warmup.max.records`` of lag per run. At its end (a busy run's too) the run
-reports, per task it holds a store for or was assigned, where its store stands
+``lakestate.warmup.max.records`` of lag per run; then the stores of tasks it has had no role
+for since ``state.cleanup.delay.ms`` are deleted (``clean_up``). At its end (a busy run's
+too) the run reports, per task it holds a store for or was assigned, where its store stands
 (``scaleout/lag_reports.py``): what the next rebalance reads.
 """
 
@@ -35,13 +36,27 @@ from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io import delta_commits
 from lakestate.restore import recovery, warmup
-from lakestate.scaleout import lag_reports, ownership
-from lakestate.scaleout.instances import INSTANCES_KEY, Instance, warmup_max_records
+from lakestate.scaleout import lag_reports, ownership, state_cleanup
+from lakestate.scaleout.instances import (
+    INSTANCES_KEY,
+    Instance,
+    cleanup_delay_ms,
+    warmup_max_records,
+)
 from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
-__all__ = ["Roles", "describe", "migrated", "report", "roles_of", "scaled_out", "warm"]
+__all__ = [
+    "Roles",
+    "clean_up",
+    "describe",
+    "migrated",
+    "report",
+    "roles_of",
+    "scaled_out",
+    "warm",
+]
 
 #: A run's view of its local stores, saved under the lock for a busy run's report.
 LOCAL_VIEW_FILE = ".local.json"
@@ -232,6 +247,27 @@ def warm(
     return warmed
 
 
+def clean_up(
+    layout: AppLayout, roles: Roles, state_dir: str, say: Callable[[str], None]
+) -> list[TaskId]:
+    """Delete the local stores and shadows of tasks the latest generation has given this
+    instance no role for since ``state.cleanup.delay.ms`` (``scaleout/state_cleanup.py``).
+    Nothing before a first generation: until then every run owns every task. Returns the
+    tasks whose stores it deleted, which the run's report then says it holds no more."""
+    if roles.generation == 0:
+        return []
+    keep = set(roles.active) | set(roles.warm) | set(roles.roles)
+    return state_cleanup.clean_up(
+        state_dir,
+        layout.app.name,
+        layout.tasks(),
+        keep,
+        cleanup_delay_ms(layout.app),
+        now_ms(),
+        say,
+    )
+
+
 def _inputs_total(offsets: dict[str, int]) -> int:
     """The records a store without state must catch up: every input record committed."""
     return sum(o for key, o in offsets.items() if "@" not in key)
@@ -274,11 +310,14 @@ def report(
     state_dir: str,
     isolation: IsolationLevel | None,
     run_id: str,
+    deleted: Iterable[TaskId] = (),
 ) -> list[lag_reports.Report]:
     """Write the run's lag report: a row per task the instance holds a store for or was
     assigned. ``isolation`` None: a busy run, which does not hold the lock and reports the
     local view the last run that held it saved; else the stores are read now (the caller
-    holds the lock) and that view saved."""
+    holds the lock) and that view saved. ``deleted``: tasks whose stores the run deleted
+    (``clean_up``), reported as held no more so that no rebalance counts an older
+    report of them."""
     app = layout.app.name
     view_path = Path(state_dir) / app / LOCAL_VIEW_FILE
     if isolation is None:
@@ -290,7 +329,7 @@ def report(
             if found is not None:
                 view[t] = found
         _save_view(view_path, view)
-    tasks = sorted(set(view) | set(roles.roles))
+    tasks = sorted(set(view) | set(roles.roles) | set(deleted))
     standing = where_tasks_stand(layout, tasks)
     at = now_ms()
     rows = []

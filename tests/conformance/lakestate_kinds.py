@@ -65,16 +65,24 @@ def _grouped(builder: ls.StreamsBuilder) -> ls.KGroupedStream:
     return builder.stream(INPUT_TOPIC).group_by_key()
 
 
-def _aggregated(grouped: Any, aggregation: str, session: bool = False) -> ls.KTable:
-    """count / reduce / aggregate of a grouped (or windowed) stream."""
+def _aggregated(
+    grouped: Any, aggregation: str, session: bool = False, retention: int | None = None
+) -> ls.KTable:
+    """count / reduce / aggregate of a grouped (or windowed) stream; a window store kept
+    ``retention`` ms when given."""
+    m = (
+        None
+        if retention is None
+        else ls.Materialized.with_defaults().with_retention(_ms(retention))
+    )
     if aggregation == "count":
-        return grouped.count()
+        return grouped.count(m)
     if aggregation == "reduce":
-        return grouped.reduce(_sum)
+        return grouped.reduce(_sum, m)
     if aggregation == "aggregate":
         if session:
-            return grouped.aggregate(_init, _append, _merge)
-        return grouped.aggregate(_init, _append)
+            return grouped.aggregate(_init, _append, _merge, m)
+        return grouped.aggregate(_init, _append, m)
     raise ValueError(f"unknown aggregation {aggregation!r}")
 
 
@@ -126,7 +134,8 @@ def time_windowed_aggregate(params: TimeWindowedParams) -> ls.Topology:
     if params.advance is not None:
         windows = windows.advance_by(_ms(params.advance))
     builder = ls.StreamsBuilder()
-    table = _aggregated(_grouped(builder).windowed_by(windows), params.aggregation)
+    grouped = _grouped(builder).windowed_by(windows)
+    table = _aggregated(grouped, params.aggregation, retention=params.retention)
     _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 
@@ -139,7 +148,7 @@ def session_windowed_aggregate(params: SessionWindowedParams) -> ls.Topology:
         windows = windows_cls.of_inactivity_gap_and_grace(_ms(params.gap), _ms(params.grace))
     builder = ls.StreamsBuilder()
     grouped = _grouped(builder).windowed_by(windows)
-    table = _aggregated(grouped, params.aggregation, session=True)
+    table = _aggregated(grouped, params.aggregation, session=True, retention=params.retention)
     _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 

@@ -158,7 +158,9 @@ def _time_windows(
     size = rng.choice((3, 5, 10))
     grace = rng.choice((None, 0, 1, 4))
     advance = rng.choice([a for a in (1, 2, size // 2) if 0 < a < size]) if hopping else None
-    params = TimeWindowedParams(aggregation, size, grace, advance, suppress)
+    # Sometimes a store kept longer than Kafka's default (size + grace): output unchanged.
+    retention = rng.choice((None, None, size + (grace or 0) + rng.choice((0, 3, 20))))
+    params = TimeWindowedParams(aggregation, size, grace, advance, suppress, retention)
     return params, time_window_boundaries(size, grace or 0, advance or size)
 
 
@@ -167,7 +169,10 @@ def _session_windows(
 ) -> tuple[SessionWindowedParams, Boundaries]:
     gap = rng.choice((2, 3, 5))
     grace = rng.choice((None, 0, 1, 4))
-    return SessionWindowedParams(aggregation, gap, grace, suppress), session_boundaries(
+    # Sometimes a store kept longer than gap + grace: a later record then merges a closed
+    # session still retained, as in Kafka.
+    retention = rng.choice((None, None, gap + (grace or 0) + rng.choice((0, 2, 10))))
+    return SessionWindowedParams(aggregation, gap, grace, suppress, retention), session_boundaries(
         gap, grace or 0
     )
 

@@ -67,7 +67,8 @@ class AggregateParams:
 @dataclass(frozen=True)
 class TimeWindowedParams:
     """``windowedBy(TimeWindows.ofSizeWithNoGrace(size))`` (grace None) or
-    ``ofSizeAndGrace(size, grace)``; ``.advanceBy(advance)`` when advance is set (hopping)."""
+    ``ofSizeAndGrace(size, grace)``; ``.advanceBy(advance)`` when advance is set (hopping);
+    the store ``Materialized...withRetention(retention)`` when retention is set."""
 
     kind: ClassVar[str] = "time_windowed_aggregate"
     aggregation: Aggregation
@@ -75,18 +76,21 @@ class TimeWindowedParams:
     grace: int | None = None
     advance: int | None = None
     suppress: Suppress | None = None
+    retention: int | None = None
 
 
 @dataclass(frozen=True)
 class SessionWindowedParams:
     """``windowedBy(SessionWindows.ofInactivityGapWithNoGrace(gap))`` (grace None) or
-    ``ofInactivityGapAndGrace(gap, grace)``."""
+    ``ofInactivityGapAndGrace(gap, grace)``; the store ``Materialized...withRetention(retention)``
+    when retention is set (a session still retained is merged by a later record)."""
 
     kind: ClassVar[str] = "session_windowed_aggregate"
     aggregation: Aggregation
     gap: int
     grace: int | None = None
     suppress: Suppress | None = None
+    retention: int | None = None
 
 
 @dataclass(frozen=True)

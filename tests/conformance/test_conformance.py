@@ -204,6 +204,26 @@ KNOWN: list[tuple[Scenario, Outcome]] = [
         ),
     ),
     (
+        # A session store kept longer than gap + grace (withRetention) still holds a closed
+        # session, and a later record within the gap of it merges it: [0,0] closed when b
+        # made stream time 3 (close time 1), a at 2 is not late (its session ends at 2 >= 1)
+        # and finds [0,0] in the store. With Kafka's default retention it would start [2,2].
+        Scenario(
+            "known-session-retention-merges-closed",
+            SessionWindowedParams("count", gap=2, grace=0, retention=10),
+            (Input("a", 1, 0), Input("b", 1, 3), Input("a", 1, 2)),
+        ),
+        Outcome(
+            (
+                OutRecord("a", 0, 0, 1, 0, 0),
+                OutRecord("b", 3, 3, 1, 3, 1),
+                OutRecord("a", 0, 0, None, 0, 2),
+                OutRecord("a", 0, 2, 2, 2, 2),
+            ),
+            dropped_records=0,
+        ),
+    ),
+    (
         # Final results only: [0,10) is emitted once stream time reaches its end.
         Scenario(
             "known-until-window-closes",

@@ -200,6 +200,59 @@ def test_window_store_holds_the_open_windows_and_answers_fetches():
             d.get_session_store("counts")
 
 
+def test_a_longer_retention_keeps_closed_windows_in_the_store_until_it_passes():
+    # Tumbling 10 ms, grace 5, kept 30 ms from each window's start (Kafka's withRetention):
+    # [0, 10) closes at stream time 15 but stays until stream time 30; output is unchanged.
+    windows = ls.TimeWindows.of_size_and_grace(ms(10), ms(5))
+    b = ls.StreamsBuilder()
+    kept = ls.Materialized.as_("counts").with_retention(ms(30))
+    b.stream("in").group_by_key().windowed_by(windows).count(kept).to_stream().to("out")
+    records = [("a", "x", 3), ("b", "x", 15), ("a", "x", 9), ("b", "x", 29), ("b", "x", 30)]
+    with TopologyTestDriver(b.build()) as d:
+        topic = d.create_input_topic("in")
+        store = d.get_window_store("counts")
+        for key, value, ts in records[:3]:
+            topic.pipe_input(key, value, timestamp=ts)
+        # Closed at 15: the late record for it was dropped, and the window is still there.
+        assert list(store.fetch("a", 0, 0)) == [(0, 1)]
+        topic.pipe_input(*records[3][:2], timestamp=records[3][2])
+        assert list(store.fetch("a", 0, 0)) == [(0, 1)]  # 29: 0 > 29 - 30, kept
+        topic.pipe_input(*records[4][:2], timestamp=records[4][2])
+        assert list(store.fetch("a", 0, 0)) == []  # 30: its start is 30 behind, gone
+        assert all(w.window.start > 0 for w, _ in store.all())
+    assert run(b.build(), records) == run(windowed_count(windows), records)
+
+
+@pytest.mark.parametrize(
+    ("windows", "retention", "least"),
+    [
+        (ls.TimeWindows.of_size_and_grace(ms(10), ms(5)), 14, "window size plus grace (15 ms)"),
+        (
+            ls.SessionWindows.of_inactivity_gap_and_grace(ms(3), ms(2)),
+            4,
+            "inactivity gap plus grace (5 ms)",
+        ),
+    ],
+)
+def test_a_retention_shorter_than_the_window_is_refused(windows, retention, least):
+    b = ls.StreamsBuilder()
+    grouped = b.stream("in").group_by_key().windowed_by(windows)
+    with pytest.raises(ValueError, match=rf"with_retention\({retention} ms\).*") as caught:
+        grouped.count(ls.Materialized.as_("w").with_retention(ms(retention)))
+    assert least in str(caught.value) and "give at least" in str(caught.value)
+
+
+def test_sliding_windows_refuse_a_retention_for_now():
+    b = ls.StreamsBuilder()
+    grouped = (
+        b.stream("in")
+        .group_by_key()
+        .windowed_by(ls.SlidingWindows.of_time_difference_and_grace(ms(5), ms(1)))
+    )
+    with pytest.raises(ValueError, match="not supported for SlidingWindows"):
+        grouped.count(ls.Materialized.as_("w").with_retention(ms(100)))
+
+
 # -- session windows ---------------------------------------------------------------------
 
 

@@ -23,6 +23,9 @@ class Materialized:
     # Set by ``as_versioned``: the store is a versioned key-value store (state/versioned.py)
     # keeping old versions this long (ms) behind its observed stream time.
     history_retention_ms: int | None = None
+    # Set by ``with_retention``: how long a window store keeps a window (ms of stream time
+    # after its start; Kafka's default: window size + grace, the time it closes).
+    retention_ms: int | None = None
 
     @staticmethod
     def as_(store_name: str) -> Materialized:
@@ -42,6 +45,15 @@ class Materialized:
             history_retention, "history retention", "Materialized.as_versioned", positive=True
         )
         return replace(named, history_retention_ms=ms)
+
+    def with_retention(self, retention: timedelta) -> Materialized:
+        """A window or session store that keeps each window for ``retention`` of stream time
+        after its start (sessions: after their end), closed ones included, so that its SQL
+        view shows closed windows until then (Kafka's ``withRetention``). It must be at
+        least the window size (session: the inactivity gap) plus grace: a window is never
+        dropped before it closes. Output is unchanged."""
+        ms = duration_ms(retention, "retention", "Materialized.with_retention", positive=True)
+        return replace(self, retention_ms=ms)
 
     @property
     def is_versioned(self) -> bool:

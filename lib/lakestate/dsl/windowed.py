@@ -40,12 +40,13 @@ class _Windowed:
         materialized: Materialized | None,
         kind: str,
         checks: tuple[tuple[Any, str], ...],
-        factory_of: Callable[[str], Callable[[], Any]],
+        factory_of: Callable[[str, int | None], Callable[[], Any]],
         close_after_ms: int,
         operator: str,
     ) -> KTable:
         # Kafka names windowed nodes and stores like the unwindowed ones.
         name = self._graph.new_name(prefix)
+        retention = _retention(materialized, self._windows, f"{type(self).__name__}.{operator}")
         for fn, signature in checks:
             check_function(fn, name, f"{type(self).__name__}.{operator}", signature)
         store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
@@ -53,8 +54,36 @@ class _Windowed:
         if self._repartition_required:
             parent = self._graph.repartition(parent, f"{store}-repartition")
         self._graph.add_store(StoreSpec(store, kind), name)
-        self._graph.add_processor(name, parent, factory_of(store), [store])
+        self._graph.add_processor(name, parent, factory_of(store, retention), [store])
         return KTable(self._graph, name, store, window_grace_ms=close_after_ms)
+
+
+def _retention(
+    materialized: Materialized | None,
+    windows: TimeWindows | SlidingWindows | SessionWindows,
+    operator: str,
+) -> int | None:
+    """The store's retention (``Materialized.with_retention``; None: Kafka's default, the
+    time a window closes), checked as Kafka checks it."""
+    retention = None if materialized is None else materialized.retention_ms
+    if retention is None:
+        return None
+    if isinstance(windows, SlidingWindows):
+        raise ValueError(
+            f"{operator}: Materialized.with_retention is not supported for SlidingWindows "
+            "yet; drop it (the store keeps each window until it closes)"
+        )
+    if isinstance(windows, SessionWindows):
+        what, least = "inactivity gap", windows.gap_ms + windows.grace_ms
+    else:
+        what, least = "window size", windows.size_ms + windows.grace_ms
+    if retention < least:
+        raise ValueError(
+            f"{operator}: Materialized.with_retention({retention} ms) is shorter than the "
+            f"{what} plus grace ({least} ms): a window would be dropped before it closes; "
+            f"give at least {least} ms"
+        )
+    return retention
 
 
 class TimeWindowedKStream(_Windowed):
@@ -91,8 +120,16 @@ class TimeWindowedKStream(_Windowed):
             materialized,
             WINDOW,
             checks,
-            lambda store: lambda: processor(store, windows, initializer, aggregator),
-            windows.grace_ms,
+            lambda store, retention: (
+                lambda: processor(
+                    store,
+                    windows,
+                    initializer,
+                    aggregator,
+                    *(() if retention is None else (retention,)),
+                )
+            ),
+            windows.close_after_ms,
             operator,
         )
 
@@ -150,8 +187,10 @@ class SessionWindowedKStream(_Windowed):
             materialized,
             SESSION,
             checks,
-            lambda store: (
-                lambda: SessionWindowedAggregate(store, windows, initializer, aggregator, merger)
+            lambda store, retention: (
+                lambda: SessionWindowedAggregate(
+                    store, windows, initializer, aggregator, merger, retention
+                )
             ),
             windows.close_after_ms,
             operator,

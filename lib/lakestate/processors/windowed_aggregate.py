@@ -127,11 +127,17 @@ class TimeWindowedAggregate(Processor):
         windows: TimeWindows,
         initializer: Callable[[], Any] | None,
         aggregator: Callable[[Any, Any, Any], Any],
+        retention_ms: int | None = None,
     ) -> None:
         self.store_name = store_name
         self.windows = windows
         self.initializer = initializer
         self.aggregator = aggregator
+        # How long after its end a window stays in the store: until it closes (grace), or
+        # what the store's retention (from the window's start) leaves after its size.
+        self.kept_after_end_ms = (
+            windows.grace_ms if retention_ms is None else retention_ms - windows.size_ms
+        )
 
     def init(self, context) -> None:
         super().init(context)
@@ -203,12 +209,13 @@ class TimeWindowedAggregate(Processor):
             previous = self.context.processor_metadata(self._time_key)
             if previous is None or observed > previous:
                 self.context.set_processor_metadata(self._time_key, observed)
-                # Windows with end <= observed - grace are closed: drop them. Those with
-                # end <= previous - grace went at the previous advance, and no window
-                # that closed has been written since (its records are late): scan from there.
-                grace = self.windows.grace_ms
-                since = None if previous is None else previous - grace + 1
-                self.store.delete_ending_before(observed - grace + 1, since)
+                # Windows with end <= observed - kept are past retention (by default they
+                # closed): drop them. Those with end <= previous - kept went at the previous
+                # advance, and no window that closed has been written since (its records
+                # are late): scan from there.
+                kept = self.kept_after_end_ms
+                since = None if previous is None else previous - kept + 1
+                self.store.delete_ending_before(observed - kept + 1, since)
 
 
 class SessionWindowedAggregate(Processor):
@@ -226,12 +233,16 @@ class SessionWindowedAggregate(Processor):
         initializer: Callable[[], Any] | None,
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
+        retention_ms: int | None = None,
     ) -> None:
         self.store_name = store_name
         self.windows = windows
         self.initializer = initializer
         self.aggregator = aggregator
         self.merger = merger
+        # How long after its end a session stays in the store (Kafka's default: gap + grace,
+        # the time it closes); a session still in it is found by a later record and merged.
+        self.retention_ms = windows.close_after_ms if retention_ms is None else retention_ms
 
     def init(self, context) -> None:
         super().init(context)
@@ -253,10 +264,10 @@ class SessionWindowedAggregate(Processor):
         ts = record.timestamp
         metrics.record(observed - ts if observed > ts else 0)
         gap, grace = self.windows.gap_ms, self.windows.grace_ms
-        # Sessions ending at or before the close time of the stream time before this record
-        # are past the store's retention (gap + grace, as Kafka's): never merged again,
-        # whether or not a purge has removed them yet.
-        retained = observed - gap - grace + 1
+        # Sessions ending at or before the stream time before this record minus the
+        # store's retention are past it: never merged again, whether or not a purge has
+        # removed them yet.
+        retained = observed - self.retention_ms + 1
         observed = max(observed, ts)
         close = observed - grace - gap
         merged = self.store.find_sessions(key, max(ts - gap, retained), ts + gap)
@@ -290,11 +301,12 @@ class SessionWindowedAggregate(Processor):
         previous = context.processor_metadata(self._time_key)
         if previous is None or observed > previous:
             context.set_processor_metadata(self._time_key, observed)
-            # Sessions ending at or before the close time are out of the store's retention
-            # (gap + grace, as Kafka's): a later record must not find them. Those ending
-            # before the previous close time went at the previous advance, and no session
-            # written since ends below it (one that would is dropped as late): scan from there.
-            since = None if previous is None else previous - gap - grace
-            self.store.delete_ending_before(observed - gap - grace + 1, since)
+            # Sessions ending at or before stream time minus retention are out of the store:
+            # a later record must not find them. Those ending before the previous cutoff
+            # went at the previous advance, and no session written since ends below it (one
+            # that would is dropped as late): scan from there.
+            retention = self.retention_ms
+            since = None if previous is None else previous - retention
+            self.store.delete_ending_before(observed - retention + 1, since)
         for r in forwards:
             context.forward(r)

@@ -37,6 +37,8 @@ import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.kafka.streams.state.SessionStore;
+import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.streams.state.Stores;
 
 /**
@@ -100,6 +102,24 @@ final class Topologies {
         return new Built(builder.build(), cast(Serdes.String().deserializer()), outValues.deserializer());
     }
 
+    /** A window store with String keys and {@code values}, kept "retention" ms when set. */
+    static <V> Materialized<String, V, WindowStore<Bytes, byte[]>> windowStore(Serde<V> values, JsonNode params) {
+        Materialized<String, V, WindowStore<Bytes, byte[]>> m =
+                Materialized.<String, V, WindowStore<Bytes, byte[]>>with(Serdes.String(), values);
+        return hasRetention(params) ? m.withRetention(millis(params, "retention")) : m;
+    }
+
+    /** A session store with String keys and {@code values}, kept "retention" ms when set. */
+    static <V> Materialized<String, V, SessionStore<Bytes, byte[]>> sessionStore(Serde<V> values, JsonNode params) {
+        Materialized<String, V, SessionStore<Bytes, byte[]>> m =
+                Materialized.<String, V, SessionStore<Bytes, byte[]>>with(Serdes.String(), values);
+        return hasRetention(params) ? m.withRetention(millis(params, "retention")) : m;
+    }
+
+    static boolean hasRetention(JsonNode params) {
+        return !params.path("retention").isNull() && !params.path("retention").isMissingNode();
+    }
+
     /** groupByKey().windowedBy(TimeWindows) (tumbling, or hopping with "advance"). */
     static Built timeWindowedAggregate(JsonNode params, Serde<Object> values) {
         StreamsBuilder builder = new StreamsBuilder();
@@ -132,11 +152,11 @@ final class Topologies {
         String aggregation = params.get("aggregation").asText();
         Serde<Object> outValues = resultSerde(aggregation, values);
         KTable<Windowed<String>, Object> table = switch (aggregation) {
-            case "count" -> cast(windowed.count(Materialized.with(Serdes.String(), Serdes.Long())));
-            case "reduce" -> windowed.reduce(Topologies::sum, Materialized.with(Serdes.String(), values));
+            case "count" -> cast(windowed.count(windowStore(Serdes.Long(), params)));
+            case "reduce" -> windowed.reduce(Topologies::sum, windowStore(values, params));
             case "aggregate" -> cast(windowed.aggregate(
                     Topologies::init, (k, v, agg) -> append(agg, v),
-                    Materialized.with(Serdes.String(), Serdes.String())));
+                    windowStore(Serdes.String(), params)));
             default -> throw unknown("aggregation", aggregation);
         };
         // A time-windowed key is serialized as key and start: the reader adds the size.
@@ -157,11 +177,11 @@ final class Topologies {
         String aggregation = params.get("aggregation").asText();
         Serde<Object> outValues = resultSerde(aggregation, values);
         KTable<Windowed<String>, Object> table = switch (aggregation) {
-            case "count" -> cast(windowed.count(Materialized.with(Serdes.String(), Serdes.Long())));
-            case "reduce" -> windowed.reduce(Topologies::sum, Materialized.with(Serdes.String(), values));
+            case "count" -> cast(windowed.count(sessionStore(Serdes.Long(), params)));
+            case "reduce" -> windowed.reduce(Topologies::sum, sessionStore(values, params));
             case "aggregate" -> cast(windowed.aggregate(
                     Topologies::init, (k, v, agg) -> append(agg, v), (k, one, two) -> one + "&" + two,
-                    Materialized.with(Serdes.String(), Serdes.String())));
+                    sessionStore(Serdes.String(), params)));
             default -> throw unknown("aggregation", aggregation);
         };
         Serde<Windowed<String>> keys = WindowedSerdes.sessionWindowedSerdeFrom(String.class);

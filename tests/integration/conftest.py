@@ -48,4 +48,7 @@ def kafka_broker(tmp_path_factory) -> Iterator[object]:
     except BrokerJarsMissing as exc:
         pytest.fail(str(exc), pytrace=False)
     yield broker
+    from lakestate.io.kafka import close_clients
+
+    close_clients()
     broker.stop()

@@ -107,6 +107,9 @@ def _server_properties(directory: Path, port: int, controller_port: int) -> str:
         # misnamed topic is an error, not a new empty topic.
         "auto.create.topics.enable": "false",
         "num.partitions": "1",
+        # Keep every record: the tests' records are stamped near 1970, which the default
+        # retention (7 days by timestamp) would delete at the broker's first check.
+        "log.retention.ms": "-1",
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 

@@ -74,6 +74,9 @@ class KafkaReader:
                 # Records before start deleted by retention: read from the earliest held,
                 # as Kafka Streams' default auto.offset.reset does.
                 auto_offset_reset="earliest",
+                # A range ending at the partition's end ends with an empty fetch: answered
+                # at once rather than after Kafka's default half second.
+                fetch_wait_max_ms=10,
             )
         )
         pending = dict(wanted)
@@ -81,7 +84,9 @@ class KafkaReader:
         try:
             consumer.assign([TopicPartition(self.topic, p, s) for p, (s, _) in wanted.items()])
             while pending:
-                for message in consumer.consume(_BATCH, 0.5):
+                # consume() waits its whole timeout unless _BATCH messages come: a short
+                # one, in a loop, returns as soon as the range is read.
+                for message in consumer.consume(_BATCH, 0.02):
                     p = message.partition()
                     if p not in pending:
                         continue

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from engine_helpers import APPS, driver_outputs, events
 from lakestate import run_app
-from lakestate.errors import TaskMigratedException
+from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io.kafka import KafkaCluster, KafkaTopic, admin, appends
 from lakestate.io.topic_records import RECORD_SCHEMA, records_of
 from lakestate.task_id import TaskId
@@ -178,3 +178,21 @@ def test_a_sink_write_by_a_fenced_producer_fails_and_the_new_owner_writes_it_onc
     replay = sink.append_batch("fenced", {task: 2}, lambda todo, ends: _rows(["b"]), {})
     assert replay.skipped and sink.holds("fenced", task) == 2
     assert [(r[1], r[2]) for r in _sink(cluster, sink.name)] == [("k", "a"), ("k", "b")]
+
+
+def test_a_missing_kafka_source_topic_is_an_error_naming_the_cluster(
+    kafka_broker, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("KAFKA_TEST_BOOTSTRAP", kafka_broker.bootstrap_servers)
+    monkeypatch.setenv("KAFKA_TEST_ID", "missing")
+    with pytest.raises(StreamsException) as raised:
+        run_app(
+            str(APPS / "kafka_counts.py"),
+            warehouse=str(tmp_path / "wh"),
+            state_dir=str(tmp_path / "state"),
+            say=lambda _: None,
+        )
+    message = str(raised.value)
+    assert "input topic 'events-missing'" in message
+    assert f"Kafka cluster {kafka_broker.bootstrap_servers}" in message
+    assert "kafka-topics.sh --create --topic events-missing" in message

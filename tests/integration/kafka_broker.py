@@ -11,6 +11,9 @@ tests that need a broker fail with it (they do not skip).
 from __future__ import annotations
 
 import base64
+import ctypes
+import ctypes.util
+import signal
 import socket
 import subprocess
 import time
@@ -23,6 +26,8 @@ FETCH_SCRIPT = REPO / "scripts" / "fetch_kafka.sh"
 
 # The broker's work in the tests is small: a small heap, the quick JIT compiler only (it
 # starts in half the CPU time) and one GC thread, on a machine whose cores are shared.
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
 JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
@@ -163,7 +168,10 @@ def start_broker(directory: Path, timeout: float = 90.0) -> KafkaBroker:
         )
     with open(directory / "broker.out", "wb") as out:
         process = subprocess.Popen(
-            [*java, "kafka.Kafka", str(properties)], stdout=out, stderr=subprocess.STDOUT
+            [*java, "kafka.Kafka", str(properties)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
         )
     broker = KafkaBroker(f"127.0.0.1:{port}", directory, process, 0.0)
     try:
@@ -173,6 +181,13 @@ def start_broker(directory: Path, timeout: float = 90.0) -> KafkaBroker:
         raise
     broker.start_seconds = time.monotonic() - started
     return broker
+
+
+def _die_with_parent() -> None:
+    """In the broker's process before Java starts: SIGKILL it when the process that started
+    it dies, so that a test session that crashes (or is killed) leaves no broker behind."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _listens(host: str, port: int) -> bool:

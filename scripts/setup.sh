@@ -3,7 +3,8 @@
 # Java 17 (Debian's package, if no java is on PATH), a Python 3.11 virtualenv in .venv with
 # the project and its pinned dependencies, and (once the engine needs them) the Delta jars in
 # a project-local cache so that later runs need no network; Maven and Kafka Streams (built
-# once into .cache/kstreams) for the conformance suite; Chromium and its WebDriver (Debian's)
+# once into .cache/kstreams) for the conformance suite; Apache Kafka's broker jars (resolved
+# once, .cache/kafka) for the Kafka tests; Chromium and its WebDriver (Debian's)
 # for the Airflow UI test; Redis (Debian's redis-server) for the Celery workers' test.
 #
 # The terminal gets one line per step; what the steps print (apt, pip, Ivy's resolution of
@@ -93,4 +94,6 @@ fi
 # Kafka Streams itself, for the conformance suite (tests/conformance): built once into .cache.
 step "the conformance suite's Kafka Streams runner in .cache/kstreams (built once)" \
   scripts/fetch_kstreams.sh
+# Apache Kafka's broker for the Kafka tests (tests/integration/kafka_broker.py): its jars, once.
+step "Kafka's broker jars in .cache/m2 (resolved from Maven Central once)" scripts/fetch_kafka.sh
 echo "setup: ready ($(.venv/bin/python -c 'import lakestate, pyspark, delta; print("lakestate ok, pyspark", pyspark.__version__)')); the command: .venv/bin/lakestate, or \`lakestate\` after \`source .venv/bin/activate\`"

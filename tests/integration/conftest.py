@@ -35,3 +35,20 @@ def _log_dir(tmp_path, monkeypatch) -> None:
 def warehouse(tmp_path) -> Warehouse:
     """An empty warehouse in the test's temporary directory."""
     return Warehouse(tmp_path / "warehouse")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory) -> Iterator[object]:
+    """One real single-node Kafka broker (KRaft) for the session (``kafka_broker.py``). Fails,
+    never skips, when ``scripts/setup.sh`` has not cached Kafka's jars."""
+    from kafka_broker import BrokerJarsMissing, start_broker
+
+    try:
+        broker = start_broker(tmp_path_factory.mktemp("kafka-broker"))
+    except BrokerJarsMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield broker
+    from lakestate.io.kafka import close_clients
+
+    close_clients()
+    broker.stop()

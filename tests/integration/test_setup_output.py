@@ -42,11 +42,13 @@ def test_a_set_up_checkout_prints_one_line_per_step(tmp_path):
     assert lines[:-1] == [
         JARS_STEP,
         "setup: the conformance suite's Kafka Streams runner in .cache/kstreams (built once)",
+        "setup: Kafka's broker jars in .cache/m2 (resolved from Maven Central once)",
     ]
     assert lines[-1].startswith("setup: ready (lakestate ok, pyspark ")
     log = (tmp_path / "setup.log").read_text()
     assert "fetch_jars: io.delta:delta-spark_" in log and "already cached" in log
     assert "fetch_kstreams: the Kafka Streams runner is already built" in log
+    assert "fetch_kafka: the broker's jars are cached" in log
 
 
 def test_a_failing_step_shows_its_log_not_its_noise(tmp_path):

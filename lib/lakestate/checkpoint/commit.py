@@ -16,9 +16,14 @@ A batch is a set of task batches: task ``t`` processes its next offset ranges as
 3. Commit the tables: one append per sink topic, repartition topic and changelog, at once,
    each carrying the ``txn`` of every task whose rows it holds and the batch's identity in
    its metadata. A table that already holds a task's batch (a replay) gets none of that
-   task's rows. When all have succeeded the batch is complete.
+   task's rows. When all have succeeded the batch is complete. A Kafka sink topic is one
+   more table: each task batch's records in a Kafka transaction that also commits the
+   batch as its marker (``io/kafka/appends.py``; docs/architecture.md, "Kafka topics").
 4. Complete: each task's local store applies its staged transaction (data, offsets, stream
    time and batch marker in one RocksDB write batch).
+
+Then, for an app with a Kafka cluster, the batch's next offsets of its Kafka source topics
+are mirrored to the consumer group ``application.id`` (a mirror: never read back).
 
 A crash between steps is repaired by the next run (``recovery.py``): after step 2 the
 batch is replayed from its progress rows (same ranges, same state, so the same rows), and
@@ -29,6 +34,7 @@ planned afresh.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,11 +46,15 @@ import pyarrow.compute as pc
 from lakestate.checkpoint import changelog, faults, progress
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.task_dir import TaskDir
-from lakestate.errors import TaskMigratedException
+from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io import delta_commits
+from lakestate.io.kafka import KafkaTopic
+from lakestate.io.kafka import admin as kafka_admin
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
+
+_log = logging.getLogger(__name__)
 
 # Tables of one batch committed at once (step 3).
 COMMIT_THREADS = 4
@@ -78,9 +88,18 @@ def tables_of(layout: AppLayout, result: TaskResult) -> tuple[str, ...]:
     """The tables a task's batch writes, relative to the warehouse: topics it output to,
     changelogs it changed."""
     wh = layout.warehouse
-    topics = [wh.topic_path(t) for t, per in sorted(result.outputs.items()) if any(per.values())]
+    topics = [
+        _table_name(layout, t) for t, per in sorted(result.outputs.items()) if any(per.values())
+    ]
     stores = [layout.changelog_path(s) for s in sorted(result.stores)]
     return tuple(wh.relative(p) for p in topics + stores)
+
+
+def _table_name(layout: AppLayout, topic: str) -> str:
+    """How a progress row names a topic its batch writes: a log table by its path, a Kafka
+    topic by its location (``kafka://<bootstrap servers>/<topic>``)."""
+    found = layout.topic(topic)
+    return found.location if isinstance(found, KafkaTopic) else layout.warehouse.topic_path(topic)
 
 
 def commit_batch(
@@ -152,6 +171,27 @@ def commit_batch(
             store.close()
         if index == 0:
             faults.maybe_fail("mid_local_commit", first)
+
+    # After the commit: the offsets mirrored to Kafka for the usual lag tools.
+    _mirror_offsets(layout, results)
+
+
+def _mirror_offsets(layout: AppLayout, results: list[TaskResult]) -> None:
+    """Commit the batch's next offsets of its Kafka source topics to the consumer group
+    ``application.id``, as Kafka Streams' consumer would. A mirror only: the progress table
+    is the source of truth, and a mirror that fails (the cluster away) is left to the next
+    batch's, with a warning."""
+    if layout.cluster is None:
+        return
+    offsets: dict[str, dict[int, int]] = {}
+    for r in results:
+        for topic in layout.inputs[r.task.subtopology]:
+            if topic in layout.kafka_topics and topic in r.offsets:
+                offsets.setdefault(topic, {})[r.task.partition] = r.offsets[topic]
+    try:
+        kafka_admin.commit_group_offsets(layout.cluster, layout.app.application_id, offsets)
+    except StreamsException as exc:
+        _log.warning("app %s: offsets not mirrored to Kafka: %s", layout.app.name, exc)
 
 
 def _record(

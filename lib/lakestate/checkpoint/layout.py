@@ -10,6 +10,7 @@ from lakestate.checkpoint import changelog, progress, recorded_layout
 from lakestate.checkpoint.recorded_layout import RecordedLayout
 from lakestate.errors import StreamsException
 from lakestate.io import topics
+from lakestate.io.kafka import KafkaCluster, KafkaTopic
 from lakestate.processors.exception_handlers import DEAD_LETTER_QUEUE_TOPIC, ExceptionHandlers
 from lakestate.task_id import TaskId
 from lakestate.topology import copartition
@@ -25,6 +26,9 @@ class AppLayout:
     ``task_counts``: sub-topology -> number of tasks (the most partitions of its inputs).
     ``outputs``: every topic the app writes -> its partition count.
     ``global_topics``: the global tables' topics, which every task reads whole.
+    ``cluster``: the Kafka cluster of the app's config (``bootstrap.servers``), holding
+    ``kafka_topics``: its source, global and sink topics (repartition topics, changelogs
+    and the dead-letter topic stay in the warehouse).
     """
 
     app: App
@@ -34,6 +38,8 @@ class AppLayout:
     outputs: dict[str, int]
     partitions: dict[str, int]  # every topic the app reads or writes -> partition count
     global_topics: tuple[str, ...] = ()
+    cluster: KafkaCluster | None = None
+    kafka_topics: frozenset[str] = frozenset()
 
     @property
     def progress_path(self) -> str:
@@ -44,7 +50,8 @@ class AppLayout:
 
     def topic(self, name: str) -> topics.Topic:
         """One of the app's topics (its partition count as the layout read it)."""
-        return topics.topic(self.warehouse, name, self.partitions.get(name))
+        cluster = self.cluster if name in self.kafka_topics else None
+        return topics.topic(self.warehouse, name, self.partitions.get(name), cluster)
 
     def tasks(self) -> list[TaskId]:
         return [
@@ -78,6 +85,12 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     check_format(warehouse, app.name)
     dead_letters = _dead_letter_topic_name(app)  # refused before anything is created
     topology = app.topology
+    cluster = KafkaCluster.from_config(app.config)
+    kafka_topics = _kafka_topics(app) if cluster is not None else frozenset()
+
+    def resolve(name: str) -> topics.Topic:
+        return topics.topic(warehouse, name, cluster=cluster if name in kafka_topics else None)
+
     inputs: dict[int, list[str]] = {}
     task_counts: dict[int, int] = {}
     outputs: dict[str, int] = {}
@@ -92,10 +105,10 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     # A join's sides must be co-partitioned (Kafka's CopartitionedTopicsEnforcer): checked
     # on the input topics before anything is created or committed.
     known = {
-        real(t): topics.topic(warehouse, real(t)).partitions()
+        real(t): resolve(real(t)).partitions()
         for g in groups
         for t in g.topics
-        if topics.topic(warehouse, real(t)).exists()
+        if resolve(real(t)).exists()
     }
     for group in groups:
         copartition.check(group, known, real)
@@ -106,7 +119,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         counts = []
         for topic in names:
             what = f"input topic {topic!r} of sub-topology {sub.id}"
-            partitions[topic] = _read_topic(app, warehouse, topic, what)
+            partitions[topic] = _read_topic(app, resolve(topic), warehouse, what)
             counts.append(partitions[topic])
         inputs[sub.id] = names
         task_counts[sub.id] = max(counts)
@@ -114,7 +127,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         for topic in list(sub.sink_topics) + [
             internal_topic_name(app.name, s) for s in sub.repartition_sinks
         ]:
-            sink = topics.topic(warehouse, topic)
+            sink = resolve(topic)
             if not sink.exists():
                 # A repartition topic feeding a join gets the other side's partition count.
                 count = task_counts[sub.id]
@@ -134,7 +147,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
     global_topics = tuple(g.topic for g in topology.global_tables)
     for topic in global_topics:
         what = f"the topic {topic!r} of a global table"
-        partitions[topic] = _read_topic(app, warehouse, topic, what)
+        partitions[topic] = _read_topic(app, resolve(topic), warehouse, what)
     if dead_letters is not None:
         _ensure_dead_letter_topic(warehouse, dead_letters, task_counts)
         count = topics.topic(warehouse, dead_letters).partitions()
@@ -149,7 +162,28 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         global_topics,
     )
     recorded_layout.record(warehouse.layout_path(app.name), recorded)
-    return AppLayout(app, warehouse, inputs, task_counts, outputs, partitions, global_topics)
+    return AppLayout(
+        app,
+        warehouse,
+        inputs,
+        task_counts,
+        outputs,
+        partitions,
+        global_topics,
+        cluster,
+        kafka_topics,
+    )
+
+
+def _kafka_topics(app: App) -> frozenset[str]:
+    """The topics of an app with a Kafka cluster that are the cluster's: its sources, its
+    global tables' topics and its sinks (as in Kafka Streams, where the app's internal
+    topics are its own)."""
+    topology = app.topology
+    names = {t for sub in topology.subtopologies for t in sub.source_topics}
+    names |= {t for sub in topology.subtopologies for t in sub.sink_topics}
+    names |= {g.topic for g in topology.global_tables}
+    return frozenset(names)
 
 
 def _dead_letter_topic_name(app: App) -> str | None:
@@ -233,14 +267,20 @@ def end_offsets(layout: AppLayout, topic: str) -> dict[int, int]:
     return layout.topic(topic).end_offsets()
 
 
-def _read_topic(app: App, warehouse: Warehouse, topic: str, what: str) -> int:
+def _read_topic(app: App, found: topics.Topic, warehouse: Warehouse, what: str) -> int:
     """The partition count of a topic the app reads (``what`` names it in errors), which
     must exist with a topic's columns."""
-    found = topics.topic(warehouse, topic)
     if not found.exists():
+        if isinstance(found, KafkaTopic):
+            raise StreamsException(
+                f"app {app.name}: {what} does not exist in the Kafka cluster "
+                f"{found.cluster.bootstrap_servers} (the app's bootstrap.servers); create it "
+                f"there (kafka-topics.sh --create --topic {found.name}), or point "
+                "bootstrap.servers at the cluster that has it"
+            )
         raise StreamsException(
             f"app {app.name}: {what} does not exist in {warehouse.root}; "
-            f"create it with `lakestate produce {topic} FILE`"
+            f"create it with `lakestate produce {found.name} FILE`"
         )
     found.check_columns()
     return found.partitions()

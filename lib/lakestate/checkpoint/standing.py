@@ -16,8 +16,11 @@ from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.progress import TaskProgress
 from lakestate.checkpoint.rewind_intent import refuse_if_mid_rewind
 from lakestate.io import delta_commits
+from lakestate.io.kafka import KafkaCluster, KafkaTopic
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
+
+KAFKA_SCHEME = "kafka://"
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,23 @@ def committed_of(row: TaskProgress | None) -> TaskCheckpoint:
 
 
 def is_complete(
-    warehouse: Warehouse, app: str, row: TaskProgress, tables: dict[str, object] | None = None
+    warehouse: Warehouse,
+    app: str,
+    row: TaskProgress,
+    tables: dict[str, object] | None = None,
+    cluster: KafkaCluster | None = None,
 ) -> bool:
     """Whether every table a task batch writes holds it (``tables``: opened tables, by path,
-    reused across calls)."""
+    reused across calls). A Kafka topic it writes (named ``kafka://...``) is asked through
+    ``cluster``, the app's; without one (a reader of state, which has no app config) it is
+    not checked: the batch's state is in its changelogs, which are."""
     for name in row.tables:
+        if name.startswith(KAFKA_SCHEME):
+            if cluster is not None:
+                sink = KafkaTopic(cluster, name.rsplit("/", 1)[1])
+                if sink.holds(app, row.task) < row.batch_id:
+                    return False
+            continue
         path = warehouse.resolve(name)
         table = None if tables is None else tables.get(path)
         if table is None:
@@ -68,7 +83,7 @@ def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
     tables: dict[str, object] = {}
     for task in tasks:
         last = history.last(task)
-        if last is None or is_complete(layout.warehouse, app, last, tables):
+        if last is None or is_complete(layout.warehouse, app, last, tables, layout.cluster):
             committed[task] = committed_of(last)
             continue
         before = history.batch(task, last.batch_id - 1)

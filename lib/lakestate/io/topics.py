@@ -8,10 +8,12 @@ and a batch's records with its tasks' Delta-style txns (step 3 of the commit pro
 ``checkpoint/commit.py``), and describes itself. A ``TopicKind`` makes the topics of one
 kind; ``topic(warehouse, name)`` resolves a name to its kind's ``Topic``.
 
-Today every topic is a log table (``lakestate.io.logtable``): ``kind_of`` is where the
-topics an app or a warehouse declares of another kind (a Kafka topic, an external Delta
-table) are to be resolved, and ``KINDS`` where their kinds are to be added, without
-touching the runtime. Spark reads a topic through ``lakestate.runtime.spark_topics``.
+A topic is a log table (``lakestate.io.logtable``) unless it is given a Kafka cluster
+(``lakestate.io.kafka``): an app whose config has ``bootstrap.servers`` reads and writes
+its source and sink topics there (``AppLayout.topic`` says which). ``kind_of`` is where
+the topics a warehouse declares of another kind (an external Delta table) are to be
+resolved, and ``KINDS`` where kinds are added, without touching the runtime. Spark reads a
+topic through ``lakestate.runtime.spark_topics``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from lakestate.io.kafka import KafkaCluster, KafkaTopic
 from lakestate.io.logtable import LogTableKind
 from lakestate.io.topic_records import (
     RECORD_SCHEMA,
@@ -169,7 +172,15 @@ def kind_of(warehouse: Warehouse, name: str) -> str:
     return LOG_TABLES.name
 
 
-def topic(warehouse: Warehouse, name: str, partitions: int | None = None) -> Topic:
-    """Topic ``name`` of ``warehouse``, of its kind (``kind_of``); ``partitions``: its
-    partition count when already read. ``ValueError`` for an illegal topic name."""
+def topic(
+    warehouse: Warehouse,
+    name: str,
+    partitions: int | None = None,
+    cluster: KafkaCluster | None = None,
+) -> Topic:
+    """Topic ``name`` of Kafka ``cluster`` when given, else of ``warehouse``, of its kind
+    (``kind_of``); ``partitions``: its partition count when already read. ``ValueError``
+    for an illegal topic name."""
+    if cluster is not None:
+        return KafkaTopic(cluster, name, partitions)
     return KINDS[kind_of(warehouse, name)].topic(warehouse, name, partitions)

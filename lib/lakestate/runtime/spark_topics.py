@@ -3,7 +3,8 @@ reads, ``consume --engine spark``, the demo).
 
 Columns as ``topic_records.RECORD_SCHEMA`` (``SPARK_RECORD_SCHEMA``: key, value and
 headers as JSON text; ``collect_records`` decodes them). A log table is read by Spark's
-Delta reader; a kind of topic Spark cannot read raises ``NotImplementedError`` naming it.
+Delta reader; another kind (a Kafka topic) is read by its own reader in the driver and
+handed to Spark as a DataFrame.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Iterable, Iterator
 from functools import cache, reduce
 from typing import Any
 
+import pyarrow as pa
 from lakestate.io.logtable import LogTableTopic
-from lakestate.io.topic_records import Ranges, TopicRecord, check_ranges, decode_json
+from lakestate.io.topic_records import RECORD_SCHEMA, Ranges, TopicRecord, check_ranges, decode_json
 from lakestate.io.topics import Topic
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -50,11 +52,21 @@ def _load(spark: SparkSession, topic: Topic) -> DataFrame:
     raise NotImplementedError(f"Spark cannot read topic {topic.name!r} of kind {topic.kind}")
 
 
+def _through_driver(spark: SparkSession, rows: pa.Table) -> DataFrame:
+    """Records another kind's reader read in the driver (a Kafka topic's: the driver's
+    consumer reads them), as a DataFrame."""
+    return spark.createDataFrame(rows, schema=spark_record_schema())
+
+
 def read_topic(
     spark: SparkSession, topic: Topic, partitions: Iterable[int] | None = None
 ) -> DataFrame:
     """All records of ``topic`` (of ``partitions`` only, when given), ordered by partition
     and offset."""
+    if not isinstance(topic, LogTableTopic):
+        tables = list(topic.read_partitions(partitions))
+        rows = pa.concat_tables(tables) if tables else RECORD_SCHEMA.empty_table()
+        return _through_driver(spark, rows).orderBy("partition", "offset")
     df = _load(spark, topic)
     if partitions is not None:
         df = df.where(F.col("partition").isin(sorted(set(partitions))))
@@ -75,6 +87,9 @@ def read_range(
         for p, (start, end) in check_ranges(topic.name, ranges).items()
         if start < end
     ]
+    if not isinstance(topic, LogTableTopic):
+        df = _through_driver(spark, topic.reader().read_range(ranges))
+        return df.orderBy("partition", "offset") if ordered else df
     condition = reduce(lambda a, b: a | b, conditions) if conditions else F.lit(False)
     df = _load(spark, topic).where(condition)
     return df.orderBy("partition", "offset") if ordered else df

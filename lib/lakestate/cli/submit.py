@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS|ISO",
         help="cut each input partition at its first record stamped at or after this time",
     )
+    p.add_argument(
+        "--transport",
+        choices=("auto", "inprocess", "spark"),
+        help="as lakestate run's (default: the app's lakestate.transport, else auto)",
+    )
     p.add_argument("--warehouse", metavar="DIR")
     p.add_argument("--state-dir", metavar="DIR")
     return p
@@ -81,8 +86,9 @@ def _adopt_submit_master() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _adopt_submit_master()
-    from lakestate.scaleout.instance_run import run_app  # lazily: the file imports without Spark
+    # lazily: the file imports without Spark
     from lakestate.runtime.cutoff import parse_timestamp
+    from lakestate.scaleout.instance_run import run_app
 
     until = None if args.until_timestamp is None else parse_timestamp(args.until_timestamp)
     run_app(
@@ -95,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         time_budget_s=args.time_budget,
         lock_wait_s=args.wait,
         until_timestamp=until,
+        transport=args.transport,
     )
     return 0
 

@@ -112,7 +112,7 @@ class Runner:
         self.transport_option: str | None = None
         #: the run's transport, chosen at the start of each run (``_choose_transport``)
         self.transport: Transport | None = None
-        self._started: list[Transport] = []
+        self._made: dict[str, Transport] = {}  # the transports made, by choice
         self.bar = console.Bar()  # the run's progress: records processed of those pending
         self.run_id = new_run_id()
         #: the owner fences a batch's progress commit checks and carries, for its fresh
@@ -171,8 +171,8 @@ class Runner:
 
     def close(self) -> None:
         """Wait for what the run's transports started (Spark's start, in the background)."""
-        for started in self._started:
-            started.close()
+        for made in self._made.values():
+            made.close()
 
     def _record(
         self,
@@ -207,16 +207,20 @@ class Runner:
             self.transport_option, self.app.config, pending, self.inprocess_max_records
         )
         self.say(choice.line())
-        if choice.in_process:
-            self.transport = InProcessTransport(self.layout)
-        else:
-            # Imported only now: a run in this process never imports pyspark.
-            from lakestate.runtime.spark_transport import SparkTransport
-
-            self.transport = SparkTransport(self.master, f"lakestate-{self.app.name}", self.wh)
-        self._started.append(self.transport)
+        made = self._made.get(choice.transport)
+        if made is None:
+            made = self._made[choice.transport] = self._make(choice)
+        self.transport = made
         self.transport.start()
         return self.transport
+
+    def _make(self, choice: transport.Choice) -> Transport:
+        if choice.in_process:
+            return InProcessTransport(self.layout)
+        # Imported only now: a run in this process never imports pyspark.
+        from lakestate.runtime.spark_transport import SparkTransport
+
+        return SparkTransport(self.master, f"lakestate-{self.app.name}", self.wh)
 
     def _plan(
         self,

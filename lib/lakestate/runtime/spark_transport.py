@@ -7,8 +7,9 @@ in parallel; the processing output comes back to the driver with ``toArrow``. Th
 session starts only when a run chose Spark, in the background while the run recovers its
 local stores (``SparkStarter``).
 
-The only runtime module that imports pyspark: a run that processes in process never
-imports this module.
+With ``spark_session.py`` (which it starts Spark with), the only runtime module that imports
+pyspark: the runner imports it only once a run chose Spark, so a run in this process
+imports no pyspark.
 """
 
 from __future__ import annotations

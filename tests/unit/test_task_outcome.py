@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lakestate.checkpoint.batch import TaskCheckpoint, TaskPlan, global_key
 from lakestate.errors import StreamsException
@@ -20,7 +20,9 @@ _counts = st.integers(0, 2**62)
 _metrics = st.fixed_dictionaries(
     {
         "counts": st.dictionaries(_names, st.dictionaries(_names, _counts, max_size=2), max_size=2),
-        "values": st.dictionaries(_names, st.dictionaries(_names, st.floats(-1e9, 1e9))),
+        "values": st.dictionaries(
+            _names, st.dictionaries(_names, st.floats(-1e9, 1e9), max_size=2), max_size=2
+        ),
     }
 )
 outcomes = st.builds(
@@ -37,11 +39,17 @@ outcomes = st.builds(
 )
 
 
+# Generation and run speed depend on the machine's load (shared cores), not on what is tested.
+_load_tolerant = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_load_tolerant
 @given(outcomes)
 def test_an_outcome_round_trips_through_its_encoding(outcome: TaskOutcome) -> None:
     assert TaskOutcome.decode(outcome.encode()) == outcome
 
 
+@_load_tolerant
 @given(st.lists(outcomes, min_size=1, max_size=4))
 def test_outcomes_round_trip_through_the_processing_output(given_outcomes) -> None:
     """Each task's ``task`` row among its ``out`` rows, as a transport collects them."""

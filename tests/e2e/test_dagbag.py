@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from lakestate.cli import build_parser
+from lakestate.runtime.transport import TRANSPORTS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,6 +107,7 @@ def test_demo_dag_params(described: dict) -> None:
         "max_records",
         "until_caught_up",
         "time_budget_s",
+        "transport",
         "rewind",
         "confirm_rewind",
     }
@@ -120,6 +122,9 @@ def test_demo_dag_params(described: dict) -> None:
     assert params["max_batches"]["schema"]["minimum"] == 1
     assert params["max_records"]["default"] is None
     assert set(params["max_records"]["schema"]["type"]) == {"null", "integer"}
+    # The transport: the app's config decides unless the run asks for one.
+    assert params["transport"]["default"] is None
+    assert params["transport"]["schema"]["enum"] == [None, *TRANSPORTS]
     # A rewind is off unless asked for, and asks for the app's name.
     assert params["rewind"]["default"] is False
     assert params["rewind"]["schema"]["type"] == "boolean"
@@ -259,6 +264,15 @@ SCHEDULED = ["--until-caught-up", "--time-budget", "240", "--wait", "240"]
             {"max_batches": 3, "time_budget_s": 60},
             ["--until-caught-up", "--time-budget", "60", "--wait", "60"],
         ),
+        (
+            {"transport": "spark"},
+            ["--until-caught-up", "--time-budget", "240", "--transport", "spark", "--wait", "240"],
+        ),
+        (
+            {"transport": "inprocess", "max_records": 7},
+            ["--until-caught-up", "--time-budget", "240", "--max-records", "7",
+             "--transport", "inprocess", "--wait", "240"],
+        ),
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("run_type", ["scheduled", "manual"])
@@ -271,6 +285,7 @@ def test_params_render_to_run_options(airflow_env, params, expected, run_type) -
     assert args.max_batches == (None if until_caught_up else params.get("max_batches", 1))
     assert args.max_records == params.get("max_records")
     assert args.time_budget == params.get("time_budget_s", 240)
+    assert args.transport == params.get("transport")
     assert args.until_timestamp is None
 
 
@@ -291,7 +306,14 @@ def test_a_backfill_run_processes_up_to_its_interval_end(
 
 
 @pytest.mark.parametrize(
-    "params", [{"max_batches": 0}, {"max_records": "many"}, {"time_budget_s": 0}, {"rewind": "x"}]
+    "params",
+    [
+        {"max_batches": 0},
+        {"max_records": "many"},
+        {"time_budget_s": 0},
+        {"rewind": "x"},
+        {"transport": "gpu"},
+    ],
 )
 def test_invalid_params_are_rejected(airflow_env, params) -> None:
     with pytest.raises(AssertionError, match="ParamValidationError"):

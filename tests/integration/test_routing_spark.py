@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from lakestate.runtime.routing import route_column, spark_hash_int
+from lakestate.runtime.routing import spark_hash_int
+from lakestate.runtime.spark_transport import route_column
 from pyspark.sql import functions as F
 
 pytestmark = pytest.mark.integration
 
 
 def test_python_hash_equals_spark_hash(spark) -> None:
-    rows = spark.range(-50, 50).select(
-        "id", F.hash(F.col("id").cast("int")).alias("h")
-    ).collect()
+    rows = spark.range(-50, 50).select("id", F.hash(F.col("id").cast("int")).alias("h")).collect()
     assert {r["id"]: r["h"] for r in rows} == {i: spark_hash_int(i) for i in range(-50, 50)}
 
 

@@ -1,24 +1,31 @@
-"""The two transports of a batch's processing (runtime/inprocess.py and Spark's workers) give
-the same tables: the same sink and repartition records at the same offsets, the same state,
-the same progress, over many batches with the local state lost in between. A small run in a
-fresh process starts no JVM."""
+"""The two transports of a batch's processing (runtime/inprocess.py and
+runtime/spark_transport.py) give the same tables: the same sink and repartition records at
+the same offsets, the same state, the same progress, over many batches with the local state
+lost in between. A small run in a fresh process starts no JVM. The transport a run asks for
+(``run_app(transport=...)``, ``lakestate run --transport``, the app's
+``lakestate.transport``) is the one it runs on, whatever the threshold says; a bad value is
+a clear error."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from engine_helpers import APPS, driver_outputs, events, produce, state_rows, topic_rows
 from lakestate import run_app
 from lakestate.app import load_app
+from lakestate.errors import StreamsException
 from lakestate.io import delta_commits
 from lakestate.io import topics as io_topics
 from lakestate.io.partitioner import partition_for
 from lakestate.read.spark_engine import state_frame
-from lakestate.runtime import inprocess
+from lakestate.runtime import transport as transports
 from lakestate.testing import TopologyTestDriver
 from lakestate.warehouse import Warehouse
 
@@ -96,10 +103,15 @@ APP_CASES = {
 }
 
 
-def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
+def _run_phases(spark, tmp_path, case: str, transport: str, asked: str | None = None) -> tuple:
+    """Run the case's phases on ``transport`` (by the threshold); ``asked``: run_app's
+    ``transport`` instead, with the threshold set to choose the other one."""
     app_file, topics, phases, out_topics, stores = APP_CASES[case]
     app_name = app_file.removesuffix(".py")
     wh = Warehouse(tmp_path / f"wh-{transport}")
+    limit = TRANSPORTS[transport]
+    if asked is not None:
+        limit = TRANSPORTS["spark" if asked == transports.IN_PROCESS else "in_process"]
     state = tmp_path / f"state-{transport}"
     for topic, partitions in topics:
         io_topics.topic(wh, topic).create(partitions)
@@ -114,10 +126,11 @@ def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
             state_dir=str(state),
             max_records=7,
             until_caught_up=True,
-            inprocess_max_records=TRANSPORTS[transport],
+            inprocess_max_records=limit,
             say=said.append,
+            transport=asked,
         )
-    transports = {line for line in said if line.startswith("transport:")}
+    lines = {line for line in said if line.startswith("transport:")}
     # Every progress row (metric totals included), but for when and by which run it was
     # written.
     rows = delta_commits.open_table(wh.progress_path(app_name)).to_pyarrow_table()
@@ -127,7 +140,7 @@ def _run_phases(spark, tmp_path, case: str, transport: str) -> tuple:
     state_of = {
         s: sorted(tuple(r) for r in state_frame(spark, wh, app_name, s).collect()) for s in stores
     }
-    return transports, recorded, tables, state_of
+    return lines, recorded, tables, state_of
 
 
 @pytest.mark.parametrize("case", sorted(APP_CASES))
@@ -218,11 +231,11 @@ def test_the_threshold_chooses_the_transport_from_the_pending_input(spark, wareh
     run(None)  # nothing pending: no choice to make
     choices = [line for line in said if line.startswith("transport:")]
     assert choices == [
-        f"transport: in Spark (40 records pending; {inprocess.MAX_RECORDS_CONFIG} 39)",
+        f"transport: in Spark (40 records pending; {transports.MAX_RECORDS_CONFIG} 39)",
         f"transport: in this process, no Spark ({40 - first} records pending; "
-        f"{inprocess.MAX_RECORDS_CONFIG} 25)",
+        f"{transports.MAX_RECORDS_CONFIG} 25)",
     ]
-    with pytest.raises(Exception, match=inprocess.MAX_RECORDS_CONFIG):
+    with pytest.raises(Exception, match=transports.MAX_RECORDS_CONFIG):
         run(-1)
 
 
@@ -265,3 +278,79 @@ def test_a_small_run_in_a_fresh_process_starts_no_jvm(spark, warehouse, tmp_path
         assert state_rows(spark, warehouse, "counts", store) == state_rows(
             spark, reference, "counts", store
         )
+
+
+def test_the_transport_asked_for_is_the_one_that_runs(spark, tmp_path):
+    """``run_app(transport=...)`` wins over the threshold (set to choose the other one), and
+    the two give the same tables and progress."""
+    spark_said, *on_spark = _run_phases(spark, tmp_path, "regroup", "spark", asked="spark")
+    in_process_said, *in_process = _run_phases(
+        spark, tmp_path, "regroup", "in_process", asked="inprocess"
+    )
+    assert spark_said and all(
+        line.startswith("transport: in Spark (--transport spark; ") for line in spark_said
+    ), spark_said
+    assert in_process_said and all(
+        line.startswith("transport: in this process, no Spark (--transport inprocess; ")
+        for line in in_process_said
+    ), in_process_said
+    recorded, tables, state_of = in_process
+    assert len(recorded) > 4 and all(tables.values()) and all(state_of.values())
+    assert in_process == on_spark
+
+
+def test_a_bad_transport_is_a_clear_error(spark, warehouse, tmp_path):
+    produce(spark, warehouse, "events", events(10, seed=2), partitions=2)
+    with pytest.raises(StreamsException, match=r"transport.*one of auto, inprocess, spark.*'gpu'"):
+        run_app(str(APPS / "counts.py"), warehouse=warehouse.root, transport="gpu")
+    app = tmp_path / "bad_config.py"
+    app.write_text(
+        (APPS / "counts.py")
+        .read_text()
+        .replace(
+            '{"statestore.uncommitted.max.records"',
+            '{"lakestate.transport": "fast", "statestore.uncommitted.max.records"',
+        )  # fmt: skip
+    )
+    with pytest.raises(StreamsException) as caught:
+        run_app(str(app), warehouse=warehouse.root, state_dir=str(tmp_path / "state"))
+    message = str(caught.value)
+    assert "lakestate.transport in the config of app counts" in message and "'fast'" in message
+    assert not (tmp_path / "state").exists()  # refused before anything was done
+
+
+LAKESTATE = Path(sys.executable).parent / "lakestate"
+
+
+def test_the_cli_option_overrides_the_app_config(spark, warehouse, tmp_path):
+    """``lakestate run --transport inprocess`` on an app configured for Spark runs in
+    process (no JVM in the command's process); without the option the app's config says."""
+    produce(spark, warehouse, "events", events(30, seed=6), partitions=2)
+    app = tmp_path / "counts_on_spark.py"
+    app.write_text(
+        (APPS / "counts.py")
+        .read_text()
+        .replace(
+            '{"statestore.uncommitted.max.records"',
+            '{"lakestate.transport": "spark", "statestore.uncommitted.max.records"',
+        )  # fmt: skip
+    )
+    env = {**os.environ, "LAKESTATE_LOG_DIR": str(tmp_path / "logs")}
+    command = [str(LAKESTATE), "--warehouse", warehouse.root, "run", str(app),
+               "--state-dir", str(tmp_path / "state"), "--max-batches", "1", "--max-records", "5"]  # fmt: skip
+    proc = subprocess.run(
+        [*command, "--transport", "inprocess"], env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        "transport: in this process, no Spark (--transport inprocess; 30 records pending)"
+    )
+    log = next((tmp_path / "logs").glob("lakestate-*.log")).read_text()
+    assert "log4j" not in log and "SparkContext" not in log  # no JVM started
+    proc = subprocess.run(
+        [*command, "--json"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    document = json.loads(proc.stdout)
+    assert (document["transport"], document["batches"]) == ("spark", 1)

@@ -45,9 +45,11 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(path: Path, top_level_only: bool) -> Iterator[tuple[str, int]]:
-    """The lakestate modules ``path`` imports (``TYPE_CHECKING`` blocks skipped), with the
-    line; ``top_level_only``: those run at import time (not inside functions)."""
+def _imports(
+    path: Path, top_level_only: bool, root: str = "lakestate"
+) -> Iterator[tuple[str, int]]:
+    """The ``root`` package's modules ``path`` imports (``TYPE_CHECKING`` blocks skipped),
+    with the line; ``top_level_only``: those run at import time (not inside functions)."""
     tree = ast.parse(path.read_text())
     package = ".".join(
         MODULES_BY_PATH[path].split(".")[: -1 if path.name != "__init__.py" else None]
@@ -73,7 +75,7 @@ def _imports(path: Path, top_level_only: bool) -> Iterator[tuple[str, int]]:
             yield from visit(child, inner)
 
     for name, line in visit(tree, False):
-        if name == "lakestate" or name.startswith("lakestate."):
+        if name == root or name.startswith(f"{root}."):
             yield name, line
 
 
@@ -132,6 +134,52 @@ def test_no_import_cycle_between_modules():
     # One line per cycle, from its smallest module.
     unique = sorted({c for c in cycles if c.split(" -> ")[0] == min(c.split(" -> ")[:-1])})
     assert unique == []
+
+
+#: The modules that import pyspark when imported: Spark's transport, session and topic
+#: reads, the Spark SQL engine, the conversion of old tables (Spark's own writes).
+SPARK_MODULES = {
+    "lakestate.runtime.spark_transport",
+    "lakestate.runtime.spark_session",
+    "lakestate.runtime.spark_topics",
+    "lakestate.read.spark_engine",
+    "lakestate.ops.convert",
+}
+#: The no-JVM path: a run in this process, the CLI's entry and its run command.
+NO_JVM = (
+    "lakestate.runtime.runner",
+    "lakestate.runtime.routing",
+    "lakestate.runtime.inprocess",
+    "lakestate.runtime.transport",
+    "lakestate.scaleout.instance_run",
+    "lakestate.cli.main",
+    "lakestate.cli.run",
+)
+
+
+def test_only_the_spark_modules_import_pyspark_when_imported():
+    importing = {
+        module
+        for module, path in MODULES.items()
+        for root in ("pyspark", "py4j")
+        if any(_imports(path, top_level_only=True, root=root))
+    }
+    assert importing <= SPARK_MODULES, sorted(importing - SPARK_MODULES)
+
+
+def test_the_no_jvm_path_imports_no_spark_module():
+    """What the no-JVM path imports when imported, transitively, holds no module that
+    imports pyspark (the runner imports the Spark transport once a run chose Spark)."""
+    for start in NO_JVM:
+        seen, todo = {start}, [start]
+        while todo:
+            for target, _ in _imports(MODULES[todo.pop()], top_level_only=True):
+                while target not in MODULES and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in MODULES and target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        assert not seen & SPARK_MODULES, (start, sorted(seen & SPARK_MODULES))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from lakestate import App, Deduplicated, Materialized, StreamsBuilder
 from lakestate.checkpoint import changelog
 from lakestate.processors.task import Task
 from lakestate.records import Record
-from lakestate.runtime.task_executor import _Rows, _state_rows, out_fields, store_kinds
+from lakestate.runtime.batch_rows import Rows, out_fields, state_rows, store_kinds
 from lakestate.state.base import TopicPartition
 from lakestate.state.memory import in_memory_store
 
@@ -24,7 +24,7 @@ def _app() -> App:
 
 
 def _batch(
-    app: App, store, sub: int, topic: str, keys: list[str], start: int, rows: _Rows | None = None
+    app: App, store, sub: int, topic: str, keys: list[str], start: int, rows: Rows | None = None
 ) -> list[str]:
     """Process one batch of ``keys``, add its changelog rows to ``rows`` and return the
     stores with rows; the batch is then committed, as the engine's local apply would."""
@@ -33,8 +33,8 @@ def _batch(
         task.process(topic, start + i, Record(key, {"n": i}, 1_000 + start + i))
     writes = list(task.transaction.changes())
     task.close()
-    rows = rows if rows is not None else _Rows(out_fields(store_kinds(app)))
-    stores = _state_rows(rows, app, writes, sub, 0)
+    rows = rows if rows is not None else Rows(out_fields(store_kinds(app)))
+    stores = state_rows(rows, app, writes, sub, 0)
     with store.new_transaction() as txn:
         for namespace, key, value in writes:
             txn.put(namespace, key, value)
@@ -46,7 +46,7 @@ def _sub(app: App, topic: str) -> int:
     return app.topology.subtopology_for_topic(topic, app.name).id
 
 
-def _typed(rows: _Rows, kind: str) -> list[dict]:
+def _typed(rows: Rows, kind: str) -> list[dict]:
     table: pa.Table = rows.table()
     return [
         {"store": s, **(t or {})}
@@ -65,13 +65,13 @@ def test_rows_carry_each_store_kinds_typed_columns() -> None:
         changelog.struct_column("timestamped_key_value"),
     ]
     store = in_memory_store("0_0")
-    rows = _Rows(out_fields(store_kinds(app)))
+    rows = Rows(out_fields(store_kinds(app)))
     assert _batch(app, store, _sub(app, "in"), "in", ["a", "b", "a"], 0, rows) == ["counts"]
     assert _typed(rows, "timestamped_key_value") == [
         {"store": "counts", "key": '"a"', "value": "2", "ts": 1_002},
         {"store": "counts", "key": '"b"', "value": "1", "ts": 1_001},
     ]
-    rows = _Rows(out_fields(store_kinds(app)))
+    rows = Rows(out_fields(store_kinds(app)))
     _batch(app, store, _sub(app, "ids"), "ids", ["x", "y", "x"], 10, rows)
     # One row per id (not per index entry), with the first record's timestamp and offset.
     assert _typed(rows, "dedup") == [
@@ -85,8 +85,8 @@ def test_a_delete_is_a_tombstone_row() -> None:
     store = in_memory_store("0_0")
     _batch(app, store, _sub(app, "in"), "in", ["a"], 0)
     [(held_key, _)] = list(store.iterate("counts"))
-    rows = _Rows(out_fields(store_kinds(app)))
-    assert _state_rows(rows, app, [("counts", held_key, None)], 0, 0) == ["counts"]
+    rows = Rows(out_fields(store_kinds(app)))
+    assert state_rows(rows, app, [("counts", held_key, None)], 0, 0) == ["counts"]
     table = rows.table()
     assert table.column("raw_key").to_pylist() == [held_key]
     assert table.column("raw_value").to_pylist() == [None]
@@ -95,15 +95,15 @@ def test_a_delete_is_a_tombstone_row() -> None:
 
 def test_a_batch_without_state_changes_has_no_rows() -> None:
     app = _app()
-    rows = _Rows(out_fields(store_kinds(app)))
-    assert _state_rows(rows, app, [], 0, 0) == []
+    rows = Rows(out_fields(store_kinds(app)))
+    assert state_rows(rows, app, [], 0, 0) == []
     assert rows.table().num_rows == 0
 
 
 def test_changelog_rows_are_stamped_with_each_tasks_batch() -> None:
     app = _app()
     kind = "timestamped_key_value"
-    rows = _Rows(out_fields(store_kinds(app)))
+    rows = Rows(out_fields(store_kinds(app)))
     for partition, keys in ((0, ["a", "b"]), (1, ["c"])):
         store = in_memory_store(f"0_{partition}")
         task = Task(app.topology, _sub(app, "in"), partition, store, app.config, app.name)
@@ -111,7 +111,7 @@ def test_changelog_rows_are_stamped_with_each_tasks_batch() -> None:
             task.process("in", i, Record(key, 1, 5 + i))
         writes = list(task.transaction.changes())
         task.close()
-        _state_rows(rows, app, writes, _sub(app, "in"), partition)
+        state_rows(rows, app, writes, _sub(app, "in"), partition)
     table = changelog.batch_rows(kind, rows.table(), {0: 7, 1: 3})
     assert table.schema == changelog.schema(kind)
     got = table.select(["task", "batch_id", "key", "value", "snapshot_through"]).to_pylist()

@@ -21,6 +21,7 @@ from lakestate.io.logtable import ends as log_ends
 from lakestate.io.topic_records import RECORD_SCHEMA, check_ranges
 from lakestate.runtime import inprocess
 from lakestate.runtime.plan import plan_tasks
+from lakestate.runtime.transport import input_reads
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -272,7 +273,8 @@ def test_the_runtime_plans_and_reads_a_batch_through_the_topic_interface(wh, mem
         (TaskId(0, 0), {"rates@0": (0, 1), "events": (0, 2)}),
         (TaskId(0, 1), {"rates@0": (0, 1)}),
     ]
-    rows = inprocess.read_inputs(layout, plans[0])
+    reads = input_reads(layout.inputs, layout.global_topics, plans)
+    rows = inprocess.read_inputs(reads, plans[0].task, inprocess.BatchReads(layout))
     got = sorted(
         zip(
             *(rows.column(c).to_pylist() for c in ("input_index", "topic", "offset", "key")),

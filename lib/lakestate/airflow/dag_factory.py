@@ -3,8 +3,8 @@
 ``make_dag("jobs/APP.py")`` returns a DAG that runs the app's micro-batches on a schedule
 (every 5 minutes by default, one scheduled run at a time, no catch-up of missed intervals,
 unpaused when created) and on demand from the UI's trigger form (Params
-``until_caught_up``, ``time_budget_s``, ``max_batches``, ``max_records``, ``rewind``,
-``confirm_rewind``).
+``until_caught_up``, ``time_budget_s``, ``max_batches``, ``max_records``, ``transport``,
+``rewind``, ``confirm_rewind``).
 
 Its tasks (``lakestate.airflow.operator``), each the lakestate CLI in a subprocess, its
 output in the task log:
@@ -94,6 +94,7 @@ from airflow.sdk import DAG, Param
 import lakestate
 from lakestate.airflow.operator import (
     DEFAULT_MASTER,
+    TRANSPORTS,
     LakestateRebalanceOperator,
     LakestateRunOperator,
 )
@@ -184,6 +185,11 @@ def _doc_md(app_path: Path, app: lakestate.App) -> str:
 def _params(
     until_caught_up: bool, time_budget_s: int, max_batches: int, app: str
 ) -> dict[str, Param]:
+    """The DAG's trigger Params: what a run processes, on which transport, and a rewind."""
+    return {**_run_params(until_caught_up, time_budget_s, max_batches), **_rewind_params(app)}
+
+
+def _run_params(until_caught_up: bool, time_budget_s: int, max_batches: int) -> dict[str, Param]:
     return {
         "until_caught_up": Param(
             until_caught_up,
@@ -221,6 +227,22 @@ def _params(
             "(--max-records); the app's statestore.uncommitted.max.records bounds it too. "
             "Empty: that bound alone.",
         ),
+        "transport": Param(
+            None,
+            type=["null", "string"],
+            enum=[None, *TRANSPORTS],
+            title="Transport",
+            description="Where the run reads and processes its batches (--transport): "
+            "inprocess (delta-rs, in the task's process, no JVM), spark (Spark's workers), "
+            "auto (in process when the pending records are at most "
+            "lakestate.inprocess.max.records, else Spark). Empty: the app's "
+            "lakestate.transport, else auto.",
+        ),
+    }
+
+
+def _rewind_params(app: str) -> dict[str, Param]:
+    return {
         "rewind": Param(
             False,
             type="boolean",

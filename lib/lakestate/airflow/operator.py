@@ -14,6 +14,8 @@ What a DAG run does, by its type and Params (``run_arguments``):
 
 - scheduled and manual runs: until caught up (``until_caught_up``, default) or
   ``max_batches`` batches, within ``time_budget_s``, ``max_records`` per batch;
+- any run: on the transport of Param ``transport`` (``--transport``; empty: the app's
+  ``lakestate.transport``, default ``auto``);
 - backfill runs (``dag_run.run_type == "backfill"``): the source records stamped before the
   run's ``data_interval_end``, in offset order, until caught up to that cut
   (``--until-timestamp``; ``runtime/cutoff.py``), whatever ``until_caught_up`` and
@@ -48,6 +50,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 __all__ = [
     "DEFAULT_MASTER",
+    "TRANSPORTS",
     "LakestateCliOperator",
     "LakestateRebalanceOperator",
     "LakestateRunOperator",
@@ -62,6 +65,8 @@ __all__ = [
 DEFAULT_MASTER = "local[*]"
 #: ``DagRunType.BACKFILL_JOB``'s value (airflow.utils.types).
 BACKFILL = "backfill"
+#: The values of Param ``transport`` (``lakestate run --transport``; None: the app's).
+TRANSPORTS = ("auto", "inprocess", "spark")
 
 
 def spark_master(conn_id: str, default: str = DEFAULT_MASTER) -> str:
@@ -114,6 +119,8 @@ def run_arguments(
         args += ["--time-budget", str(budget)]
     if params.get("max_records") is not None:
         args += ["--max-records", str(int(params["max_records"]))]
+    if params.get("transport") is not None:
+        args += ["--transport", str(params["transport"])]
     args += ["--wait", "inf" if math.isinf(wait) else str(wait)]
     return args
 

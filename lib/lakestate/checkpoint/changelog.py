@@ -33,13 +33,15 @@ from lakestate.io import delta_commits, txn_ids
 from lakestate.state.registry import view_class
 from lakestate.task_id import TaskId
 
-# The Arrow type of each Spark SQL type that STATE_COLUMNS use.
+# The Arrow type of each Spark SQL type the engine carries: in STATE_COLUMNS, and in a
+# batch's rows (the Spark transport's schemas are its inverse).
 ARROW_TYPES = {
     "STRING": pa.string(),
     "BIGINT": pa.int64(),
     "INT": pa.int32(),
     "DOUBLE": pa.float64(),
     "BOOLEAN": pa.bool_(),
+    "BINARY": pa.binary(),
 }
 SNAPSHOT_COLUMN = "snapshot_through"
 

@@ -53,6 +53,14 @@ def configure(p: argparse.ArgumentParser) -> None:
         "default: the --time-budget, else no wait; 'inf': as long as it takes",
     )
     p.add_argument(
+        "--transport",
+        choices=("auto", "inprocess", "spark"),
+        help="where the batches are read and processed: inprocess (delta-rs, in this "
+        "process, no JVM), spark (Spark's workers), auto (in this process when the pending "
+        "records are at most lakestate.inprocess.max.records, else Spark); default: the "
+        "app's lakestate.transport, else auto",
+    )
+    p.add_argument(
         "--until-timestamp",
         metavar="MS|ISO",
         help="process each input partition up to its first record stamped at or after this "
@@ -82,6 +90,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         until_timestamp=until,
         say=ctx.say,
         instance=args.instance,
+        transport=args.transport,
     )
     if ctx.json_output:
         ctx.print_json(

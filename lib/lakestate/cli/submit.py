@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS|ISO",
         help="cut each input partition at its first record stamped at or after this time",
     )
+    p.add_argument(
+        "--transport",
+        choices=("auto", "inprocess", "spark"),
+        help="as lakestate run's (default: the app's lakestate.transport, else auto)",
+    )
     p.add_argument("--warehouse", metavar="DIR")
     p.add_argument("--state-dir", metavar="DIR")
     return p
@@ -95,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         time_budget_s=args.time_budget,
         lock_wait_s=args.wait,
         until_timestamp=until,
+        transport=args.transport,
     )
     return 0
 

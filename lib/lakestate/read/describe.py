@@ -17,7 +17,12 @@ from typing import Any
 from lakestate.app import App, load_app
 from lakestate.io import delta_commits, topics
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
-from lakestate.runtime.inprocess import DEFAULT_MAX_RECORDS, MAX_RECORDS_CONFIG
+from lakestate.runtime.transport import (
+    AUTO,
+    DEFAULT_MAX_RECORDS,
+    MAX_RECORDS_CONFIG,
+    TRANSPORT_CONFIG,
+)
 from lakestate.state import constants
 from lakestate.topology.graph import SubTopology, internal_topic_name
 from lakestate.warehouse import Warehouse
@@ -29,6 +34,7 @@ _CONFIG_DEFAULTS: dict[str, Any] = {
     constants.PROCESSING_GUARANTEE: constants.EXACTLY_ONCE_V2,
     constants.UNCOMMITTED_MAX_RECORDS: constants.DEFAULT_UNCOMMITTED_MAX_RECORDS,
     constants.UNCOMMITTED_MAX_BYTES: constants.DEFAULT_UNCOMMITTED_MAX_BYTES,
+    TRANSPORT_CONFIG: AUTO,
     MAX_RECORDS_CONFIG: DEFAULT_MAX_RECORDS,
     "processing.exception.handler": "log_and_fail",
     "deserialization.exception.handler": "log_and_fail",

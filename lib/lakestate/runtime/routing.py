@@ -5,14 +5,11 @@ where ``hash`` is Spark's Murmur3 (x86_32, seed 42). Hashing task ids directly c
 tasks in one partition, and then they run one after the other on one core. Instead every
 task gets a *route*: an int chosen so that its hash lands on the task's own slot. Only
 speed depends on this arithmetic: a task's records always stay together, whatever the hash.
+The Spark column that routes rows is ``spark_transport.route_column``; this module is plain
+arithmetic (no pyspark).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 
 SPARK_HASH_SEED = 42
 _MASK = 0xFFFFFFFF
@@ -47,13 +44,3 @@ def routes(n: int) -> list[int]:
         found.setdefault(spark_hash_int(value) % n, value)  # Python's % is pmod for n > 0
         value += 1
     return [found[j] for j in range(n)]
-
-
-def route_column(tasks: Sequence[tuple[int, int]]) -> Column:
-    """The int column to ``repartition(len(tasks), ...)`` by: task ``tasks[j]`` (a
-    ``(sub, partition)`` pair, as in the ``sub``/``task`` columns) goes to partition j."""
-    pairs = []
-    for (sub, partition), route in zip(tasks, routes(len(tasks)), strict=True):
-        pairs += [F.lit(sub * TASK_KEY_STRIDE + partition), F.lit(route)]
-    task_key = F.col("sub").cast("long") * TASK_KEY_STRIDE + F.col("task")
-    return F.create_map(*pairs)[task_key].cast("int")

@@ -1,34 +1,31 @@
 """The micro-batch runtime: plan, read, process, commit, recover (docs/architecture.md).
 
 A run owns a set of tasks (all of the app's by default). It recovers them (``recovery``),
-then runs batches until its limit: plan each task's next offset ranges (no commit), read
-them from the log tables and process every task's records, each task staging its
+then runs batches until its limit: plan each task's next offset ranges (no commit), have
+the run's transport read and process every task's records, each task staging its
 transaction beside its local store (step 1), then commit (``commit.commit_batch``:
-progress, tables, local stores). The transport of step 1 is chosen once, at the start of a
-run, from the size of its pending input: a small run reads with delta-rs and processes its
-tasks one after another in this process (``inprocess.py``) and never starts a JVM; a larger
-one reads with Spark and processes its tasks in parallel in Spark's Python workers. Both
-run the same per-task function (``process.process_task``) and commit the same way.
+progress, tables, local stores). The transport (``transport.py``) is chosen once, at the
+start of a run: by default from the size of its pending input, a small run reading with
+delta-rs and processing its tasks one after another in this process (``inprocess.py``,
+never a JVM), a larger one reading with Spark and processing its tasks in parallel in
+Spark's Python workers (``spark_transport.py``, imported only then). Both run the same
+per-task function (``task_executor.process_task``) and commit the same way.
 Sub-topologies that feed each other through repartition topics advance in the same run:
-each batch plans from the ends the previous one left. A task also reads the new records of every global table's topic
-(all partitions) and applies them before its inputs (``process.py``).
+each batch plans from the ends the previous one left. A task also reads the new records of
+every global table's topic (all partitions) and applies them before its inputs
+(``task_executor.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from lakestate import console
 from lakestate.app import App
 from lakestate.checkpoint.batch import TaskCheckpoint, TaskPlan, global_key, split_global_key
@@ -39,21 +36,15 @@ from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException
 from lakestate.processors.exception_handlers import ExceptionHandlers
-from lakestate.processors.metrics import accumulate
 from lakestate.restore.recovery import recover
-from lakestate.runtime import inprocess, spark_topics
+from lakestate.runtime import transport
+from lakestate.runtime.batch_rows import store_kinds
 from lakestate.runtime.cutoff import Cutoff, format_timestamp
 from lakestate.runtime.failure import message_of
+from lakestate.runtime.inprocess import InProcessTransport
 from lakestate.runtime.plan import plan_tasks
-from lakestate.runtime.routing import route_column
-from lakestate.runtime.task_executor import (
-    GLOBAL_INPUT,
-    INPUT_COLUMNS,
-    BatchContext,
-    out_schema,
-    process_partition,
-    store_kinds,
-)
+from lakestate.runtime.task_executor import BatchContext
+from lakestate.runtime.transport import BatchInput, BatchOutput, Transport
 from lakestate.state.base import isolation_for
 from lakestate.state.constants import (
     DEFAULT_UNCOMMITTED_MAX_RECORDS,
@@ -61,8 +52,6 @@ from lakestate.state.constants import (
 )
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 log = logging.getLogger("lakestate.engine")
 
@@ -100,85 +89,35 @@ def new_run_id() -> str:
     return f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-class SparkStarter:
-    """The run's SparkSession, started only when a run has records to process (a run that
-    finds nothing new needs no JVM), in the background as soon as it is known to be needed,
-    with its Python workers warmed up (lakestate imported in them) while the run recovers
-    its local stores and plans."""
-
-    def __init__(self, master: str | None, app_name: str) -> None:
-        self.master = master
-        self.app_name = app_name
-        self._session: SparkSession | None = None
-        self._error: BaseException | None = None
-        self._started = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start Spark in the background (once)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="spark-start", daemon=True)
-            self._thread.start()
-
-    def __call__(self) -> SparkSession:
-        """The session, waiting for it to be up."""
-        self.start()
-        self._started.wait()
-        if self._session is None:
-            raise StreamsException(f"Spark did not start: {self._error}") from self._error
-        return self._session
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        from lakestate.runtime.spark_session import get_spark
-
-        try:
-            self._session = get_spark(self.master, app_name=self.app_name)
-        except BaseException as exc:  # reported to the caller of __call__
-            self._error = exc
-        finally:
-            self._started.set()
-        if self._session is not None:
-            _warm_python_workers(self._session)
-
-
-def _warm_python_workers(spark: SparkSession) -> None:
-    """Start Spark's Python workers and import lakestate in them."""
-
-    def touch(rows):
-        import lakestate.runtime.task_executor  # noqa: F401
-
-        yield from rows
-
-    with contextlib.suppress(Exception):
-        n = spark.sparkContext.defaultParallelism
-        spark.sparkContext.parallelize(range(n), n).mapPartitions(touch).count()
-
-
 class Runner:
+    """An instance's run of batches of ``app`` for the tasks it owns (``run``); ``master``:
+    the Spark master, should the run choose Spark. ``close`` when done."""
+
     def __init__(
         self,
-        spark: SparkStarter,
         app: App,
         app_path: str,
         wh: Warehouse,
         state_dir: str,
         max_records: int | None,
         say: Callable[[str], None],
+        master: str | None = None,
     ) -> None:
-        self.spark = spark
         self.app = app
         self.app_path = app_path
         self.state_dir = state_dir
         self.say = say
+        self.master = master
         self.isolation = isolation_for(app.config)
         bound = int(app.config.get(UNCOMMITTED_MAX_RECORDS, DEFAULT_UNCOMMITTED_MAX_RECORDS))
         self.max_records = min(bound, max_records) if max_records else bound
-        self.inprocess_max_records = inprocess.max_records(app.config)
-        self.in_process = False  # chosen at the start of each run (``_choose_transport``)
+        self.inprocess_max_records = transport.max_records(app.config)
+        #: ``run_app(transport=...)`` (``--transport``): overrides the app's
+        #: ``lakestate.transport`` (None: the app's, else ``auto``).
+        self.transport_option: str | None = None
+        #: the run's transport, chosen at the start of each run (``_choose_transport``)
+        self.transport: Transport | None = None
+        self._made: dict[str, Transport] = {}  # the transports made, by choice
         self.bar = console.Bar()  # the run's progress: records processed of those pending
         self.run_id = new_run_id()
         #: the owner fences a batch's progress commit checks and carries, for its fresh
@@ -194,6 +133,8 @@ class Runner:
         ).dead_letter_topic
 
     def run(self, tasks: list[TaskId], limit: int | None, deadline: float | None) -> RunResult:
+        """Batches of ``tasks`` until ``limit`` batches (None: until caught up), no new one
+        once ``deadline`` (monotonic) has passed."""
         result = RunResult(dead_letter_topic=self.dead_letter_topic)
         standing = where_tasks_stand(self.layout, tasks)
         committed = dict(standing.committed)
@@ -206,10 +147,7 @@ class Runner:
             result.caught_up = True
             self.say(self._caught_up())
             return result
-        self._choose_transport(tasks, committed, sources)
-        result.transport = "in_process" if self.in_process else "spark"
-        if not self.in_process:
-            self.spark.start()  # while the local stores recover
+        result.transport = self._choose_transport(tasks, committed, sources).name
         recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
         if self.layout.global_topics:
             # Global data is read from where each (now recovered) local store stands: a
@@ -225,8 +163,7 @@ class Runner:
                 self.say("time budget spent: no new batch")
                 break
             if replays:
-                plans, replayed = replays, {p.task for p in replays}
-                replays = []
+                plans, replayed, replays = replays, {p.task for p in replays}, []
                 self.say(
                     "replaying the recorded batches of "
                     + ", ".join(f"task {p.task} (batch {p.batch_id})" for p in plans)
@@ -238,38 +175,63 @@ class Runner:
                     result.caught_up = True
                     self.say(self._caught_up())
                     break
-            batch_started = time.monotonic()
-            results = self._run_batch(plans, committed, replayed)
-            for r in results:
-                committed[r.task] = TaskCheckpoint(
-                    r.batch_id, dict(r.offsets), r.stream_time, r.processor_metadata, r.metrics
-                )
-            result.batches.append({str(r.task): r.batch_id for r in results})
-            result.records += sum(r.records for r in results)
-            figures = _figures(
-                results, replayed, time.monotonic() - batch_started, self.dead_letter_topic
-            )
-            result.figures.append(figures)
-            result.dead_letters += figures["dead_letters"]
-            self.bar.advance(sum(r.records for r in results))
+            self._record(result, committed, replayed, self._run_batch(plans, committed, replayed))
         return result
+
+    def close(self) -> None:
+        """Wait for what the run's transports started (Spark's start, in the background)."""
+        for made in self._made.values():
+            made.close()
+
+    def _record(
+        self,
+        result: RunResult,
+        committed: dict[TaskId, TaskCheckpoint],
+        replayed: set[TaskId],
+        batch: tuple[list[TaskResult], float],
+    ) -> None:
+        """A committed batch into ``committed`` (where its tasks now stand) and ``result``."""
+        results, seconds = batch
+        for r in results:
+            committed[r.task] = TaskCheckpoint(
+                r.batch_id, dict(r.offsets), r.stream_time, r.processor_metadata, r.metrics
+            )
+        result.batches.append({str(r.task): r.batch_id for r in results})
+        result.records += sum(r.records for r in results)
+        figures = _figures(results, replayed, seconds, self.dead_letter_topic)
+        result.figures.append(figures)
+        result.dead_letters += figures["dead_letters"]
+        self.bar.advance(sum(r.records for r in results))
 
     def _choose_transport(
         self, tasks: list[TaskId], committed: dict[TaskId, TaskCheckpoint], sources: _Sources
-    ) -> None:
-        """In this process or in Spark, for the whole run (replays included), from the run's
-        pending input: every task's records from where it committed (so a batch to replay
-        counts) to the ends, global topics included. Either transport gives the same rows."""
+    ) -> Transport:
+        """The run's transport, for the whole run (replays included): the one asked for
+        (``transport_option``, else the app's ``lakestate.transport``), or with ``auto``
+        from the run's pending input: every task's records from where it committed (so a
+        batch to replay counts) to the ends, global topics included. Either gives the same
+        rows. Spark starts in the background, while the local stores recover."""
         plans = self._plan(tasks, committed, unbounded=True, sources=sources)
         pending = sum(p.records for p in plans)
-        limit = self.inprocess_max_records
-        self.in_process = 0 < limit and pending <= limit
         self.bar.update(total=pending)
-        where = "in this process, no Spark" if self.in_process else "in Spark"
-        self.say(
-            f"transport: {where} ({pending} records pending; "
-            f"{inprocess.MAX_RECORDS_CONFIG} {limit})"
+        choice = transport.choose(
+            self.transport_option, self.app.config, pending, self.inprocess_max_records
         )
+        self.say(choice.line())
+        made = self._made.get(choice.transport)
+        if made is None:
+            made = self._made[choice.transport] = self._make(choice)
+        self.transport = made
+        self.transport.start()
+        return self.transport
+
+    def _make(self, choice: transport.Choice) -> Transport:
+        if choice.in_process:
+            return InProcessTransport(self.layout)
+        # Imported only now: a run in this process never imports pyspark.
+        from lakestate.runtime.spark_transport import SparkTransport
+
+        return SparkTransport(self.master, f"lakestate-{self.app.name}", self.layout)
 
     def _plan(
         self,
@@ -340,66 +302,8 @@ class Runner:
                 store.close()
         return starts
 
-    def _read(self, plans: list[TaskPlan]) -> DataFrame:
-        frames = []
-        for sub, topics in self.layout.inputs.items():
-            of_sub = [p for p in plans if p.task.subtopology == sub]
-            for index, topic in enumerate(topics):
-                ranges = {p.task.partition: p.ranges[topic] for p in of_sub if topic in p.ranges}
-                if not ranges:
-                    continue
-                # Unordered: each task orders its records by offset (process._in_order).
-                df = spark_topics.read_range(
-                    self.spark(), self.layout.topic(topic), ranges, ordered=False
-                )
-                frames.append(
-                    df.select(
-                        F.lit(sub).cast("int").alias("sub"),
-                        F.col("partition").alias("task"),
-                        F.lit(index).cast("int").alias("input_index"),
-                        F.lit(topic).alias("topic"),
-                        *INPUT_COLUMNS[4:],
-                    )
-                )
-        frames += self._read_global(plans)
-        df = frames[0]
-        for other in frames[1:]:
-            df = df.unionByName(other)
-        return df
-
-    def _read_global(self, plans: list[TaskPlan]) -> list[DataFrame]:
-        """The global topics' records each task reads: one read per global topic and set of
-        ranges (tasks usually share theirs), its rows copied to each task reading them."""
-        frames = []
-        for topic in self.layout.global_topics:
-            readers: dict[tuple, list[TaskId]] = {}
-            for plan in plans:
-                ranges = plan.global_ranges(topic)
-                if ranges:
-                    readers.setdefault(tuple(sorted(ranges.items())), []).append(plan.task)
-            for ranges_key, tasks in readers.items():
-                df = spark_topics.read_range(
-                    self.spark(), self.layout.topic(topic), dict(ranges_key), ordered=False
-                )
-                task_structs = [
-                    F.struct(F.lit(t.subtopology).alias("sub"), F.lit(t.partition).alias("task"))
-                    for t in tasks
-                ]
-                frames.append(
-                    df.withColumn("reader", F.explode(F.array(*task_structs))).select(
-                        F.col("reader.sub").cast("int").alias("sub"),
-                        F.col("reader.task").cast("int").alias("task"),
-                        F.lit(GLOBAL_INPUT).cast("int").alias("input_index"),
-                        F.lit(topic).alias("topic"),
-                        *INPUT_COLUMNS[4:],
-                    )
-                )
-        return frames
-
-    def _run_batch(
-        self, plans: list[TaskPlan], committed: dict[TaskId, TaskCheckpoint], replayed: set[TaskId]
-    ) -> list[TaskResult]:
-        started = time.time()
+    def _batch_input(self, plans: list[TaskPlan]) -> BatchInput:
+        """The batch as its transport gets it, computed once."""
         ctx = BatchContext(
             self.app_path,
             self.app.name,
@@ -410,93 +314,63 @@ class Runner:
             {str(p.task): {topic: r[0] for topic, r in p.ranges.items()} for p in plans},
             {str(p.task): p.run_id or self.run_id for p in plans},
         )
+        reads = transport.input_reads(self.layout.inputs, self.layout.global_topics, plans)
+        return BatchInput(tuple(plans), ctx, reads, store_kinds(self.app))
+
+    def _run_batch(
+        self, plans: list[TaskPlan], committed: dict[TaskId, TaskCheckpoint], replayed: set[TaskId]
+    ) -> tuple[list[TaskResult], float]:
+        """Step 1 by the run's transport, then the commit; the batch's task results and
+        its seconds."""
+        started = time.monotonic()
+        assert self.transport is not None  # chosen before the first batch
         try:
-            if self.in_process:
-                rows = inprocess.run_batch(self.layout, plans, ctx, store_kinds(self.app))
-            else:
-                rows = self._process_in_spark(plans, ctx)
+            output = self.transport.run_batch(self._batch_input(plans))
         except Exception as exc:
             raise StreamsException(
                 f"app {self.app.name}: batch of tasks "
                 f"{', '.join(str(p.task) for p in plans)} failed and committed nothing: "
                 f"{message_of(exc)}"
             ) from exc  # the whole trace goes to the log file
-        results = self._results(plans, committed, rows)
+        results = _results(plans, committed, output)
         fresh = [p.task for p in plans if p.task not in replayed]
         fences = None if self.fences is None else self.fences(fresh)
         commit_batch(
             self.layout,
             self.run_id,
             results,
-            rows,
+            output.rows,
             replayed,
             self.state_dir,
             self.isolation,
             fences,
         )
-        figures = _figures(results, replayed, 0.0, self.dead_letter_topic)
+        seconds = time.monotonic() - started
+        figures = _figures(results, replayed, seconds, self.dead_letter_topic)
         dead = figures["dead_letters"]
         self.say(
             "batch "
             + ", ".join(f"{r.task}:{r.batch_id}" for r in results)
             + f": {figures['records']} records, {figures['output_records']} output records, "
             + (f"{dead} skipped to dead-letter topic {self.dead_letter_topic}, " if dead else "")
-            + f"{time.time() - started:.1f}s"
+            + f"{seconds:.1f}s"
         )
-        return results
+        return results, seconds
 
-    def _process_in_spark(self, plans: list[TaskPlan], ctx: BatchContext) -> pa.Table:
-        """Step 1 in Spark's Python workers: the processing output, collected as Arrow."""
-        # One Spark partition per task, so that tasks run in parallel (grouping by task
-        # would hash tasks into shared partitions that AQE may coalesce further).
-        keys = sorted((p.task.subtopology, p.task.partition) for p in plans)
-        frame = (
-            self._read(plans)
-            .repartition(len(keys), route_column(keys))
-            .mapInArrow(_partition_function(ctx), out_schema(store_kinds(self.app)))
-        )
-        return frame.toArrow()
 
-    def _results(
-        self, plans: list[TaskPlan], committed: dict[TaskId, TaskCheckpoint], rows: pa.Table
-    ) -> list[TaskResult]:
-        infos = rows.filter(pc.equal(rows.column("kind"), "task"))
-        by_task = {
-            TaskId(s, p): json.loads(i)
-            for s, p, i in zip(
-                infos.column("sub").to_pylist(),
-                infos.column("task").to_pylist(),
-                infos.column("info").to_pylist(),
-                strict=True,
+def _results(
+    plans: list[TaskPlan], committed: dict[TaskId, TaskCheckpoint], output: BatchOutput
+) -> list[TaskResult]:
+    """Each planned task's result, from the outcome it handed over."""
+    results = []
+    for plan in plans:
+        outcome = output.outcomes.get(plan.task)
+        if outcome is None:
+            raise StreamsException(
+                f"task {plan.task} handed over no outcome for its batch {plan.batch_id}"
             )
-        }
-        results = []
-        for plan in plans:
-            info = by_task[plan.task]
-            reached = info["reached"]
-            before = committed.get(plan.task, TaskCheckpoint())
-            offsets = dict(before.offsets)
-            offsets.update(reached)
-            results.append(
-                TaskResult(
-                    plan.task,
-                    plan.batch_id,
-                    {t: (plan.ranges[t][0], end) for t, end in reached.items()},
-                    offsets,
-                    info["stream_time"],
-                    info["processed"],
-                    # The totals since the task's first batch: a replay starts from the
-                    # same previous row, so it gets the totals it recorded.
-                    accumulate(before.metrics, info["metrics"]),
-                    {
-                        topic: {int(p): n for p, n in per.items()}
-                        for topic, per in info["output_partitions"].items()
-                    },
-                    tuple(info["stores"]),
-                    info["processor_metadata"],
-                )
-            )
-        return results
+        results.append(outcome.result(plan, committed.get(plan.task, TaskCheckpoint())))
+    return results
 
 
 def _from_global_starts(
@@ -537,13 +411,4 @@ def _figures(
     }
 
 
-def _partition_function(ctx: BatchContext):
-    """The function for mapInArrow (a plain function: Spark inspects it)."""
-
-    def process(batches):
-        return process_partition(batches, ctx)
-
-    return process
-
-
-__all__ = ["RunResult", "Runner", "SparkStarter", "new_run_id"]
+__all__ = ["RunResult", "Runner", "new_run_id"]

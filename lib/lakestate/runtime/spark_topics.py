@@ -15,7 +15,13 @@ from typing import Any
 
 import pyarrow as pa
 from lakestate.io.logtable import LogTableTopic
-from lakestate.io.topic_records import RECORD_SCHEMA, Ranges, TopicRecord, check_ranges, decode_json
+from lakestate.io.topic_records import (
+    RECORD_SCHEMA,
+    Ranges,
+    TopicRecord,
+    check_ranges,
+    decode_json,
+)
 from lakestate.io.topics import Topic
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,19 +37,11 @@ __all__ = [
 
 @cache
 def spark_record_schema() -> Any:
-    """``topic_records.RECORD_SCHEMA`` as a Spark schema."""
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+    """``topic_records.RECORD_SCHEMA`` as a Spark schema (Spark's own Arrow type mapping:
+    no second type map to keep in step)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    return StructType(
-        [
-            StructField("partition", IntegerType(), nullable=False),
-            StructField("offset", LongType(), nullable=False),
-            StructField("timestamp", LongType(), nullable=False),
-            StructField("key", StringType(), nullable=True),
-            StructField("value", StringType(), nullable=True),
-            StructField("headers", StringType(), nullable=True),
-        ]
-    )
+    return from_arrow_schema(RECORD_SCHEMA)
 
 
 def _load(spark: SparkSession, topic: Topic) -> DataFrame:

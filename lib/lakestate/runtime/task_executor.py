@@ -1,11 +1,12 @@
-"""Processing one task's share of a batch, inside a Spark worker.
+"""Processing one task's share of a batch, in a Spark worker or in the driver (the
+transports, ``runtime/transport.py``, both call ``process_task``).
 
 Runs the same Task and processors as the test driver against the task's local store, stages
-the resulting transaction beside the store, and returns rows for the driver to commit:
-``out`` rows (records for sink and repartition topics, in emission order), ``state`` rows
-(the task's state changes, one per changed key, with the store's typed columns in a struct
-column per store kind, so that they reach the Delta table without a JSON round trip) and one
-``task`` row (offsets reached, stream time, metrics).
+the resulting transaction beside the store, and returns rows for the driver to commit
+(``batch_rows``): ``out`` rows (records for sink and repartition topics, in emission
+order), ``state`` rows (the task's state changes, one per changed key, with the store's
+typed columns in a struct column per store kind, so that they reach the Delta table without
+a JSON round trip) and one ``task`` row, the task's ``TaskOutcome`` (``runtime/outcome.py``).
 
 Global tables: a task's rows also hold the new records of every global table's topic (all
 partitions, ``input_index`` ``GLOBAL_INPUT``), which it puts into its global stores, in its
@@ -24,65 +25,28 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from lakestate.app import App, load_app
-from lakestate.checkpoint import changelog
 from lakestate.checkpoint.batch import global_key, split_global_key
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
-from lakestate.io.partitioner import partitions_of_texts
 from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.gc_pause import cyclic_gc_paused
-from lakestate.processors.task import Output, Task
+from lakestate.processors.task import Task
 from lakestate.records import Record
+from lakestate.runtime.batch_rows import (
+    GLOBAL_INPUT,
+    INPUT_COLUMNS,
+    Rows,
+    out_fields,
+    output_rows,
+    state_rows,
+    store_kinds,
+)
+from lakestate.runtime.outcome import TaskOutcome
 from lakestate.state.base import IsolationLevel, TopicPartition
-from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.registry import open_view, view_class
+from lakestate.state.registry import open_view
 from lakestate.state.serde import loads as serde_loads
 from lakestate.task_id import TaskId
 
-# The columns of a batch's input rows: the task (sub-topology, partition), which of the
-# task's inputs (GLOBAL_INPUT: a global table's topic), and the log table's record.
-INPUT_COLUMNS = (
-    "sub",
-    "task",
-    "input_index",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "value",
-    "headers",
-)
-# One table for every kind of row a task returns: "out" (a record for a sink or repartition
-# topic; pseq numbers it within its topic partition), "state" (a changed store entry; its
-# typed columns in the struct column ``state_column(kind)``) and "task" (offsets reached,
-# stream time, metrics, output counts: JSON in ``info``). Columns a kind does not use are null.
-OUT_FIELDS = (
-    ("kind", pa.string()),
-    ("sub", pa.int32()),
-    ("task", pa.int32()),
-    ("seq", pa.int64()),
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("pseq", pa.int64()),
-    ("timestamp", pa.int64()),
-    ("key", pa.string()),
-    ("value", pa.string()),
-    ("headers", pa.string()),
-    ("store", pa.string()),
-    ("raw_key", pa.binary()),
-    ("raw_value", pa.binary()),
-    ("info", pa.string()),
-)
-# The Spark DDL type of each Arrow type the out rows use.
-_DDL_TYPES = {
-    pa.string(): "string",
-    pa.int64(): "bigint",
-    pa.int32(): "int",
-    pa.float64(): "double",
-    pa.bool_(): "boolean",
-    pa.binary(): "binary",
-}
 # Decoded keys are reused across the records of a batch (a few thousand keys usually carry
 # most records); only immutable ones, and only this many.
 _KEY_CACHE_LIMIT = 100_000
@@ -90,37 +54,8 @@ _IMMUTABLE = frozenset((str, int, bool, float, type(None)))
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
 CHUNK_RECORDS = 50_000
 _MISSING = object()
-GLOBAL_INPUT = -1
 
 _apps: dict[str, App] = {}
-
-
-def store_kinds(app: App) -> list[str]:
-    return sorted({store.kind for store in app.topology.stores.values()})
-
-
-def out_fields(kinds: list[str]) -> tuple[tuple[str, pa.DataType], ...]:
-    """The out rows' columns for an app whose stores are of ``kinds``."""
-    typed = []
-    for kind in kinds:
-        try:
-            fields = changelog.typed_fields(kind)
-        except ValueError as exc:
-            raise StreamsException(str(exc)) from None
-        typed.append((changelog.struct_column(kind), pa.struct(fields)))
-    return OUT_FIELDS + tuple(typed)
-
-
-def out_schema(kinds: list[str]) -> str:
-    """``out_fields(kinds)`` as the Spark DDL schema of the batch's processing output."""
-    columns = []
-    for name, type_ in out_fields(kinds):
-        if pa.types.is_struct(type_):
-            inner = ", ".join(f"`{f.name}`: {_DDL_TYPES[f.type]}" for f in type_)
-            columns.append(f"`{name}` struct<{inner}>")
-        else:
-            columns.append(f"`{name}` {_DDL_TYPES[type_]}")
-    return ", ".join(columns)
 
 
 @dataclass(frozen=True)
@@ -233,68 +168,88 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     del records  # the columns above are what is needed: free the Arrow buffers early
     task_id = str(TaskId(sub, partition))
-    batch_id = ctx.batches[task_id]
     app = _app(ctx.app_path)
-    global_topics = [g.topic for g in app.topology.global_tables]
     store = TaskDir(ctx.state_dir, ctx.app_name, task_id).open(ctx.isolation)
     try:
-        held = store.committed_offsets()
-        for topic, start in ctx.starts[task_id].items():
-            split = split_global_key(topic, global_topics)
-            tp = TopicPartition(*split) if split else TopicPartition(topic, partition)
-            if held.get(tp, 0) != start:
-                raise StreamsException(
-                    f"local store of task {task_id} holds offset {held.get(tp, 0)} of "
-                    f"{topic!r}, but batch {batch_id} starts at {start}: recovery must run "
-                    "before processing"
-                )
-        task: Task | None = None
-        # The global stores read and write the task's open transaction (bound late: the
-        # task, made below, opens it).
-        global_views = {
-            g.store: open_view(
-                g.store,
-                app.topology.stores[g.store].kind,
-                app.topology.stores[g.store].options,
-                lambda: task.transaction,
-            )
-            for g in app.topology.global_tables
-        }
-        task = Task(app.topology, sub, partition, store, app.config, app.name, global_views)
+        _check_starts(store, ctx, app, task_id, partition)
+        task, global_views = _open_task(app, sub, partition, store)
         reached, processed, global_reached = _process_all(task, app, global_views, updates, columns)
         del updates, columns
-        offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
-        for key, o in global_reached.items():
-            offsets[TopicPartition(*split_global_key(key, global_topics))] = o
-        reached.update(global_reached)
-        for offset_tp, offset in store.committed_offsets().items():
-            offsets.setdefault(offset_tp, offset)
-        # Step 1 of the commit (checkpoint/commit.py): the task hands over its transaction,
-        # which is staged durably beside the store, and its output.
-        prepared = task.prepare_commit(offsets)
-        writes = prepared.writes()
-        TaskDir(ctx.state_dir, ctx.app_name, task_id).stage(
-            batch_id, writes, prepared.offsets, ctx.run_ids.get(task_id)
-        )
-        rows = _Rows(out_fields(store_kinds(app)))
-        counts = _output_rows(rows, prepared.output, sub, partition, ctx)
-        task.close()
-        stores = _state_rows(rows, app, writes, sub, partition)
-        info = {
-            "outputs": {topic: sum(per.values()) for topic, per in counts.items()},
-            "output_partitions": {
-                topic: {str(p): n for p, n in per.items()} for topic, per in counts.items()
-            },
-            "reached": reached,
-            "processed": processed,
-            "stream_time": task.stream_time,
-            "processor_metadata": task.processor_metadata,
-            "metrics": task.metrics.report(),
-            "stores": stores,
-        }
-        rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=json.dumps(info))
+        return _hand_over(task, store, app, ctx, reached, global_reached, processed)
     finally:
         store.close()
+
+
+def _check_starts(store, ctx: BatchContext, app: App, task_id: str, partition: int) -> None:
+    """The task's local store stands where its batch starts (recovery ran), or an error."""
+    global_topics = [g.topic for g in app.topology.global_tables]
+    held = store.committed_offsets()
+    for topic, start in ctx.starts[task_id].items():
+        split = split_global_key(topic, global_topics)
+        tp = TopicPartition(*split) if split else TopicPartition(topic, partition)
+        if held.get(tp, 0) != start:
+            raise StreamsException(
+                f"local store of task {task_id} holds offset {held.get(tp, 0)} of "
+                f"{topic!r}, but batch {ctx.batches[task_id]} starts at {start}: recovery "
+                "must run before processing"
+            )
+
+
+def _open_task(app: App, sub: int, partition: int, store) -> tuple[Task, dict[str, Any]]:
+    """The batch's Task on ``store``, and its global stores' views."""
+    task: Task | None = None
+    # The global stores read and write the task's open transaction (bound late: the task,
+    # made below, opens it).
+    global_views = {
+        g.store: open_view(
+            g.store,
+            app.topology.stores[g.store].kind,
+            app.topology.stores[g.store].options,
+            lambda: task.transaction,
+        )
+        for g in app.topology.global_tables
+    }
+    task = Task(app.topology, sub, partition, store, app.config, app.name, global_views)
+    return task, global_views
+
+
+def _hand_over(
+    task: Task,
+    store,
+    app: App,
+    ctx: BatchContext,
+    reached: dict[str, int],
+    global_reached: dict[str, int],
+    processed: int,
+) -> pa.Table:
+    """Step 1 of the commit (checkpoint/commit.py): the task's transaction staged durably
+    beside its store; its output, changelog and ``task`` rows returned."""
+    sub, partition = task.task_id.subtopology, task.task_id.partition
+    task_id = str(task.task_id)
+    global_topics = [g.topic for g in app.topology.global_tables]
+    offsets = {TopicPartition(t, partition): o for t, o in reached.items()}
+    for key, o in global_reached.items():
+        offsets[TopicPartition(*split_global_key(key, global_topics))] = o
+    for offset_tp, offset in store.committed_offsets().items():
+        offsets.setdefault(offset_tp, offset)
+    prepared = task.prepare_commit(offsets)
+    writes = prepared.writes()
+    TaskDir(ctx.state_dir, ctx.app_name, task_id).stage(
+        ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id)
+    )
+    rows = Rows(out_fields(store_kinds(app)))
+    counts = output_rows(rows, prepared.output, sub, partition, ctx.topic_partitions)
+    task.close()
+    outcome = TaskOutcome(
+        reached={**reached, **global_reached},
+        stream_time=task.stream_time,
+        records=processed,
+        metrics=task.metrics.report(),
+        output_partitions=counts,
+        stores=tuple(state_rows(rows, app, writes, sub, partition)),
+        processor_metadata=dict(task.processor_metadata),
+    )
+    rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=outcome.encode())
     return rows.table()
 
 
@@ -528,116 +483,3 @@ def _global_bad_json(columns: dict[str, list], i: int) -> str:
                 f"topic; the batch commits nothing): {type(exc).__name__}: {exc}"
             )
     return f"row {i} of a global table's topic could not be decoded"
-
-
-class _Rows:
-    """The rows a task returns, gathered by kind as column lists, built into one Arrow
-    table (columns a kind does not use are null)."""
-
-    def __init__(self, fields: tuple[tuple[str, pa.DataType], ...] = OUT_FIELDS) -> None:
-        self.fields = fields
-        self.schema = pa.schema([pa.field(name, type_) for name, type_ in fields])
-        self.parts: list[tuple[int, dict[str, Any]]] = []
-
-    def add(self, n: int, **columns: Any) -> None:
-        """``n`` rows: each column a list of ``n`` values or one value for all of them."""
-        if n:
-            self.parts.append((n, columns))
-
-    def table(self) -> pa.Table:
-        tables = []
-        for n, columns in self.parts:
-            arrays = []
-            for name, type_ in self.fields:
-                values = columns.get(name)
-                if values is None:
-                    arrays.append(pa.nulls(n, type_))
-                elif isinstance(values, list):
-                    arrays.append(pa.array(values, type_))
-                else:
-                    arrays.append(pa.repeat(pa.scalar(values, type_), n))
-            tables.append(pa.Table.from_arrays(arrays, schema=self.schema))
-        if not tables:
-            return self.schema.empty_table()
-        return pa.concat_tables(tables)
-
-
-def _output_rows(
-    rows: _Rows, output: list[Output], sub: int, partition: int, ctx: BatchContext
-) -> dict[str, dict[int, int]]:
-    """Add the task's output records; returns their count per topic and partition."""
-    counts: dict[str, dict[int, int]] = {}
-    topics = [o.topic for o in output]
-    targets = [0] * len(output)
-    by_topic: dict[str, list[int]] = {}
-    for i, topic in enumerate(topics):
-        rows_of = by_topic.get(topic)
-        if rows_of is None:
-            rows_of = by_topic[topic] = []
-        rows_of.append(i)
-    for topic, rows_of in by_topic.items():
-        found = partitions_of_texts(
-            [output[i].partition_text for i in rows_of], ctx.topic_partitions[topic]
-        )
-        for i, target in zip(rows_of, found, strict=True):
-            targets[i] = target
-    pseqs = []
-    for topic, target in zip(topics, targets, strict=True):
-        per_topic = counts.get(topic)
-        if per_topic is None:
-            per_topic = counts[topic] = {}
-        pseq = per_topic.get(target, 0)
-        per_topic[target] = pseq + 1
-        pseqs.append(pseq)
-    rows.add(
-        len(output),
-        kind="out",
-        sub=sub,
-        task=partition,
-        seq=list(range(len(output))),
-        topic=topics,
-        partition=targets,
-        pseq=pseqs,
-        timestamp=[o.record.timestamp for o in output],
-        key=[o.key_text for o in output],
-        value=[o.value_text for o in output],
-        headers=[o.headers_text for o in output],
-    )
-    return counts
-
-
-def _state_rows(rows: _Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:
-    """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
-    for a store kind's index-only entries); returns the stores that have rows."""
-    per_store: dict[str, tuple[list, list, list, list]] = {}
-    kinds: dict[str, Any] = {}  # namespace -> its StoreKind
-    global_stores = {g.store for g in app.topology.global_tables}  # no changelog
-    for seq, (namespace, raw_key, raw_value) in enumerate(writes):
-        if namespace in RESERVED_NAMESPACES or namespace in global_stores:
-            continue
-        kind = kinds.get(namespace)
-        if kind is None:
-            kind = kinds[namespace] = view_class(app.topology.stores[namespace].kind)
-        if kind.is_index_only(raw_key):
-            continue
-        columns = per_store.get(namespace)
-        if columns is None:
-            columns = per_store[namespace] = ([], [], [], [])
-        seqs, raw_keys, raw_values, typed = columns
-        seqs.append(seq)
-        raw_keys.append(raw_key)
-        raw_values.append(raw_value)
-        typed.append(None if raw_value is None else kind.changelog_row(raw_key, raw_value))
-    for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
-        rows.add(
-            len(seqs),
-            kind="state",
-            sub=sub,
-            task=partition,
-            seq=seqs,
-            store=namespace,
-            raw_key=raw_keys,
-            raw_value=raw_values,
-            **{changelog.struct_column(app.topology.stores[namespace].kind): typed},
-        )
-    return sorted(per_store)

@@ -18,10 +18,10 @@ from lakestate.app import App, load_app
 from lakestate.checkpoint.layout import prepare
 from lakestate.checkpoint.task_dir import state_dir_of
 from lakestate.errors import TaskMigratedException
-from lakestate.runtime import inprocess
+from lakestate.runtime import transport as transports
 from lakestate.runtime.cutoff import Cutoff
 from lakestate.runtime.run_lock import instance_lock
-from lakestate.runtime.runner import Runner, RunResult, SparkStarter, new_run_id
+from lakestate.runtime.runner import Runner, RunResult, new_run_id
 from lakestate.scaleout import task_roles
 from lakestate.scaleout.instances import Instance, instance_of
 from lakestate.task_id import TaskId
@@ -46,6 +46,7 @@ def run_app(
     until_timestamp: int | None = None,
     say: Callable[[str], None] = print,
     instance: str | None = None,
+    transport: str | None = None,
 ) -> RunResult:
     """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
     or until no input is left (``until_caught_up``); no new batch starts once
@@ -54,7 +55,10 @@ def run_app(
     (default: all); runs of disjoint task sets may run side by side, each with its own
     state directory. ``inprocess_max_records``: overrides the app's
     ``lakestate.inprocess.max.records`` (a run with at most that many pending records runs
-    without Spark; 0: always Spark).
+    without Spark; 0: always Spark). ``transport``: ``auto``, ``inprocess`` or ``spark``
+    (``--transport``; None: the app's ``lakestate.transport``, default ``auto``: in
+    process when the pending records are at most that threshold, else Spark); the run's
+    first ``transport:`` line says which it used and why.
 
     Another run of the app on this instance (its lock held): this run waits for it up to
     ``lock_wait_s`` seconds (None: ``time_budget_s``, else no wait; ``math.inf``: as long
@@ -74,7 +78,7 @@ def run_app(
     moves one of its tasks before a batch's progress commit stops the run with
     TaskMigratedException, nothing of the batch committed."""
     started = time.monotonic()
-    app = load_app(app_path)
+    app = _load(app_path, transport)
     wh = Warehouse(warehouse)
     member = instance_of(app, instance)
     sdir = member.state_dir if state_dir is None else state_dir_of(state_dir)
@@ -91,41 +95,65 @@ def run_app(
             if scaled:
                 _report_busy(app, wh, member, tasks, sdir)
             return RunResult(busy=True, instance=member.name)
-        spark = SparkStarter(master, f"lakestate-{app.name}")
+        runner = Runner(app, os.path.abspath(app_path), wh, sdir, max_records, say, master)
         try:
-            runner = Runner(spark, app, os.path.abspath(app_path), wh, sdir, max_records, say)
+            runner.transport_option = transport
             if inprocess_max_records is not None:
-                runner.inprocess_max_records = inprocess.max_records(
-                    {inprocess.MAX_RECORDS_CONFIG: inprocess_max_records}
+                runner.inprocess_max_records = transports.max_records(
+                    {transports.MAX_RECORDS_CONFIG: inprocess_max_records}
                 )
             if until_timestamp is not None:
                 runner.cutoff = Cutoff(wh, until_timestamp)
-            roles = task_roles.roles_of(runner.layout, member, tasks)
-            runner.fences = functools.partial(roles.fences, app.name)
-            if scaled:
-                say(task_roles.describe(roles))
             limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
             deadline = None if time_budget_s is None else started + time_budget_s
-            ended = False
-            deleted: list[TaskId] = []
-            try:
-                with console.progress(f"{app.name}: records", total=None) as bar:
-                    runner.bar = bar
-                    result = runner.run(roles.active, limit, deadline)
-                result.instance = member.name
-                if scaled:
-                    warmed = task_roles.warm(runner.layout, roles, sdir, runner.isolation, say)
-                    result.warmed = {str(t): lag for t, lag in warmed.items()}
-                    deleted = task_roles.clean_up(runner.layout, roles, sdir, say)
-                ended = True
-            except TaskMigratedException as exc:
-                raise task_roles.migrated(runner.layout, roles, exc) from exc
-            finally:
-                if scaled:
-                    _report(runner, roles, ended, deleted)
-            return result
+            return _run(runner, member, tasks, limit, deadline, scaled)
         finally:
-            spark.join()
+            runner.close()
+
+
+def _load(app_path: str, transport: str | None) -> App:
+    """The app, once the run's ``transport`` and the app's own are known to be valid."""
+    if transport is not None:
+        transports.checked(transport, "run_app(transport=...) (--transport)")
+    app = load_app(app_path)
+    configured = app.config.get(transports.TRANSPORT_CONFIG, transports.AUTO)
+    transports.checked(configured, f"{transports.TRANSPORT_CONFIG} in the config of app {app.name}")
+    return app
+
+
+def _run(
+    runner: Runner,
+    member: Instance,
+    tasks: list[TaskId] | list[str] | None,
+    limit: int | None,
+    deadline: float | None,
+    scaled: bool,
+) -> RunResult:
+    """The instance's run, its lock held: its active tasks' batches, then (scaled out) its
+    warmup and standby tasks brought up to date and its lag report."""
+    app, say = runner.app, runner.say
+    roles = task_roles.roles_of(runner.layout, member, tasks)
+    runner.fences = functools.partial(roles.fences, app.name)
+    if scaled:
+        say(task_roles.describe(roles))
+    ended = False
+    deleted: list[TaskId] = []
+    try:
+        with console.progress(f"{app.name}: records", total=None) as bar:
+            runner.bar = bar
+            result = runner.run(roles.active, limit, deadline)
+        result.instance = member.name
+        if scaled:
+            warmed = task_roles.warm(runner.layout, roles, runner.state_dir, runner.isolation, say)
+            result.warmed = {str(t): lag for t, lag in warmed.items()}
+            deleted = task_roles.clean_up(runner.layout, roles, runner.state_dir, say)
+        ended = True
+    except TaskMigratedException as exc:
+        raise task_roles.migrated(runner.layout, roles, exc) from exc
+    finally:
+        if scaled:
+            _report(runner, roles, ended, deleted)
+    return result
 
 
 def _report_busy(

@@ -1,0 +1,217 @@
+"""The rows of a batch, in and out of its tasks, the same for every transport.
+
+In: a task's input rows (``INPUT_SCHEMA``): which task (sub-topology, partition), which of
+its inputs (``input_index``: the topic's place among the sub-topology's inputs, or
+``GLOBAL_INPUT`` for a global table's topic) and the topic's record (``io/topic_records.RECORD_SCHEMA``).
+
+Out: one table for every kind of row a task returns (``out_fields``): ``out`` (a record
+for a sink or repartition topic; ``pseq`` numbers it within its topic partition),
+``state`` (a changed store entry; its typed columns in the struct column
+``changelog.struct_column(kind)``) and ``task`` (the task's ``TaskOutcome``, encoded in
+``info``: ``runtime/outcome.py``). Columns a kind does not use are null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from lakestate.app import App
+from lakestate.checkpoint import changelog
+from lakestate.errors import StreamsException
+from lakestate.io.partitioner import partitions_of_texts
+from lakestate.io.topic_records import RECORD_SCHEMA
+from lakestate.processors.task import Output
+from lakestate.state.constants import RESERVED_NAMESPACES
+from lakestate.state.registry import view_class
+
+#: ``input_index`` of a global table's topic's rows.
+GLOBAL_INPUT = -1
+
+#: A task's input rows: which task and input, then the topic's record (``RECORD_SCHEMA``,
+#: the columns every topic kind reads).
+INPUT_SCHEMA = pa.schema(
+    [
+        pa.field("sub", pa.int32()),
+        pa.field("task", pa.int32()),
+        pa.field("input_index", pa.int32()),
+        pa.field("topic", pa.string()),
+        *RECORD_SCHEMA,
+    ]
+)
+INPUT_COLUMNS = tuple(INPUT_SCHEMA.names)
+#: The input columns that are the topic's record, as a topic's reader reads them.
+RECORD_COLUMNS = tuple(RECORD_SCHEMA.names)
+
+OUT_FIELDS = (
+    ("kind", pa.string()),
+    ("sub", pa.int32()),
+    ("task", pa.int32()),
+    ("seq", pa.int64()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("pseq", pa.int64()),
+    ("timestamp", pa.int64()),
+    ("key", pa.string()),
+    ("value", pa.string()),
+    ("headers", pa.string()),
+    ("store", pa.string()),
+    ("raw_key", pa.binary()),
+    ("raw_value", pa.binary()),
+    ("info", pa.string()),
+)
+
+
+def store_kinds(app: App) -> tuple[str, ...]:
+    """The kinds of the app's stores, sorted: they decide the out rows' struct columns."""
+    return tuple(sorted({store.kind for store in app.topology.stores.values()}))
+
+
+def out_fields(kinds: tuple[str, ...] | list[str]) -> tuple[tuple[str, pa.DataType], ...]:
+    """The out rows' columns for an app whose stores are of ``kinds``."""
+    typed = []
+    for kind in kinds:
+        try:
+            fields = changelog.typed_fields(kind)
+        except ValueError as exc:
+            raise StreamsException(str(exc)) from None
+        typed.append((changelog.struct_column(kind), pa.struct(fields)))
+    return OUT_FIELDS + tuple(typed)
+
+
+def out_arrow_schema(kinds: tuple[str, ...] | list[str]) -> pa.Schema:
+    """``out_fields(kinds)`` as an Arrow schema."""
+    return pa.schema([pa.field(name, type_) for name, type_ in out_fields(kinds)])
+
+
+class Rows:
+    """The rows a task returns, gathered by kind as column lists, built into one Arrow
+    table (columns a kind does not use are null)."""
+
+    def __init__(self, fields: tuple[tuple[str, pa.DataType], ...] = OUT_FIELDS) -> None:
+        self.fields = fields
+        self.schema = pa.schema([pa.field(name, type_) for name, type_ in fields])
+        self.parts: list[tuple[int, dict[str, Any]]] = []
+
+    def add(self, n: int, **columns: Any) -> None:
+        """``n`` rows: each column a list of ``n`` values or one value for all of them."""
+        if n:
+            self.parts.append((n, columns))
+
+    def table(self) -> pa.Table:
+        tables = []
+        for n, columns in self.parts:
+            arrays = []
+            for name, type_ in self.fields:
+                values = columns.get(name)
+                if values is None:
+                    arrays.append(pa.nulls(n, type_))
+                elif isinstance(values, list):
+                    arrays.append(pa.array(values, type_))
+                else:
+                    arrays.append(pa.repeat(pa.scalar(values, type_), n))
+            tables.append(pa.Table.from_arrays(arrays, schema=self.schema))
+        if not tables:
+            return self.schema.empty_table()
+        return pa.concat_tables(tables)
+
+
+def output_rows(
+    rows: Rows,
+    output: list[Output],
+    sub: int,
+    partition: int,
+    topic_partitions: dict[str, int],
+) -> dict[str, dict[int, int]]:
+    """Add the task's output records (``topic_partitions``: each output topic's partition
+    count); returns their count per topic and partition."""
+    topics = [o.topic for o in output]
+    targets = [0] * len(output)
+    by_topic: dict[str, list[int]] = {}
+    for i, topic in enumerate(topics):
+        rows_of = by_topic.get(topic)
+        if rows_of is None:
+            rows_of = by_topic[topic] = []
+        rows_of.append(i)
+    for topic, rows_of in by_topic.items():
+        found = partitions_of_texts(
+            [output[i].partition_text for i in rows_of], topic_partitions[topic]
+        )
+        for i, target in zip(rows_of, found, strict=True):
+            targets[i] = target
+    counts: dict[str, dict[int, int]] = {}
+    pseqs = []
+    for topic, target in zip(topics, targets, strict=True):
+        per_topic = counts.get(topic)
+        if per_topic is None:
+            per_topic = counts[topic] = {}
+        pseq = per_topic.get(target, 0)
+        per_topic[target] = pseq + 1
+        pseqs.append(pseq)
+    rows.add(
+        len(output),
+        kind="out",
+        sub=sub,
+        task=partition,
+        seq=list(range(len(output))),
+        topic=topics,
+        partition=targets,
+        pseq=pseqs,
+        timestamp=[o.record.timestamp for o in output],
+        key=[o.key_text for o in output],
+        value=[o.value_text for o in output],
+        headers=[o.headers_text for o in output],
+    )
+    return counts
+
+
+def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:
+    """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
+    for a store kind's index-only entries); returns the stores that have rows."""
+    per_store: dict[str, tuple[list, list, list, list]] = {}
+    kinds: dict[str, Any] = {}  # namespace -> its StoreKind
+    global_stores = {g.store for g in app.topology.global_tables}  # no changelog
+    for seq, (namespace, raw_key, raw_value) in enumerate(writes):
+        if namespace in RESERVED_NAMESPACES or namespace in global_stores:
+            continue
+        kind = kinds.get(namespace)
+        if kind is None:
+            kind = kinds[namespace] = view_class(app.topology.stores[namespace].kind)
+        if kind.is_index_only(raw_key):
+            continue
+        columns = per_store.get(namespace)
+        if columns is None:
+            columns = per_store[namespace] = ([], [], [], [])
+        seqs, raw_keys, raw_values, typed = columns
+        seqs.append(seq)
+        raw_keys.append(raw_key)
+        raw_values.append(raw_value)
+        typed.append(None if raw_value is None else kind.changelog_row(raw_key, raw_value))
+    for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
+        rows.add(
+            len(seqs),
+            kind="state",
+            sub=sub,
+            task=partition,
+            seq=seqs,
+            store=namespace,
+            raw_key=raw_keys,
+            raw_value=raw_values,
+            **{changelog.struct_column(app.topology.stores[namespace].kind): typed},
+        )
+    return sorted(per_store)
+
+
+__all__ = [
+    "GLOBAL_INPUT",
+    "INPUT_COLUMNS",
+    "INPUT_SCHEMA",
+    "RECORD_COLUMNS",
+    "OUT_FIELDS",
+    "Rows",
+    "out_arrow_schema",
+    "out_fields",
+    "output_rows",
+    "state_rows",
+    "store_kinds",
+]

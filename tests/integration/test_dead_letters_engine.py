@@ -306,3 +306,66 @@ def test_without_a_dead_letter_topic_continue_writes_to_the_apps_default_one(spa
     offsets = {(x["__streams.errors.partition"], x["__streams.errors.offset"]) for x in h}
     assert ("0", str(first_bad)) in offsets and ("0", str(first_bad + 1)) in offsets
     assert any(r["headers"]["__streams.errors.handler"] == "processing" for r in letters)
+
+
+_COUNTED_APP = """
+import lakestate as ls
+
+CALLS = {calls!r}
+
+
+def checked(value):
+    with open(CALLS, "a") as calls:
+        calls.write(".")
+    if value % 10 == 3:
+        raise ValueError(f"value {{value}} ends in 3")
+    return value
+
+
+b = ls.StreamsBuilder()
+b.stream("events").map_values(checked).to("out")
+app = ls.App("counted", b.build(), {{"processing.exception.handler": "log_and_continue"}})
+"""
+
+
+def _counted_run(folder: Path, n: int) -> tuple[int, list, list, int]:
+    """The counted app over ``n`` records in one task, every tenth failing, until caught
+    up in process: its calls, the values out, the dead letters' values and its batches."""
+    from lakestate.io import topics
+
+    folder.mkdir()
+    calls = folder / "calls"
+    app = folder / "counted.py"
+    app.write_text(_COUNTED_APP.format(calls=str(calls)))
+    wh = Warehouse(folder / "wh")
+    topics.topic(wh, "events").create(1)
+    topics.topic(wh, "events").append(
+        [{"key": f"k{i % 7}", "value": i, "timestamp": i} for i in range(n)]
+    )
+    result = run_app(
+        str(app),
+        warehouse=wh.root,
+        state_dir=str(folder / "state"),
+        until_caught_up=True,
+        inprocess_max_records=10**9,
+        say=lambda _: None,
+    )
+    out = [json.loads(r["value"]) for r in _rows(wh, "out")]
+    letters = [json.loads(r["value"]) for r in _rows(wh, "counted-dead-letters")]
+    return len(calls.read_text()), out, letters, len(result.batches)
+
+
+def test_log_and_continue_costs_linear_in_the_records_not_in_the_failures(tmp_path):
+    """Every tenth record fails: each failure used to replay its batch up to it, so twice
+    the records (and failures) cost four times the calls; now the second failure of a batch
+    ends it there, and twice the records cost twice the calls. The result is the same: the
+    good records in order, every bad one a dead letter, once."""
+    small, out, letters, batches = _counted_run(tmp_path / "small", 200)
+    assert out == [i for i in range(200) if i % 10 != 3]
+    assert letters == [i for i in range(200) if i % 10 == 3]
+    assert batches > 1  # cut at failures
+    large, out, letters, _ = _counted_run(tmp_path / "large", 400)
+    assert out == [i for i in range(400) if i % 10 != 3]
+    assert letters == [i for i in range(400) if i % 10 == 3]
+    assert large <= 2.2 * small, (small, large)
+    assert large <= 5 * 400, large

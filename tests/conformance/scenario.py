@@ -174,6 +174,23 @@ class StreamStreamJoinParams:
     after: int | None = None
 
 
+@dataclass(frozen=True)
+class CogroupParams:
+    """``stream("in").groupByKey().cogroup(+)`` with ``stream("table")`` (aggregator ``-``)
+    and, with ``repartition``, ``stream("other").selectKey(identity)`` (``*``, so through a
+    repartition topic), then ``aggregate("0")``, or per window first: ``windows`` "tumbling"
+    (``size``), "hopping" (``size``, ``advance``), "sliding" (``size`` the time difference)
+    or "session" (``size`` the gap; merger "&"); ``grace`` None is no grace (KIP-150).
+    Each aggregator appends its sign and the value ("null" for a null)."""
+
+    kind: ClassVar[str] = "cogroup"
+    windows: Literal["none", "tumbling", "hopping", "sliding", "session"] = "none"
+    size: int = 0
+    grace: int | None = None
+    advance: int | None = None
+    repartition: bool = False
+
+
 Params = (
     StatelessParams
     | AggregateParams
@@ -183,6 +200,7 @@ Params = (
     | StreamTableJoinParams
     | TableTableJoinParams
     | StreamStreamJoinParams
+    | CogroupParams
 )
 
 

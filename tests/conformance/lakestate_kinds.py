@@ -21,6 +21,7 @@ from scenario import (
     AggregateParams,
     Buffer,
     CogroupParams,
+    ForeignKeyJoinParams,
     Params,
     SessionWindowedParams,
     SlidingWindowedParams,
@@ -329,6 +330,21 @@ def cogroup(params: CogroupParams) -> ls.Topology:
     return builder.build()
 
 
+def _foreign_key(value: int | str) -> str | None:
+    n = _num(value) % 4
+    return None if n == 3 else "abc"[n]
+
+
+def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    left = _table(builder, INPUT_TOPIC, "left-store", None)
+    right = _table(builder, TABLE_TOPIC, "right-store", None)
+    join = {"inner": left.join, "left": left.left_join}[params.join]
+    materialized = ls.Materialized.as_("joined") if params.materialized else None
+    join(right, _foreign_key, _joined, materialized=materialized).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
@@ -339,6 +355,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     TableTableJoinParams.kind: table_table_join,
     StreamStreamJoinParams.kind: stream_stream_join,
     CogroupParams.kind: cogroup,
+    ForeignKeyJoinParams.kind: fk_join,
 }
 
 

@@ -24,6 +24,7 @@ from scenario import (
     Aggregation,
     Buffer,
     CogroupParams,
+    ForeignKeyJoinParams,
     Input,
     Params,
     Scenario,
@@ -470,3 +471,18 @@ def cogroups(seed: int, windows: str, count: int) -> list[Scenario]:
         records = [replace(r, topic=rng.choice(topics)) for r in records]
         scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
     return scenarios
+
+
+# -- foreign-key table joins (KIP-213) -------------------------------------------------------
+
+
+def fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Foreign-key joins (``how``: inner or left) of table "in" with table "table": values
+    name foreign keys (null for some), so rows change their foreign key, lose it, and are
+    deleted (null values); foreign rows change and are deleted; null keys on both topics."""
+    group = f"join-fk-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    return [
+        _join_scenario(rng, f"{group}-{i}", ForeignKeyJoinParams(how, rng.random() < 0.3), ())
+        for i in range(count)
+    ]

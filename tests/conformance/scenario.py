@@ -191,6 +191,18 @@ class CogroupParams:
     repartition: bool = False
 
 
+@dataclass(frozen=True)
+class ForeignKeyJoinParams:
+    """``table("in").join/leftJoin(table("table"), foreignKeyExtractor, joiner)`` (KIP-213),
+    the result materialized or not, its updates to "out". The extractor maps a value whose
+    ``num`` (see StatelessParams) is n to "a", "b", "c" for n mod 4 = 0, 1, 2, and to null
+    for 3; the joiner writes "left|right"."""
+
+    kind: ClassVar[str] = "fk_join"
+    join: JoinType
+    materialized: bool = False
+
+
 Params = (
     StatelessParams
     | AggregateParams
@@ -201,6 +213,7 @@ Params = (
     | TableTableJoinParams
     | StreamStreamJoinParams
     | CogroupParams
+    | ForeignKeyJoinParams
 )
 
 

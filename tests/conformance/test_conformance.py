@@ -34,6 +34,7 @@ from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_l
 from random_scenarios import (
     AGGREGATIONS,
     cogroups,
+    fk_joins,
     spilling,
     stateless,
     stream_stream_joins,
@@ -128,6 +129,9 @@ GROUPS: dict[str, list[Scenario]] = {
         f"cogroup-{windows}": cogroups(SEED, windows, 2 * PER_GROUP)
         for windows in ("none", "tumbling", "hopping", "sliding", "session")
     },
+    # Foreign-key table joins (issue 25, KIP-213): foreign keys changed, lost and deleted,
+    # foreign rows changed and deleted, null keys and values on both tables.
+    **{f"join-fk-{how}": fk_joins(SEED, how, 2 * PER_GROUP) for how in ("inner", "left")},
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [

@@ -72,7 +72,8 @@ final class Topologies {
             "stream_table_join", Topologies::streamTableJoin,
             "table_table_join", Topologies::tableTableJoin,
             "stream_stream_join", Topologies::streamStreamJoin,
-            "cogroup", Topologies::cogroup);
+            "cogroup", Topologies::cogroup,
+            "fk_join", Topologies::fkJoin);
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);
@@ -326,6 +327,33 @@ final class Topologies {
             default -> throw unknown("stream-stream join", join);
         };
         result.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** The foreign key of a value whose num is n: "a", "b", "c" for n mod 4 = 0, 1, 2; null for 3. */
+    static String foreignKey(Object value) {
+        int n = (int) Math.floorMod(num(value), 4L);
+        return n == 3 ? null : String.valueOf("abc".charAt(n));
+    }
+
+    /** table("in").join/leftJoin(table("table"), foreignKey, joiner) (KIP-213), materialized when asked. */
+    static Built fkJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KTable<String, Object> left = table(builder, INPUT_TOPIC, "left-store", null, values);
+        KTable<String, Object> right = table(builder, TABLE_TOPIC, "right-store", null, values);
+        java.util.function.Function<Object, String> fk = Topologies::foreignKey;
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        Materialized<String, String, KeyValueStore<Bytes, byte[]>> materialized =
+                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("joined")
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String());
+        boolean materialize = params.path("materialized").asBoolean(false);
+        String join = params.get("join").asText();
+        KTable<String, String> result = switch (join) {
+            case "inner" -> materialize ? left.join(right, fk, joiner, materialized) : left.join(right, fk, joiner);
+            case "left" -> materialize ? left.leftJoin(right, fk, joiner, materialized) : left.leftJoin(right, fk, joiner);
+            default -> throw unknown("foreign-key join", join);
+        };
+        result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 

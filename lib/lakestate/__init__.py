@@ -11,6 +11,11 @@ from typing import Any
 from lakestate.app import App
 from lakestate.dsl.branched import Branched, BranchedKStream, Named
 from lakestate.dsl.builder import StreamsBuilder
+from lakestate.dsl.cogrouped import (
+    CogroupedKStream,
+    SessionWindowedCogroupedKStream,
+    TimeWindowedCogroupedKStream,
+)
 from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
@@ -40,6 +45,7 @@ __all__ = [
     "BufferConfig",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
+    "CogroupedKStream",
     "Deduplicated",
     "GlobalKTable",
     "InvalidStateStoreException",
@@ -54,6 +60,7 @@ __all__ = [
     "Record",
     "Repartitioned",
     "SerializationException",
+    "SessionWindowedCogroupedKStream",
     "SessionWindowedKStream",
     "SessionWindows",
     "SlidingWindows",
@@ -61,6 +68,7 @@ __all__ = [
     "StreamsBuilder",
     "StreamsException",
     "Suppressed",
+    "TimeWindowedCogroupedKStream",
     "TimeWindowedKStream",
     "TimeWindows",
     "Topology",

@@ -20,6 +20,8 @@ from scenario import (
     TABLE_TOPIC,
     AggregateParams,
     Buffer,
+    CogroupParams,
+    ForeignKeyJoinParams,
     Params,
     SessionWindowedParams,
     SlidingWindowedParams,
@@ -294,6 +296,64 @@ def stream_stream_join(params: StreamStreamJoinParams) -> ls.Topology:
     return builder.build()
 
 
+def _appender(sign: str) -> Callable[[Any, Any, str], str]:
+    return lambda _key, value, agg: f"{agg}{sign}{'null' if value is None else value}"
+
+
+def _cogroup_windows(params: CogroupParams) -> Any:
+    size, grace = _ms(params.size), None if params.grace is None else _ms(params.grace)
+    if params.windows in ("tumbling", "hopping"):
+        windows_cls = _require("TimeWindows", params.kind)
+        if grace is None:
+            windows = windows_cls.of_size_with_no_grace(size)
+        else:
+            windows = windows_cls.of_size_and_grace(size, grace)
+        if params.advance is not None:
+            windows = windows.advance_by(_ms(params.advance))
+        return windows
+    if params.windows == "sliding":
+        windows_cls = _require("SlidingWindows", params.kind)
+        if grace is None:
+            return windows_cls.of_time_difference_with_no_grace(size)
+        return windows_cls.of_time_difference_and_grace(size, grace)
+    windows_cls = _require("SessionWindows", params.kind)
+    if grace is None:
+        return windows_cls.of_inactivity_gap_with_no_grace(size)
+    return windows_cls.of_inactivity_gap_and_grace(size, grace)
+
+
+def cogroup(params: CogroupParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    cogrouped = _grouped(builder).cogroup(_appender("+"))
+    cogrouped = cogrouped.cogroup(builder.stream(TABLE_TOPIC).group_by_key(), _appender("-"))
+    if params.repartition:
+        other = builder.stream(OTHER_TOPIC).select_key(lambda k, v: k).group_by_key()
+        cogrouped = cogrouped.cogroup(other, _appender("*"))
+    if params.windows == "none":
+        table = cogrouped.aggregate(_init)
+    elif params.windows == "session":
+        table = cogrouped.windowed_by(_cogroup_windows(params)).aggregate(_init, _merge)
+    else:
+        table = cogrouped.windowed_by(_cogroup_windows(params)).aggregate(_init)
+    table.to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def _foreign_key(value: int | str) -> str | None:
+    n = _num(value) % 4
+    return None if n == 3 else "abc"[n]
+
+
+def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    left = _table(builder, INPUT_TOPIC, "left-store", None)
+    right = _table(builder, TABLE_TOPIC, "right-store", None)
+    join = {"inner": left.join, "left": left.left_join}[params.join]
+    materialized = ls.Materialized.as_("joined") if params.materialized else None
+    join(right, _foreign_key, _joined, materialized=materialized).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
@@ -303,6 +363,8 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StreamTableJoinParams.kind: stream_table_join,
     TableTableJoinParams.kind: table_table_join,
     StreamStreamJoinParams.kind: stream_stream_join,
+    CogroupParams.kind: cogroup,
+    ForeignKeyJoinParams.kind: fk_join,
 }
 
 

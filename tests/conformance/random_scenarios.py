@@ -23,6 +23,8 @@ from scenario import (
     AggregateParams,
     Aggregation,
     Buffer,
+    CogroupParams,
+    ForeignKeyJoinParams,
     Input,
     Params,
     Scenario,
@@ -433,3 +435,59 @@ def stream_stream_joins(seed: int, how: str, count: int) -> list[Scenario]:
         records = [replace(r, topic=t) for r, t in zip(records, topics, strict=True)]
         scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
     return scenarios
+
+
+# -- cogroup (KIP-150) -----------------------------------------------------------------------
+
+
+def _cogroup_params(rng: random.Random, windows: str) -> tuple[CogroupParams, Boundaries]:
+    grace = rng.choice((None, 0, 1, 4))
+    repartition = rng.random() < 0.4
+    if windows == "none":
+        return CogroupParams(repartition=repartition), no_boundaries
+    if windows == "session":
+        gap = rng.choice((2, 3, 5))
+        params = CogroupParams("session", gap, grace, repartition=repartition)
+        return params, session_boundaries(gap, grace or 0)
+    if windows == "sliding":
+        d = rng.choice((1, 2, 3, 5, 10))
+        params = CogroupParams("sliding", d, grace, repartition=repartition)
+        return params, sliding_boundaries(d, grace or 0)
+    size = rng.choice((3, 5, 10))
+    advance = None
+    if windows == "hopping":
+        advance = rng.choice([a for a in (1, 2, size // 2) if 0 < a < size])
+    params = CogroupParams(windows, size, grace, advance, repartition)
+    return params, time_window_boundaries(size, grace or 0, advance or size)
+
+
+def cogroups(seed: int, windows: str, count: int) -> list[Scenario]:
+    """Cogroups of two streams ("in", "table") or three (and "other", through a
+    repartition topic), unwindowed or in ``windows`` ("tumbling", "hopping", "sliding",
+    "session"), records spread over the topics at random, on the windows' edges."""
+    group = f"cogroup-{windows}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        params, boundaries = _cogroup_params(rng, windows)
+        serde = "long" if rng.random() < 0.5 else "string"
+        records = inputs(rng, rng.randint(8, 40), boundaries, 6)
+        topics = (INPUT_TOPIC, TABLE_TOPIC) + ((OTHER_TOPIC,) if params.repartition else ())
+        records = [replace(r, topic=rng.choice(topics)) for r in records]
+        scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
+    return scenarios
+
+
+# -- foreign-key table joins (KIP-213) -------------------------------------------------------
+
+
+def fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Foreign-key joins (``how``: inner or left) of table "in" with table "table": values
+    name foreign keys (null for some), so rows change their foreign key, lose it, and are
+    deleted (null values); foreign rows change and are deleted; null keys on both topics."""
+    group = f"join-fk-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    return [
+        _join_scenario(rng, f"{group}-{i}", ForeignKeyJoinParams(how, rng.random() < 0.3), ())
+        for i in range(count)
+    ]

@@ -178,6 +178,35 @@ class StreamStreamJoinParams:
     after: int | None = None
 
 
+@dataclass(frozen=True)
+class CogroupParams:
+    """``stream("in").groupByKey().cogroup(+)`` with ``stream("table")`` (aggregator ``-``)
+    and, with ``repartition``, ``stream("other").selectKey(identity)`` (``*``, so through a
+    repartition topic), then ``aggregate("0")``, or per window first: ``windows`` "tumbling"
+    (``size``), "hopping" (``size``, ``advance``), "sliding" (``size`` the time difference)
+    or "session" (``size`` the gap; merger "&"); ``grace`` None is no grace (KIP-150).
+    Each aggregator appends its sign and the value ("null" for a null)."""
+
+    kind: ClassVar[str] = "cogroup"
+    windows: Literal["none", "tumbling", "hopping", "sliding", "session"] = "none"
+    size: int = 0
+    grace: int | None = None
+    advance: int | None = None
+    repartition: bool = False
+
+
+@dataclass(frozen=True)
+class ForeignKeyJoinParams:
+    """``table("in").join/leftJoin(table("table"), foreignKeyExtractor, joiner)`` (KIP-213),
+    the result materialized or not, its updates to "out". The extractor maps a value whose
+    ``num`` (see StatelessParams) is n to "a", "b", "c" for n mod 4 = 0, 1, 2, and to null
+    for 3; the joiner writes "left|right"."""
+
+    kind: ClassVar[str] = "fk_join"
+    join: JoinType
+    materialized: bool = False
+
+
 Params = (
     StatelessParams
     | AggregateParams
@@ -187,6 +216,8 @@ Params = (
     | StreamTableJoinParams
     | TableTableJoinParams
     | StreamStreamJoinParams
+    | CogroupParams
+    | ForeignKeyJoinParams
 )
 
 

@@ -33,6 +33,8 @@ import pytest
 from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_lakestate
 from random_scenarios import (
     AGGREGATIONS,
+    cogroups,
+    fk_joins,
     spilling,
     stateless,
     stream_stream_joins,
@@ -120,6 +122,16 @@ GROUPS: dict[str, list[Scenario]] = {
         f"join-stream_stream-{how}": stream_stream_joins(SEED, how, 2 * PER_GROUP)
         for how in ("inner", "left", "outer")
     },
+    # Cogroups (issue 25, KIP-150): two or three grouped streams, one through a repartition
+    # topic, into one aggregate, unwindowed and in every kind of window; each input's node
+    # judges lateness by its own stream time, the shared store's retention by all of them.
+    **{
+        f"cogroup-{windows}": cogroups(SEED, windows, 2 * PER_GROUP)
+        for windows in ("none", "tumbling", "hopping", "sliding", "session")
+    },
+    # Foreign-key table joins (issue 25, KIP-213): foreign keys changed, lost and deleted,
+    # foreign rows changed and deleted, null keys and values on both tables.
+    **{f"join-fk-{how}": fk_joins(SEED, how, 2 * PER_GROUP) for how in ("inner", "left")},
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [
@@ -145,7 +157,7 @@ def _group_param(group: str) -> object:
     marks = []
     if group.startswith(("suppress", "spill")):
         marks.append(NO_SUPPRESS)
-    elif not group.startswith(("aggregate-", "join-", "stateless")):
+    elif not group.startswith(("aggregate-", "join-", "stateless", "cogroup-none")):
         marks.append(NO_WINDOWS)
     if group in KNOWN_DIFFERENCES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[group]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lakestate.app import App
@@ -119,6 +120,7 @@ def prepare(app: App, warehouse: Warehouse) -> AppLayout:
         counts = []
         for topic in names:
             what = f"input topic {topic!r} of sub-topology {sub.id}"
+            _create_cycle_input(warehouse, topic, groups, partitions, real)
             partitions[topic] = _read_topic(app, resolve(topic), warehouse, what)
             counts.append(partitions[topic])
         inputs[sub.id] = names
@@ -222,6 +224,27 @@ def _ensure_dead_letter_topic(
         dead_letters.check_columns()
     else:
         dead_letters.create(max(task_counts.values(), default=1))
+
+
+def _create_cycle_input(
+    warehouse: Warehouse,
+    topic: str,
+    groups: list[copartition.CopartitionGroup],
+    partitions: dict[str, int],
+    real: Callable[[str], str],
+) -> None:
+    """Create an internal input topic not written yet because its writer comes later (a
+    cycle of sub-topologies: a foreign-key join's subscriptions and responses), with the
+    partition count of the external topics it is co-partitioned with, when they tell."""
+    created = topics.topic(warehouse, topic)
+    if created.exists():
+        return
+    for group in groups:
+        if any(real(t) == topic for t in group.topics if t in group.internal):
+            count = copartition.external_count(group, partitions, real)
+            if count is not None:
+                created.create(count)
+                return
 
 
 def _writers_first(subtopologies: list[SubTopology]) -> list[SubTopology]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.api import Processor
-from lakestate.processors.stateless import ChangeDecodingSource, PassThrough, Sink
+from lakestate.processors.stateless import ChangeDecodingSource, DecodingSource, PassThrough, Sink
 from lakestate.processors.table import TableSource
 from lakestate.topology.build import build_topology
 from lakestate.topology.graph import (
@@ -74,9 +74,13 @@ class GraphBuilder:
         topics: list[str],
         internal: bool = False,
         carries_changes: bool = False,
+        decode: Callable[[Any], Any] | None = None,
     ) -> Node:
+        """``decode``: turns the topic's values back into their type (see ``add_sink``)."""
         self._check_new(name)
-        factory = ChangeDecodingSource if carries_changes else PassThrough
+        factory: Callable[[], Processor] = ChangeDecodingSource if carries_changes else PassThrough
+        if decode is not None:
+            factory = lambda: DecodingSource(decode)  # noqa: E731
         node = Node(
             name,
             SOURCE,
@@ -113,11 +117,21 @@ class GraphBuilder:
         internal: bool = False,
         carries_changes: bool = False,
         num_partitions: int | None = None,
+        encode: Callable[[Any], Any] | None = None,
+        keep_null_keys: bool = False,
     ) -> Node:
+        """``encode``: writes values of an internal topic's own type as JSON;
+        ``keep_null_keys``: an internal topic whose reader takes null keys (partition 0)."""
         self._check_new(name)
+        drop_null_keys = internal and not keep_null_keys
 
         def factory() -> Processor:
-            return Sink(topic, drop_null_keys=internal, encode_changes=carries_changes)
+            return Sink(
+                topic,
+                drop_null_keys=drop_null_keys,
+                encode_changes=carries_changes,
+                encode=encode,
+            )
 
         node = Node(
             name,

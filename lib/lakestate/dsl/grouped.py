@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder
@@ -20,6 +20,9 @@ from lakestate.processors.aggregate import (
 )
 from lakestate.processors.table import TableAggregate
 from lakestate.topology.graph import StoreSpec
+
+if TYPE_CHECKING:
+    from lakestate.dsl.cogrouped import CogroupedKStream
 
 
 def check_unversioned(materialized: Materialized | None, node: str) -> None:
@@ -79,6 +82,14 @@ class KGroupedStream:
             "windowed_by takes TimeWindows, SlidingWindows or SessionWindows, got "
             f"{type(windows).__name__}"
         )
+
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
+        """Starts a cogroup (KIP-150) with this stream folded in by
+        ``aggregator(key, value, agg)``; add more grouped streams with ``.cogroup(other,
+        aggregator)``, then ``.aggregate(initializer)`` builds one table of them all."""
+        from lakestate.dsl.cogrouped import CogroupedKStream
+
+        return CogroupedKStream(self._graph).cogroup(self, aggregator)
 
     def count(self, materialized: Materialized | None = None) -> KTable:
         """The number of records per key."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import VERSIONED, GraphBuilder, table_store_spec
 from lakestate.dsl.materialized import Materialized
+from lakestate.errors import TopologyException
 from lakestate.processors.table import (
     TableFilter,
     TableMapValues,
@@ -148,30 +149,43 @@ class KTable:
         name = add_suppression(self._graph, self._node, suppressed, self._window_grace_ms, kind)
         return KTable(self._graph, name, None, window_grace_ms=self._window_grace_ms)
 
-    def join(
-        self,
-        other: KTable,
-        joiner: Callable[[Any, Any], Any],
-        materialized: Materialized | None = None,
-    ) -> KTable:
-        """Primary-key inner join: a row for each key both tables hold,
-        ``joiner(this_value, other_value)``, updated when either side changes (its timestamp
-        the larger of the two rows'). An out-of-order update of a versioned side gives no new
-        result (KIP-914). ``materialized`` keeps the result in a queryable store."""
-        from lakestate.dsl.joins import table_table_join
+    def join(self, other: KTable, *args: Any, materialized: Materialized | None = None) -> KTable:
+        """``join(other, joiner)``: primary-key inner join, a row for each key both tables
+        hold, ``joiner(this_value, other_value)``, updated when either side changes (its
+        timestamp the larger of the two rows'); an out-of-order update of a versioned side
+        gives no new result (KIP-914).
 
-        return table_table_join(self, other, joiner, "inner", materialized)
+        ``join(other, foreign_key_extractor, joiner)``: foreign-key join (KIP-213), each row
+        joined with the row of ``other`` whose key is ``foreign_key_extractor(value)``;
+        changing or deleting a row's foreign key retracts its old result, an answer for a
+        row that changed since is dropped (see dsl/fk_join.py). ``materialized`` (also
+        the last positional argument) keeps the result in a queryable store."""
+        return self._join(other, args, materialized, "inner")
 
     def left_join(
-        self,
-        other: KTable,
-        joiner: Callable[[Any, Any], Any],
-        materialized: Materialized | None = None,
+        self, other: KTable, *args: Any, materialized: Materialized | None = None
     ) -> KTable:
-        """Like ``join``, with a row for every key of this table (``other_value`` None)."""
+        """Like ``join``, with a row for every row of this table (``other_value`` None)."""
+        return self._join(other, args, materialized, "left")
+
+    def _join(
+        self, other: KTable, args: tuple, materialized: Materialized | None, how: str
+    ) -> KTable:
+        from lakestate.dsl.fk_join import foreign_key_join
         from lakestate.dsl.joins import table_table_join
 
-        return table_table_join(self, other, joiner, "left", materialized)
+        if args and isinstance(args[-1], Materialized):
+            if materialized is not None:
+                raise TopologyException("KTable join: materialized given twice")
+            args, materialized = args[:-1], args[-1]
+        if len(args) == 1:
+            return table_table_join(self, other, args[0], how, materialized)
+        if len(args) == 2:
+            return foreign_key_join(self, other, args[0], args[1], how == "left", materialized)
+        raise TopologyException(
+            "KTable join takes (other, joiner) or (other, foreign_key_extractor, joiner), "
+            f"then materialized; got {len(args)} arguments after the table"
+        )
 
     def outer_join(
         self,

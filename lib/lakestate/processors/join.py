@@ -40,7 +40,7 @@ Joiner = Callable[[Any, Any], Any]
 TableJoinHow = Literal["inner", "left", "right", "outer"]
 
 
-def _row(store: Any, key: Any) -> tuple[Any, int] | None:
+def table_row(store: Any, key: Any) -> tuple[Any, int] | None:
     """(value, timestamp) of ``key``'s current row in a table's store (the latest version
     of a versioned store), or None when the key has none."""
     if isinstance(store, VersionedKeyValueStore):
@@ -152,7 +152,7 @@ class TableTableJoin(Processor):
             # KIP-914: an older version of a key does not change the latest join result.
             self.context.metric(DROPPED)
             return
-        other = _row(self.other, record.key)
+        other = table_row(self.other, record.key)
         other_value = None if other is None else other[0]
         new, old = change.new_value, change.old_value
         how = self.how

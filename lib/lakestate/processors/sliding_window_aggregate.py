@@ -94,18 +94,23 @@ class SlidingWindowedAggregate(Processor):
         windows: SlidingWindows,
         initializer: Callable[[], Any] | None,
         aggregator: Callable[[Any, Any, Any], Any],
+        state_key: str | None = None,
     ) -> None:
         self.store_name = store_name
         self.windows = windows
         self.initializer = initializer
         self.aggregator = aggregator
+        # A cogroup's input (KIP-150) keeps its observed stream time and metrics under its
+        # own key; the store's stream time stays the store's, shared with the other inputs.
+        self.state_key = state_key
 
     def init(self, context) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self._time_key = f"{self.store_name}.observed_stream_time"
+        key = self.state_key or self.store_name
+        self._time_key = f"{key}.observed_stream_time"
         self._store_time_key = f"{self.store_name}.store_stream_time"
-        self._metrics = WindowMetrics(context, self.store_name)
+        self._metrics = WindowMetrics(context, key)
 
     def _initial(self) -> Any:
         return None if self.initializer is None else self.initializer()

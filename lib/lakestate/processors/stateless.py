@@ -37,6 +37,19 @@ class ChangeDecodingSource(Processor):
         return Change(value.get("new"), value.get("old"))
 
 
+class DecodingSource(Processor):
+    """Source of an internal topic whose values ``decode`` turns back into their type."""
+
+    chunked = True
+
+    def __init__(self, decode: Callable[[Any], Any]) -> None:
+        self.decode = decode
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        decode = self.decode
+        return chunk.with_records([r.with_value(decode(r.value)) for r in chunk.records])
+
+
 class Filter(Processor):
     chunked = True
 
@@ -226,10 +239,18 @@ class Sink(Processor):
 
     chunked = True
 
-    def __init__(self, topic: str, drop_null_keys: bool = False, encode_changes: bool = False):
+    def __init__(
+        self,
+        topic: str,
+        drop_null_keys: bool = False,
+        encode_changes: bool = False,
+        encode: Callable[[Any], Any] | None = None,
+    ):
         self.topic = topic
         self.drop_null_keys = drop_null_keys
         self.encode_changes = encode_changes
+        # An internal topic's own value type (a foreign-key join's subscriptions) as JSON.
+        self.encode = encode
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         self.context.send_many(self.topic, self._outgoing(chunk.records))
@@ -249,4 +270,7 @@ class Sink(Processor):
             records = [
                 r.with_value({"new": r.value.new_value, "old": r.value.old_value}) for r in records
             ]
+        if self.encode is not None:
+            encode = self.encode
+            records = [r.with_value(encode(r.value)) for r in records]
         return records

@@ -117,7 +117,12 @@ class TimeWindowedAggregate(Processor):
     """``aggregator(key, value, agg)`` folds each record into every window containing it
     that is still open; the window's timestamp is the max of its records'. Forwards
     ``Windowed(key, window) -> Change(new, old)`` per window updated. For reduce,
-    ``initializer`` is None and the first value of a window becomes its aggregate."""
+    ``initializer`` is None and the first value of a window becomes its aggregate.
+
+    ``state_key`` (a cogroup's input, KIP-150): the node shares its store with other nodes
+    and keeps its observed stream time and metrics under that key. As Kafka's store does,
+    a window then counts as gone once the latest window start written by any node is
+    ``size + grace`` past its start, and only such windows are deleted."""
 
     chunked = True
 
@@ -128,6 +133,7 @@ class TimeWindowedAggregate(Processor):
         initializer: Callable[[], Any] | None,
         aggregator: Callable[[Any, Any, Any], Any],
         retention_ms: int | None = None,
+        state_key: str | None = None,
     ) -> None:
         self.store_name = store_name
         self.windows = windows
@@ -138,14 +144,18 @@ class TimeWindowedAggregate(Processor):
         self.kept_after_end_ms = (
             windows.grace_ms if retention_ms is None else retention_ms - windows.size_ms
         )
+        self.state_key = state_key
 
     def init(self, context) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self._time_key = f"{self.store_name}.observed_stream_time"
+        key = self.state_key or self.store_name
+        self._time_key = f"{key}.observed_stream_time"
+        self._store_time_key = f"{self.store_name}.store_stream_time"
+        self._store_time = NO_TIME
         self._pending: dict[Windowed, tuple[Any, int]] = {}
         self._observed = NO_TIME
-        self._metrics = WindowMetrics(context, self.store_name)
+        self._metrics = WindowMetrics(context, key)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         store, windows = self.store, self.windows
@@ -157,6 +167,9 @@ class TimeWindowedAggregate(Processor):
         out: list[Record] = []
         at: list[int] = []
         metrics = Lateness()
+        shared = self.state_key is not None
+        store_time = self.context.processor_metadata(self._store_time_key) if shared else None
+        store_time = NO_TIME if store_time is None else store_time
         for i, record in enumerate(chunk.records):
             key = record.key
             if key is None:
@@ -172,7 +185,9 @@ class TimeWindowedAggregate(Processor):
                     metrics.late_drops += 1
                     continue
                 windowed = Windowed(key, window)
-                if windowed in pending:
+                if shared and window.end <= store_time - grace:
+                    held = None  # past the shared store's retention: gone, as in Kafka
+                elif windowed in pending:
                     held = pending[windowed]
                 else:
                     found = store.get_with_timestamp(key, window)
@@ -189,11 +204,13 @@ class TimeWindowedAggregate(Processor):
                 else:
                     new = self.aggregator(key, record.value, base)
                 pending[windowed] = None if new is None else (new, new_ts)
+                store_time = max(store_time, window.start)
                 out.append(Record(windowed, Change(new, old), new_ts, record.headers))
                 at.append(chunk.at[i])
         self._metrics.publish(metrics, observed)
         self._pending = pending
         self._observed = observed
+        self._store_time = store_time
         return chunk.with_records(out, at)
 
     def finish_chunk(self) -> None:
@@ -205,7 +222,9 @@ class TimeWindowedAggregate(Processor):
             )
         observed = self._observed
         self._metrics.keep(observed)
-        if observed != NO_TIME:
+        if self.state_key is not None:
+            self._forget_shared()
+        elif observed != NO_TIME:
             previous = self.context.processor_metadata(self._time_key)
             if previous is None or observed > previous:
                 self.context.set_processor_metadata(self._time_key, observed)
@@ -217,6 +236,20 @@ class TimeWindowedAggregate(Processor):
                 since = None if previous is None else previous - kept + 1
                 self.store.delete_ending_before(observed - kept + 1, since)
 
+    def _forget_shared(self) -> None:
+        """A cogroup's node: keep its observed stream time, and delete the windows past
+        the shared store's retention (their end <= latest start written - kept)."""
+        context, observed = self.context, self._observed
+        if observed != NO_TIME:
+            previous = context.processor_metadata(self._time_key)
+            if previous is None or observed > previous:
+                context.set_processor_metadata(self._time_key, observed)
+        store_time = self._store_time
+        previous = context.processor_metadata(self._store_time_key)
+        if store_time != NO_TIME and (previous is None or store_time > previous):
+            context.set_processor_metadata(self._store_time_key, store_time)
+            self.store.delete_ending_before(store_time - self.kept_after_end_ms + 1)
+
 
 class SessionWindowedAggregate(Processor):
     """Session windows: a record opens the session ``[ts, ts]``, merged with every session
@@ -224,7 +257,11 @@ class SessionWindowedAggregate(Processor):
     oldest first, from ``initializer()``); then ``aggregator(key, value, agg)`` folds the
     record in. Each session merged away is forwarded as a tombstone, then the new session
     with its aggregate; a session's records carry its end as their timestamp. For reduce,
-    ``initializer`` is None, ``merger`` the reducer, and the first value starts a session."""
+    ``initializer`` is None, ``merger`` the reducer, and the first value starts a session.
+
+    ``state_key`` (a cogroup's input, KIP-150): the node shares its store and keeps its
+    observed stream time and metrics under that key; the store's retention (gap + grace)
+    then runs from the latest session end written by any node, as Kafka's store's does."""
 
     def __init__(
         self,
@@ -234,6 +271,7 @@ class SessionWindowedAggregate(Processor):
         aggregator: Callable[[Any, Any, Any], Any],
         merger: Callable[[Any, Any, Any], Any],
         retention_ms: int | None = None,
+        state_key: str | None = None,
     ) -> None:
         self.store_name = store_name
         self.windows = windows
@@ -243,12 +281,16 @@ class SessionWindowedAggregate(Processor):
         # How long after its end a session stays in the store (Kafka's default: gap + grace,
         # the time it closes); a session still in it is found by a later record and merged.
         self.retention_ms = windows.close_after_ms if retention_ms is None else retention_ms
+        self.state_key = state_key
 
     def init(self, context) -> None:
         super().init(context)
         self.store = context.get_state_store(self.store_name)
-        self._time_key = f"{self.store_name}.observed_stream_time"
-        self._metrics = WindowMetrics(context, self.store_name)
+        key = self.state_key or self.store_name
+        self._time_key = f"{key}.observed_stream_time"
+        # Without state_key, the store's stream time is the node's observed stream time.
+        self._store_time_key = f"{self.store_name}.store_stream_time" if self.state_key else None
+        self._metrics = WindowMetrics(context, key)
 
     def process(self, record: Record) -> None:
         context = self.context
@@ -264,10 +306,14 @@ class SessionWindowedAggregate(Processor):
         ts = record.timestamp
         metrics.record(observed - ts if observed > ts else 0)
         gap, grace = self.windows.gap_ms, self.windows.grace_ms
-        # Sessions ending at or before the stream time before this record minus the
-        # store's retention are past it: never merged again, whether or not a purge has
+        store_time = observed
+        if self._store_time_key is not None:
+            held = context.processor_metadata(self._store_time_key)
+            store_time = NO_TIME if held is None else held
+        # Sessions ending at or before the store's stream time before this record minus
+        # its retention are past it: never merged again, whether or not a purge has
         # removed them yet.
-        retained = observed - self.retention_ms + 1
+        retained = store_time - self.retention_ms + 1
         observed = max(observed, ts)
         close = observed - grace - gap
         merged = self.store.find_sessions(key, max(ts - gap, retained), ts + gap)
@@ -298,15 +344,28 @@ class SessionWindowedAggregate(Processor):
             forwards.append(Record(Windowed(key, session), Change(new, None), end))
         self._metrics.publish(metrics, observed)
         self._metrics.keep(observed)
+        self._advance(observed, max(store_time, end) if forwards else store_time)
+        for r in forwards:
+            context.forward(r)
+
+    def _advance(self, observed: int, store_time: int) -> None:
+        """Keep the observed stream time (and a cogroup's store time); delete the sessions
+        past the store's retention."""
+        context = self.context
         previous = context.processor_metadata(self._time_key)
         if previous is None or observed > previous:
             context.set_processor_metadata(self._time_key, observed)
-            # Sessions ending at or before stream time minus retention are out of the store:
-            # a later record must not find them. Those ending before the previous cutoff
-            # went at the previous advance, and no session written since ends below it (one
-            # that would is dropped as late): scan from there.
-            retention = self.retention_ms
-            since = None if previous is None else previous - retention
-            self.store.delete_ending_before(observed - retention + 1, since)
-        for r in forwards:
-            context.forward(r)
+        retention = self.retention_ms
+        if self._store_time_key is None:
+            if previous is None or observed > previous:
+                # Sessions ending at or before stream time minus retention are out of the
+                # store: a later record must not find them. Those ending before the previous
+                # cutoff went at the previous advance, and no session written since ends
+                # below it (one that would is dropped as late): scan from there.
+                since = None if previous is None else previous - retention
+                self.store.delete_ending_before(observed - retention + 1, since)
+            return
+        held = context.processor_metadata(self._store_time_key)
+        if store_time != NO_TIME and (held is None or store_time > held):
+            context.set_processor_metadata(self._store_time_key, store_time)
+            self.store.delete_ending_before(store_time - retention + 1)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException
-from lakestate.state.keys import decode_key, encode_key
+from lakestate.state.keys import decode_key, encode_key, prefix_range
 from lakestate.state.serde import decode_value, encode_value, json_text
 
 
@@ -77,6 +77,13 @@ class TimestampedKeyValueStore:
         """(key, value) pairs in key order."""
         for raw_key, raw in self._source().iterate(self.name, None, None, False):
             yield decode_key(raw_key), decode_value(raw)[0]
+
+    def prefix_scan(self, prefix: tuple) -> Iterator[tuple[Any, ValueAndTimestamp]]:
+        """(key, ValueAndTimestamp) of every tuple key starting with the elements of
+        ``prefix``, in key order (a foreign-key join's subscribers of one foreign key)."""
+        start, end = prefix_range(prefix)
+        for raw_key, raw in self._source().iterate(self.name, start, end, False):
+            yield decode_key(raw_key), ValueAndTimestamp(*decode_value(raw))
 
     def approximate_num_entries(self) -> int:
         return sum(1 for _ in self._source().iterate(self.name, None, None, False))

@@ -13,7 +13,9 @@ import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.kstream.Aggregator;
 import org.apache.kafka.streams.kstream.Branched;
+import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.KGroupedStream;
@@ -71,7 +73,9 @@ final class Topologies {
             "sliding_windowed_aggregate", Topologies::slidingWindowedAggregate,
             "stream_table_join", Topologies::streamTableJoin,
             "table_table_join", Topologies::tableTableJoin,
-            "stream_stream_join", Topologies::streamStreamJoin);
+            "stream_stream_join", Topologies::streamStreamJoin,
+            "cogroup", Topologies::cogroup,
+            "fk_join", Topologies::fkJoin);
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);
@@ -346,6 +350,33 @@ final class Topologies {
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 
+    /** The foreign key of a value whose num is n: "a", "b", "c" for n mod 4 = 0, 1, 2; null for 3. */
+    static String foreignKey(Object value) {
+        int n = (int) Math.floorMod(num(value), 4L);
+        return n == 3 ? null : String.valueOf("abc".charAt(n));
+    }
+
+    /** table("in").join/leftJoin(table("table"), foreignKey, joiner) (KIP-213), materialized when asked. */
+    static Built fkJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KTable<String, Object> left = table(builder, INPUT_TOPIC, "left-store", null, values);
+        KTable<String, Object> right = table(builder, TABLE_TOPIC, "right-store", null, values);
+        java.util.function.Function<Object, String> fk = Topologies::foreignKey;
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        Materialized<String, String, KeyValueStore<Bytes, byte[]>> materialized =
+                Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("joined")
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String());
+        boolean materialize = params.path("materialized").asBoolean(false);
+        String join = params.get("join").asText();
+        KTable<String, String> result = switch (join) {
+            case "inner" -> materialize ? left.join(right, fk, joiner, materialized) : left.join(right, fk, joiner);
+            case "left" -> materialize ? left.leftJoin(right, fk, joiner, materialized) : left.leftJoin(right, fk, joiner);
+            default -> throw unknown("foreign-key join", join);
+        };
+        result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
     /** A table on topic, in a versioned store keeping retention ms when set, else a key-value store. */
     static KTable<String, Object> table(
             StreamsBuilder builder, String topic, String store, JsonNode retention, Serde<Object> values) {
@@ -361,6 +392,71 @@ final class Topologies {
     /** The joiner of every join kind: "left|right", a null as "null". */
     static String joined(Object left, Object right) {
         return left + "|" + right;
+    }
+
+    // -- cogroup (KIP-150) -----------------------------------------------------------------
+
+    /** An aggregator appending sign and value ("null" for a null). */
+    static Aggregator<String, Object, String> appender(String sign) {
+        return (k, v, agg) -> agg + sign + v;
+    }
+
+    /**
+     * stream("in").groupByKey().cogroup("+"), cogroup(stream("table").groupByKey(), "-"), with
+     * "repartition" cogroup(stream("other").selectKey(identity).groupByKey(), "*"); then
+     * aggregate("0"), or per "windows" (tumbling, hopping, sliding, session; "size" is the size,
+     * time difference or gap) with "grace" (none when null) first.
+     */
+    static Built cogroup(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        Grouped<String, Object> grouped = Grouped.with(Serdes.String(), values);
+        CogroupedKStream<String, String> cogrouped = grouped(builder, values).cogroup(appender("+"));
+        cogrouped = cogrouped.cogroup(builder.stream(TABLE_TOPIC, Consumed.with(Serdes.String(), values))
+                .groupByKey(grouped), appender("-"));
+        if (params.path("repartition").asBoolean(false)) {
+            cogrouped = cogrouped.cogroup(builder.stream(OTHER_TOPIC, Consumed.with(Serdes.String(), values))
+                    .selectKey((k, v) -> k).groupByKey(grouped), appender("*"));
+        }
+        Materialized<String, String, KeyValueStore<Bytes, byte[]>> keyValue =
+                Materialized.with(Serdes.String(), Serdes.String());
+        String shape = params.path("windows").asText("none");
+        boolean noGrace = !params.hasNonNull("grace");
+        Duration size = millis(params, "size");
+        Serde<String> strings = Serdes.String();
+        if (shape.equals("none")) {
+            cogrouped.aggregate(Topologies::init, keyValue).toStream()
+                    .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), strings));
+            return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(strings.deserializer()));
+        }
+        KTable<Windowed<String>, String> table;
+        Serde<Windowed<String>> keys;
+        switch (shape) {
+            case "tumbling", "hopping" -> {
+                TimeWindows windows = noGrace ? TimeWindows.ofSizeWithNoGrace(size)
+                        : TimeWindows.ofSizeAndGrace(size, millis(params, "grace"));
+                if (params.hasNonNull("advance")) {
+                    windows = windows.advanceBy(millis(params, "advance"));
+                }
+                table = cogrouped.windowedBy(windows).aggregate(Topologies::init, Materialized.with(Serdes.String(), strings));
+                keys = WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
+            }
+            case "sliding" -> {
+                SlidingWindows windows = noGrace ? SlidingWindows.ofTimeDifferenceWithNoGrace(size)
+                        : SlidingWindows.ofTimeDifferenceAndGrace(size, millis(params, "grace"));
+                table = cogrouped.windowedBy(windows).aggregate(Topologies::init, Materialized.with(Serdes.String(), strings));
+                keys = WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
+            }
+            case "session" -> {
+                SessionWindows windows = noGrace ? SessionWindows.ofInactivityGapWithNoGrace(size)
+                        : SessionWindows.ofInactivityGapAndGrace(size, millis(params, "grace"));
+                table = cogrouped.windowedBy(windows).aggregate(
+                        Topologies::init, (k, one, two) -> one + "&" + two, Materialized.with(Serdes.String(), strings));
+                keys = WindowedSerdes.sessionWindowedSerdeFrom(String.class);
+            }
+            default -> throw unknown("cogroup windows", shape);
+        }
+        table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, strings));
+        return new Built(builder.build(), cast(keys.deserializer()), cast(strings.deserializer()));
     }
 
     // -- suppress ------------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""Foreign-key table joins (KIP-213): ``KTable.join/left_join(other, foreign_key_extractor,
+joiner, materialized=)``; the processors are in processors/fk_join.py.
+
+The wiring is Kafka's (KTableImpl.doJoinOnForeignKey): this table's changes go out as
+subscriptions (``KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>``) through the internal topic
+``KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`` to the foreign key's partition, where
+``KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-`` nodes keep them in the subscription store
+(``KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-<n>``, key ``(foreign key, primary key)``) and
+answer them, and answer again on every change of the other table; the answers come back
+through ``KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-<n>-topic`` to the primary key's partition,
+where ``KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-`` joins them with this
+table's current row and ``KTABLE-FK-JOIN-OUTPUT-`` is the result table (always kept in a
+store: ``KTABLE-FK-JOIN-OUTPUT-STATE-STORE-<n>`` unless ``materialized`` names it). Both
+tables are read through their stores (an unmaterialized one gets a store, as joins.py does).
+The subscription topic is co-partitioned with the other table, the response topic with
+this one (sized so when the run creates them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lakestate.dsl.arguments import check_function
+from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, VERSIONED, GraphBuilder, table_store_spec
+from lakestate.dsl.joins import _table_store
+from lakestate.dsl.materialized import Materialized
+from lakestate.errors import TopologyException
+from lakestate.processors.fk_join import (
+    ForeignTableJoin,
+    ResponseJoin,
+    Subscription,
+    SubscriptionReceive,
+    SubscriptionResponse,
+    SubscriptionSend,
+)
+from lakestate.processors.table import TableSource
+from lakestate.topology.graph import StoreSpec
+
+if TYPE_CHECKING:
+    from lakestate.dsl.ktable import KTable
+
+REGISTRATION = "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-"
+PROCESSOR = "KTABLE-FK-JOIN-SUBSCRIPTION-PROCESSOR-"
+RESPONSE = "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-"
+RESOLVER = "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-RESOLVER-PROCESSOR-"
+OUTPUT = "KTABLE-FK-JOIN-OUTPUT-"
+
+
+def foreign_key_join(
+    this: KTable,
+    other: KTable,
+    extractor: Callable[[Any], Any],
+    joiner: Callable[[Any, Any], Any],
+    left: bool,
+    materialized: Materialized | None,
+) -> KTable:
+    """``this.join/left_join(other, extractor, joiner)`` on ``extractor(value)``, the key of
+    ``other``'s row (see the module docstring)."""
+    from lakestate.dsl.ktable import KTable
+
+    graph: GraphBuilder = this._graph
+    operator = "KTable.left_join" if left else "KTable.join"
+    if not isinstance(other, KTable) or other._graph is not graph:
+        raise TopologyException(f"{operator}: takes a KTable of this builder, got {other!r}")
+    this_store = _table_store(graph, this)
+    other_store = _table_store(graph, other)
+    this_versioned, other_versioned = this.is_versioned, other.is_versioned
+    send = graph.new_name(REGISTRATION)
+    check_function(extractor, send, operator, "foreign_key_extractor(value)")
+    check_function(joiner, send, operator, "joiner(value, other_value)")
+    subscriptions_topic = f"{send}-topic"
+    graph.add_processor(
+        send, this.node_name, lambda: SubscriptionSend(extractor, left, this_versioned)
+    )
+    subscribed = _through(graph, send, subscriptions_topic, Subscription, keep_null_keys=True)
+    store = graph.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-")
+    receive = graph.new_name(PROCESSOR)
+    graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), receive)
+    graph.add_processor(
+        receive,
+        subscribed,
+        lambda: SubscriptionReceive(store, other_store),
+        [store, other_store],
+    )
+    foreign = graph.new_name(PROCESSOR)
+    graph.add_processor(
+        foreign, other.node_name, lambda: ForeignTableJoin(store, other_versioned), [store]
+    )
+    response_topic = f"{graph.new_name(RESPONSE)}-topic"
+    answered = _through(graph, receive, response_topic, SubscriptionResponse, other=foreign)
+    resolver = graph.new_name(RESOLVER)
+    graph.add_processor(
+        resolver, answered, lambda: ResponseJoin(this_store, joiner, left), [this_store]
+    )
+    output = graph.new_name(OUTPUT)
+    result = graph.store_name(materialized, f"{OUTPUT}STATE-STORE-")
+    spec = table_store_spec(result, materialized)
+    graph.add_store(spec, output)
+    graph.add_processor(output, resolver, lambda: TableSource(result), [result])
+    graph.copartition_groups.append(
+        (receive, graph.source_nodes(subscribed), graph.source_nodes(other.node_name))
+    )
+    graph.copartition_groups.append(
+        (resolver, graph.source_nodes(answered), graph.source_nodes(this.node_name))
+    )
+    return KTable(graph, output, result, versioned=spec.kind == VERSIONED)
+
+
+def _through(
+    graph: GraphBuilder,
+    parent: str,
+    topic: str,
+    wire: type[Subscription] | type[SubscriptionResponse],
+    keep_null_keys: bool = False,
+    other: str | None = None,
+) -> str:
+    """An internal topic after ``parent`` (and ``other``), its values in ``wire``'s JSON
+    form; returns the source node reading it."""
+    sink = graph.new_name("KTABLE-SINK-")
+    graph.add_sink(
+        sink, parent, topic, internal=True, encode=wire.encode, keep_null_keys=keep_null_keys
+    )
+    if other is not None:
+        graph.nodes[sink].parents.append(other)
+        graph.nodes[other].children.append(sink)
+    source = graph.new_name("KSTREAM-SOURCE-")
+    graph.add_source(source, [topic], internal=True, decode=wire.decode)
+    return source

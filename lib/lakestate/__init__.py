@@ -17,6 +17,7 @@ from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.repartitioned import Repartitioned
+from lakestate.dsl.stores import StoreBuilder, Stores
 from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
@@ -28,6 +29,8 @@ from lakestate.errors import (
     StreamsException,
     TopologyException,
 )
+from lakestate.processors.punctuation import Cancellable, PunctuationType
+from lakestate.processors.user import Processor, ProcessorContext
 from lakestate.records import Change, Record, Window, Windowed
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
 from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
@@ -38,6 +41,7 @@ __all__ = [
     "Branched",
     "BranchedKStream",
     "BufferConfig",
+    "Cancellable",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
     "Deduplicated",
@@ -51,12 +55,17 @@ __all__ = [
     "Materialized",
     "Named",
     "ProcessingException",
+    "Processor",
+    "ProcessorContext",
+    "PunctuationType",
     "Record",
     "Repartitioned",
     "SerializationException",
     "SessionWindowedKStream",
     "SessionWindows",
     "SlidingWindows",
+    "StoreBuilder",
+    "Stores",
     "StreamJoined",
     "StreamsBuilder",
     "StreamsException",

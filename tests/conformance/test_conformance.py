@@ -33,6 +33,7 @@ import pytest
 from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_lakestate
 from random_scenarios import (
     AGGREGATIONS,
+    processors,
     spilling,
     stateless,
     stream_stream_joins,
@@ -120,6 +121,9 @@ GROUPS: dict[str, list[Scenario]] = {
         f"join-stream_stream-{how}": stream_stream_joins(SEED, how, 2 * PER_GROUP)
         for how in ("inner", "left", "outer")
     },
+    # The Processor API (issue 25): a counter in a key-value store with a stream-time
+    # punctuator, by process and process_values, stream time crossing its intervals.
+    "processor": processors(SEED, 2 * PER_GROUP),
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [

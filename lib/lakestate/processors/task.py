@@ -18,6 +18,7 @@ from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.processors.metrics import NODES, STORES, TaskMetrics
+from lakestate.processors.punctuation import Cancellable, PunctuationQueue, first_time
 from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.state import processor_metadata as metadata_store
 from lakestate.state.base import StateStore, TopicPartition, Transaction
@@ -127,6 +128,13 @@ class _NodeContext:
         for name in targets:
             self._task.process_at(name, record)
 
+    @property
+    def children(self) -> list[str]:
+        return list(self._children)
+
+    def schedule(self, interval_ms: int, callback: Any) -> Cancellable:
+        return self._task.schedule(self._node, interval_ms, callback)
+
     def send_many(self, topic: str, records: Sequence[Record]) -> None:
         self._task.send_many(topic, records)
 
@@ -192,6 +200,8 @@ class Task:
         self._sources: dict[str, str] = {}
         self._processors: dict[str, Processor] = {}
         self._contexts: dict[str, _NodeContext] = {}
+        self.punctuation = PunctuationQueue()
+        self._opening = True
         for name in self.subtopology.nodes:
             node = topology.nodes[name]
             processor = node.factory()
@@ -207,7 +217,9 @@ class Task:
             self._contexts[name] = _NodeContext(self, name, node.children)
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
-        self._plans = self._chunk_plans()
+        self._opening = False
+        self._plans = {} if self.punctuation else self._chunk_plans()
+        self._committed_punctuation = self.punctuation.snapshot()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
         self._committed_metrics = self.metrics.copy()
 
@@ -233,6 +245,39 @@ class Task:
             raise error
         self.stream_time = max(self.stream_time, record.timestamp)
         self.process_at(source, record)
+        if self.punctuation:
+            self._punctuate()
+
+    # -- punctuation (processors/punctuation.py) ----------------------------------------------
+
+    def schedule(self, node: str, interval_ms: int, callback: Any) -> Cancellable:
+        """A stream-time schedule of ``node``; a task with one takes records one at a
+        time (punctuation is checked after each)."""
+        self._plans = {}
+        start = first_time(interval_ms, self.stream_time, resuming=self._opening)
+        return self.punctuation.schedule(node, interval_ms, callback, start)
+
+    def _punctuate(self) -> None:
+        """Fire the schedules due at stream time, as the record just processed left it;
+        a punctuator sees no record metadata (Kafka: none while punctuating)."""
+        metadata, self.current_metadata = self.current_metadata, None
+        try:
+            self.punctuation.maybe_punctuate(self.stream_time, self._run_punctuator)
+        finally:
+            self.current_metadata = metadata
+
+    def _run_punctuator(self, node: str, call: Any) -> None:
+        try:
+            call()
+        except (ProcessingException, SerializationException):
+            raise  # a child that failed on a forwarded record names itself
+        except Exception as exc:
+            error = ProcessingException(
+                f"node {node}'s punctuator failed at stream time {self.stream_time} "
+                f"(task {self.task_id}): {handlers.exception_text(exc)}"
+            )
+            error.node = node
+            raise error from exc
 
     def _chunk_plans(self) -> dict[str, ChunkPlan]:
         """For each source topic whose records reach only chunk-capable processors: their
@@ -482,6 +527,7 @@ class Task:
         self._output = []
         self._committed_metrics = self.metrics.copy()
         self._committed_metadata = dict(self.processor_metadata)
+        self._committed_punctuation = self.punctuation.snapshot()
         self.transaction = self.store.new_transaction()
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
@@ -501,6 +547,7 @@ class Task:
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
         self.processor_metadata = metadata_store.read(self.store)
         self._committed_metadata = dict(self.processor_metadata)
+        self.punctuation.restore(self._committed_punctuation)
         self.transaction = self.store.new_transaction()
 
     def close(self) -> None:

@@ -302,3 +302,20 @@ def test_store_builders_check_their_arguments():
         S.persistent_window_store("w", timedelta(1), timedelta(1), True)
     with pytest.raises(TopologyException, match="non-empty name"):
         S.persistent_key_value_store("")
+
+
+def test_describe_app_shows_the_processor_node_and_its_store(tmp_path):
+    from lakestate.read.describe import describe_app
+    from lakestate.warehouse import Warehouse
+
+    described = describe_app(Warehouse(tmp_path), ls.App("counter", _counter_topology(), {}))
+    nodes = {n["name"]: n for n in described["subtopologies"][0]["nodes"]}
+    assert nodes["KSTREAM-PROCESSOR-0000000001"]["description"] == (
+        "Processor: KSTREAM-PROCESSOR-0000000001 (stores: ['counts'])"
+    )
+    (store,) = described["stores"]
+    assert (store["store"], store["kind"], store["sql_view"]) == (
+        "counts",
+        "key_value",
+        "counter__counts",
+    )

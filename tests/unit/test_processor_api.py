@@ -214,6 +214,22 @@ def test_process_values_keeps_keys_and_process_repartitions():
             driver.create_input_topic("in").pipe_input("a", 1, 1)
 
 
+def test_headers_pass_through_a_processor_and_can_be_set():
+    class Tag(ls.Processor):
+        def init(self, context):
+            self.context = context
+
+        def process(self, record):
+            self.context.forward(record.with_headers({**(record.headers or {}), "seen": 1}))
+
+    b = ls.StreamsBuilder()
+    b.stream("in").process_values(Tag).to("out")
+    with TopologyTestDriver(b.build()) as driver:
+        driver.create_input_topic("in").pipe_input("k", 1, 5, headers={"origin": "x"})
+        (out,) = driver.create_output_topic("out").read_records_to_list()
+    assert out.headers == {"origin": "x", "seen": 1}
+
+
 def test_forward_to_a_named_child_and_describe_shows_node_and_stores():
     class Route(ls.Processor):
         def init(self, context):

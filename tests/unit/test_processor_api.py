@@ -335,3 +335,21 @@ def test_describe_app_shows_the_processor_node_and_its_store(tmp_path):
         "key_value",
         "counter__counts",
     )
+
+
+@pytest.mark.parametrize(
+    ("interval", "message"),
+    [(timedelta(0), "must be positive"), (100, "must be a timedelta.*milliseconds=100")],
+)
+def test_a_bad_interval_is_refused_naming_the_processor(interval, message):
+    class Bad(ls.Processor):
+        def init(self, context):
+            context.schedule(interval, ls.PunctuationType.STREAM_TIME, print)
+
+        def process(self, record):
+            pass
+
+    b = ls.StreamsBuilder()
+    b.stream("in").process(Bad, named=ls.Named.as_("bad"))
+    with pytest.raises(StreamsException, match=f"processor bad: schedule: interval {message}"):
+        TopologyTestDriver(b.build())

@@ -32,8 +32,8 @@ def _produce(wh: Warehouse, records: list[dict]) -> None:
     io_topics.topic(wh, "events").append(records)
 
 
-def _driver_store(records: list[dict]) -> dict:
-    """The driver's "totals" store at the end, over both partitions' tasks."""
+def _driver_store(records: list[dict], store: str) -> dict:
+    """The driver's ``store`` at the end, over both partitions' tasks."""
     app = load_app(APP)
     held = {}
     for p in range(PARTITIONS):
@@ -42,7 +42,7 @@ def _driver_store(records: list[dict]) -> dict:
             for r in records:
                 if partition_for(r["key"], PARTITIONS) == p:
                     topic.pipe_input(r["key"], r["value"], timestamp=r["timestamp"])
-            held.update(d.get_state_store("totals").all())
+            held.update(d.get_state_store(store).all())
     return held
 
 
@@ -79,11 +79,12 @@ def test_punctuated_app_matches_the_driver_in_small_batches_with_state_wiped(
     got = _per_partition(spark, wh)
     assert got == expected["totals-out"]
     assert sum(1 for _, _, v, _ in got if "total" in v) > 10  # the punctuator fired often
-    assert state_rows(spark, wh, "punctuated", "totals") == _driver_store(records)
+    for store in ("totals", "lifetime"):
+        assert state_rows(spark, wh, "punctuated", store) == _driver_store(records, store)
 
 
 def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path):
-    """SIGKILL after the progress commit, after the sink, after the store's changelog,
+    """SIGKILL after the progress commit, after the sink, after each store's changelog,
     after all tables and in the middle of the local commits, in the in-process transport;
     a rerun gives what one uninterrupted run gives, which is the driver's."""
     from test_exactly_once import _run_in_subprocess
@@ -107,6 +108,7 @@ def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path
     for point in (
         "after_progress@2",
         "after_sink:totals-out@2",
+        "after_changelog:lifetime@2",
         "after_changelog:totals@2",
         "after_tables@3",
         "mid_local_commit@4",
@@ -125,4 +127,5 @@ def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path
         "punctuated.py", records, PARTITIONS, ["totals-out"], with_partition=True
     )
     assert got == expected["totals-out"]
-    assert state_rows(spark, wh, "punctuated", "totals") == _driver_store(records)
+    for store in ("totals", "lifetime"):
+        assert state_rows(spark, wh, "punctuated", store) == _driver_store(records, store)

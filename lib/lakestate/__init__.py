@@ -22,6 +22,7 @@ from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.repartitioned import Repartitioned
+from lakestate.dsl.stores import StoreBuilder, Stores
 from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 from lakestate.dsl.suppressed import BufferConfig, Suppressed
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
@@ -33,6 +34,8 @@ from lakestate.errors import (
     StreamsException,
     TopologyException,
 )
+from lakestate.processors.punctuation import Cancellable, PunctuationType
+from lakestate.processors.user import Processor, ProcessorContext
 from lakestate.records import Change, Record, Window, Windowed
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
 from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
@@ -43,6 +46,7 @@ __all__ = [
     "Branched",
     "BranchedKStream",
     "BufferConfig",
+    "Cancellable",
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
     "CogroupedKStream",
@@ -57,6 +61,9 @@ __all__ = [
     "Materialized",
     "Named",
     "ProcessingException",
+    "Processor",
+    "ProcessorContext",
+    "PunctuationType",
     "Record",
     "Repartitioned",
     "SerializationException",
@@ -64,6 +71,8 @@ __all__ = [
     "SessionWindowedKStream",
     "SessionWindows",
     "SlidingWindows",
+    "StoreBuilder",
+    "Stores",
     "StreamJoined",
     "StreamsBuilder",
     "StreamsException",

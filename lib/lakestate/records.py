@@ -26,6 +26,9 @@ class Record:
     def with_timestamp(self, timestamp: int) -> Record:
         return Record(self.key, self.value, timestamp, self.headers)
 
+    def with_headers(self, headers: dict[str, Any] | None) -> Record:
+        return Record(self.key, self.value, self.timestamp, headers)
+
 
 @dataclass(frozen=True, slots=True)
 class Change:

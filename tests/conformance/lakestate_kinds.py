@@ -23,6 +23,7 @@ from scenario import (
     CogroupParams,
     ForeignKeyJoinParams,
     Params,
+    ProcessorParams,
     SessionWindowedParams,
     SlidingWindowedParams,
     StatelessParams,
@@ -354,7 +355,48 @@ def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
     return builder.build()
 
 
+class _Counter:
+    """The fixed processor of ``ProcessorParams`` (its Java twin: Topologies.Counter)."""
+
+    def __init__(self, interval: int) -> None:
+        self.interval = interval
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store("counts")
+        punctuation = _require("PunctuationType", ProcessorParams.kind).STREAM_TIME
+        context.schedule(_ms(self.interval), punctuation, self.flush)
+
+    def process(self, record: Any) -> None:
+        if record.key is None:
+            return
+        count = (self.store.get(record.key) or 0) + 1
+        self.store.put(record.key, count)
+        self.context.forward(record.with_value(count))
+
+    def flush(self, stream_time: int) -> None:
+        for key, count in list(self.store.all()):
+            self.context.forward(ls.Record(key, -count, stream_time))
+            self.store.delete(key)
+
+    def close(self) -> None:
+        pass
+
+
+def processor(params: ProcessorParams) -> ls.Topology:
+    stores = _require("Stores", params.kind)
+    builder = ls.StreamsBuilder()
+    builder.add_state_store(
+        stores.key_value_store_builder(stores.persistent_key_value_store("counts"))
+    )
+    stream = builder.stream(INPUT_TOPIC)
+    process = stream.process_values if params.fixed_key else stream.process
+    process(lambda: _Counter(params.interval), "counts").to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
+    ProcessorParams.kind: processor,
     StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
     TimeWindowedParams.kind: time_windowed_aggregate,

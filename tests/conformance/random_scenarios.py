@@ -27,6 +27,7 @@ from scenario import (
     ForeignKeyJoinParams,
     Input,
     Params,
+    ProcessorParams,
     Scenario,
     SessionWindowedParams,
     SlidingWindowedParams,
@@ -491,3 +492,32 @@ def fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
         _join_scenario(rng, f"{group}-{i}", ForeignKeyJoinParams(how, rng.random() < 0.3), ())
         for i in range(count)
     ]
+
+
+def punctuation_boundaries(interval: int) -> Boundaries:
+    """Where a stream-time punctuator turns: the multiples of its interval around stream
+    time (fired at, one before, one after) and stream time itself (no advance)."""
+
+    def candidates(stream_time: int, recent: list[int]) -> list[int]:
+        out = [stream_time]
+        for k in range(stream_time // interval, stream_time // interval + 3):
+            out += [k * interval - 1, k * interval, k * interval + 1]
+        return out
+
+    return candidates
+
+
+def processors(seed: int, count: int) -> list[Scenario]:
+    """The Processor API's counter with a punctuator (``process`` or ``process_values``),
+    intervals of a few ms, timestamps out of order and jumping several intervals."""
+    group = "processor"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        interval = rng.choice((1, 2, 3, 5, 10))
+        params = ProcessorParams(interval, fixed_key=rng.random() < 0.5)
+        serde = "long" if rng.random() < 0.5 else "string"
+        spread = rng.choice((2, 6, 3 * interval))
+        records = inputs(rng, rng.randint(8, 40), punctuation_boundaries(interval), spread)
+        scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
+    return scenarios

@@ -207,8 +207,23 @@ class ForeignKeyJoinParams:
     materialized: bool = False
 
 
+@dataclass(frozen=True)
+class ProcessorParams:
+    """The Processor API: ``stream("in").process(counter, "counts")`` (``processValues``
+    with ``fixed_key``), the same processor in Python and Java: a per-key running count in
+    a key-value store "counts", forwarding (key, count) at the record's timestamp for each
+    record with a key, and a stream-time punctuator every ``interval`` ms forwarding
+    (key, -count) at the punctuation's stream time for each key in key order, then clearing
+    the store."""
+
+    kind: ClassVar[str] = "processor"
+    interval: int
+    fixed_key: bool = False
+
+
 Params = (
-    StatelessParams
+    ProcessorParams
+    | StatelessParams
     | AggregateParams
     | TimeWindowedParams
     | SessionWindowedParams

@@ -35,6 +35,7 @@ from random_scenarios import (
     AGGREGATIONS,
     cogroups,
     fk_joins,
+    processors,
     spilling,
     stateless,
     stream_stream_joins,
@@ -132,6 +133,9 @@ GROUPS: dict[str, list[Scenario]] = {
     # Foreign-key table joins (issue 25, KIP-213): foreign keys changed, lost and deleted,
     # foreign rows changed and deleted, null keys and values on both tables.
     **{f"join-fk-{how}": fk_joins(SEED, how, 2 * PER_GROUP) for how in ("inner", "left")},
+    # The Processor API (issue 25): a counter in a key-value store with a stream-time
+    # punctuator, by process and process_values, stream time crossing its intervals.
+    "processor": processors(SEED, 2 * PER_GROUP),
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [

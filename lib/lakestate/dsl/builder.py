@@ -25,6 +25,7 @@ from lakestate.topology.graph import (
 if TYPE_CHECKING:
     from lakestate.dsl.kstream import KStream
     from lakestate.dsl.ktable import GlobalKTable, KTable
+    from lakestate.dsl.stores import StoreBuilder
 
 TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
 VERSIONED = "versioned"
@@ -263,6 +264,25 @@ class StreamsBuilder:
         self._graph.nodes[source].stores.append(store)
         self._graph.global_tables.append(GlobalTableSpec(topic, store, source))
         return GlobalKTable(topic, store)
+
+    def add_state_store(self, builder: StoreBuilder) -> StreamsBuilder:
+        """Add a store for processors (``Stores.key_value_store_builder(...)`` and the
+        others); ``KStream.process(supplier, name)`` connects it. Transactional and
+        changelogged like every store."""
+        from lakestate.dsl.stores import StoreBuilder
+
+        if not isinstance(builder, StoreBuilder):
+            raise TopologyException(
+                "add_state_store takes a store builder, e.g. Stores.key_value_store_builder("
+                f"Stores.persistent_key_value_store(name)); got {builder!r}"
+            )
+        if builder.name in self._graph.stores:
+            raise TopologyException(
+                f"add_state_store: store {builder.name!r} was already added; give each store "
+                "its own name"
+            )
+        self._graph.add_store(builder.spec, "add_state_store")
+        return self
 
     def build(self) -> Topology:
         """The validated topology; raises TopologyException naming the offending node."""

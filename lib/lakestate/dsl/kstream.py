@@ -193,6 +193,50 @@ class KStream:
         )
         return KStream(graph, source, False)
 
+    def process(
+        self, supplier: Callable[[], Any], *store_names: str, named: Named | None = None
+    ) -> KStream:
+        """Runs a user processor (``lakestate.Processor``; processors/user.py) made by
+        ``supplier`` (its class, or a function returning a new instance) per task, with the
+        stores ``store_names`` (added with ``builder.add_state_store``) connected. What it
+        forwards is the new stream; it may change keys, so a later stateful operation
+        repartitions."""
+        return self._process(supplier, store_names, named, fixed_key=False)
+
+    def process_values(
+        self, supplier: Callable[[], Any], *store_names: str, named: Named | None = None
+    ) -> KStream:
+        """``process`` for a processor that keeps each record's key (Kafka's
+        ``processValues``): forwarding another key while processing a record is an error,
+        and no repartition follows."""
+        return self._process(supplier, store_names, named, fixed_key=True)
+
+    def _process(
+        self, supplier: Any, store_names: tuple[str, ...], named: Named | None, fixed_key: bool
+    ) -> KStream:
+        from lakestate.dsl.branched import Named
+        from lakestate.processors.user import UserProcessorNode, check_supplier
+
+        prefix = "KSTREAM-PROCESSVALUES-" if fixed_key else "KSTREAM-PROCESSOR-"
+        if named is not None and not isinstance(named, Named):
+            raise TopologyException(f"process: named must be a Named, got {named!r}")
+        name = named.name if named is not None else self._graph.new_name(prefix)
+        check_supplier(supplier, name)
+        for store in store_names:
+            if not isinstance(store, str) or store not in self._graph.stores:
+                raise TopologyException(
+                    f"node {name}: store {store!r} was never added; add it first with "
+                    "builder.add_state_store(Stores.key_value_store_builder("
+                    f"Stores.persistent_key_value_store({store!r})))"
+                )
+        stores = tuple(store_names)
+
+        def factory() -> UserProcessorNode:
+            return UserProcessorNode(name, supplier, stores, fixed_key)
+
+        self._graph.add_processor(name, self._node, factory, list(stores))
+        return KStream(self._graph, name, self._repartition_required or not fixed_key)
+
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged."""
         return self._then(

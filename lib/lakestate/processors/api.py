@@ -7,6 +7,7 @@ Spark engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from lakestate.records import Record, RecordMetadata
@@ -38,6 +39,16 @@ class ProcessorContext(Protocol):
 
     def forward(self, record: Record, child: str | None = None) -> None:
         """Send ``record`` to every child node, or only to the named one."""
+        ...
+
+    @property
+    def children(self) -> list[str]:
+        """The names of this node's child nodes."""
+        ...
+
+    def schedule(self, interval_ms: int, callback: Callable[[int], None]) -> Any:
+        """Call ``callback(stream_time)`` on stream time (processors/punctuation.py);
+        returns a ``Cancellable``."""
         ...
 
     def get_state_store(self, name: str) -> Any:

@@ -17,7 +17,9 @@ from lakestate.processors import exception_handlers as handlers
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
-from lakestate.processors.metrics import NODES, STORES, TaskMetrics
+from lakestate.processors.metrics import NODES, TaskMetrics
+from lakestate.processors.node_context import FORWARD_TOTAL, NodeContext
+from lakestate.processors.punctuation import Cancellable, PunctuationQueue, first_time
 from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.state import processor_metadata as metadata_store
 from lakestate.state.base import StateStore, TopicPartition, Transaction
@@ -31,9 +33,6 @@ from lakestate.state.registry import open_view
 from lakestate.state.serde import checked_json_text
 from lakestate.task_id import TaskId
 from lakestate.topology.graph import SINK, SOURCE, Topology, internal_topic_name
-
-#: Per node, the records it forwarded downstream (Kafka's processor-node metric of that name).
-FORWARD_TOTAL = "forward-total"
 
 NO_STREAM_TIME = -1
 
@@ -92,66 +91,6 @@ class Output(NamedTuple):
     partition_text: str | None
 
 
-class _NodeContext:
-    """The ProcessorContext one node sees."""
-
-    def __init__(self, task: Task, node: str, children: list[str]) -> None:
-        self._task = task
-        self._node = node
-        self._children = children
-
-    @property
-    def node(self) -> str:
-        """The name of the node this context belongs to."""
-        return self._node
-
-    @property
-    def task_id(self) -> int:
-        return self._task.partition
-
-    @property
-    def stream_time(self) -> int:
-        return self._task.stream_time
-
-    @property
-    def record_metadata(self) -> RecordMetadata | None:
-        return self._task.current_metadata
-
-    @property
-    def application_id(self) -> str:
-        return self._task.application_id
-
-    def forward(self, record: Record, child: str | None = None) -> None:
-        self._task.metrics.add(NODES, self._node, FORWARD_TOTAL)
-        targets = self._children if child is None else [child]
-        for name in targets:
-            self._task.process_at(name, record)
-
-    def send_many(self, topic: str, records: Sequence[Record]) -> None:
-        self._task.send_many(topic, records)
-
-    def get_state_store(self, name: str) -> Any:
-        return self._task.store_view(name)
-
-    def _scope(self, store: str | None) -> tuple[str, str]:
-        return (NODES, self._node) if store is None else (STORES, store)
-
-    def metric(self, name: str, delta: float = 1, store: str | None = None) -> None:
-        self._task.metrics.add(*self._scope(store), name, delta)
-
-    def set_metric(self, name: str, value: float, store: str | None = None) -> None:
-        self._task.metrics.set(*self._scope(store), name, value)
-
-    def get_metric(self, name: str, store: str | None = None) -> float:
-        return self._task.metrics.get(*self._scope(store), name)
-
-    def processor_metadata(self, key: str) -> int | None:
-        return self._task.processor_metadata.get(key)
-
-    def set_processor_metadata(self, key: str, value: int) -> None:
-        self._task.processor_metadata[key] = value
-
-
 class Task:
     """Runs sub-topology ``subtopology_id`` for partition ``partition``."""
 
@@ -191,7 +130,9 @@ class Task:
         self._views: dict[str, Any] = {}
         self._sources: dict[str, str] = {}
         self._processors: dict[str, Processor] = {}
-        self._contexts: dict[str, _NodeContext] = {}
+        self._contexts: dict[str, NodeContext] = {}
+        self.punctuation = PunctuationQueue()
+        self._opening = True
         for name in self.subtopology.nodes:
             node = topology.nodes[name]
             processor = node.factory()
@@ -204,10 +145,12 @@ class Task:
                     )
                     self._sources[real] = name
             self._processors[name] = processor
-            self._contexts[name] = _NodeContext(self, name, node.children)
+            self._contexts[name] = NodeContext(self, name, node.children)
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
-        self._plans = self._chunk_plans()
+        self._opening = False
+        self._plans = {} if self.punctuation else self._chunk_plans()
+        self._committed_punctuation = self.punctuation.snapshot()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
         self._committed_metrics = self.metrics.copy()
 
@@ -233,6 +176,39 @@ class Task:
             raise error
         self.stream_time = max(self.stream_time, record.timestamp)
         self.process_at(source, record)
+        if self.punctuation:
+            self._punctuate()
+
+    # -- punctuation (processors/punctuation.py) ----------------------------------------------
+
+    def schedule(self, node: str, interval_ms: int, callback: Any) -> Cancellable:
+        """A stream-time schedule of ``node``; a task with one takes records one at a
+        time (punctuation is checked after each)."""
+        self._plans = {}
+        start = first_time(interval_ms, self.stream_time, resuming=self._opening)
+        return self.punctuation.schedule(node, interval_ms, callback, start)
+
+    def _punctuate(self) -> None:
+        """Fire the schedules due at stream time, as the record just processed left it;
+        a punctuator sees no record metadata (Kafka: none while punctuating)."""
+        metadata, self.current_metadata = self.current_metadata, None
+        try:
+            self.punctuation.maybe_punctuate(self.stream_time, self._run_punctuator)
+        finally:
+            self.current_metadata = metadata
+
+    def _run_punctuator(self, node: str, call: Any) -> None:
+        try:
+            call()
+        except (ProcessingException, SerializationException):
+            raise  # a child that failed on a forwarded record names itself
+        except Exception as exc:
+            error = ProcessingException(
+                f"node {node}'s punctuator failed at stream time {self.stream_time} "
+                f"(task {self.task_id}): {handlers.exception_text(exc)}"
+            )
+            error.node = node
+            raise error from exc
 
     def _chunk_plans(self) -> dict[str, ChunkPlan]:
         """For each source topic whose records reach only chunk-capable processors: their
@@ -482,6 +458,7 @@ class Task:
         self._output = []
         self._committed_metrics = self.metrics.copy()
         self._committed_metadata = dict(self.processor_metadata)
+        self._committed_punctuation = self.punctuation.snapshot()
         self.transaction = self.store.new_transaction()
 
     def commit(self, offsets: Mapping[TopicPartition, int]) -> list[tuple[str, Record]]:
@@ -501,6 +478,7 @@ class Task:
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time
         self.processor_metadata = metadata_store.read(self.store)
         self._committed_metadata = dict(self.processor_metadata)
+        self.punctuation.restore(self._committed_punctuation)
         self.transaction = self.store.new_transaction()
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from lakestate.errors import InvalidStateStoreException
 from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_key, encode_key, prefix_range
-from lakestate.state.serde import decode_value, encode_value
+from lakestate.state.serde import decode_value, encode_value, json_text
 
 __all__ = ["KeyValueStore", "Reader"]
 
@@ -40,6 +40,8 @@ class KeyValueStore:
     yield decoded ``(key, value)`` pairs in key order (or reversed).
     """
 
+    kind = "key_value"
+
     def __init__(self, name: str, source: Callable[[], Reader]) -> None:
         if name in RESERVED_NAMESPACES:
             raise InvalidStateStoreException(f"store name {name!r} is reserved")
@@ -60,9 +62,7 @@ class KeyValueStore:
         """Entries with ``from_key <= key <= to_key``, in key order."""
         return self._scan(from_key, to_key, reverse=False)
 
-    def reverse_range(
-        self, from_key: Any = None, to_key: Any = None
-    ) -> Iterator[tuple[Any, Any]]:
+    def reverse_range(self, from_key: Any = None, to_key: Any = None) -> Iterator[tuple[Any, Any]]:
         """Entries with ``from_key <= key <= to_key``, in reverse key order."""
         return self._scan(from_key, to_key, reverse=True)
 
@@ -128,3 +128,30 @@ class KeyValueStore:
     ) -> Iterator[tuple[Any, Any]]:
         items = self._source().iterate(self.name, start, end, reverse)
         return ((decode_key(k), decode_value(v)) for k, v in items)
+
+    # -- the Delta changelog (StoreKind: state/registry.py) -----------------------------------
+
+    # key and value as JSON text, as in log tables.
+    STATE_COLUMNS = (("key", "STRING"), ("value", "STRING"))
+
+    @staticmethod
+    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any]:
+        return {"key": json_text(decode_key(raw_key)), "value": json_text(decode_value(raw_value))}
+
+    @staticmethod
+    def is_index_only(raw_key: bytes) -> bool:
+        """Every entry is state: a changelog row."""
+        return False
+
+    @staticmethod
+    def restore_entries(txn: Any, name: str, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        txn.put_all(name, entries)
+
+    @staticmethod
+    def restore_columns(raw_keys: Any, raw_values: Any) -> tuple[Any, Any]:
+        """The entries a wiped store restored from these live rows holds: the rows."""
+        return raw_keys, raw_values
+
+    @staticmethod
+    def restore_entry(txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
+        txn.put(name, raw_key, raw_value)

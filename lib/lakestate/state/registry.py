@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from lakestate.errors import TopologyException
 from lakestate.state.dedup import DedupStore
+from lakestate.state.kv import KeyValueStore
 from lakestate.state.stream_join import JoinBufferStore, WaitingRecordsStore
 from lakestate.state.suppression_buffer import SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore
@@ -66,6 +67,7 @@ class ColumnarRestore(Protocol):
 
 STORE_KINDS: dict[str, type[StoreKind]] = {
     TimestampedKeyValueStore.kind: TimestampedKeyValueStore,
+    KeyValueStore.kind: KeyValueStore,
     DedupStore.kind: DedupStore,
     SuppressionBuffer.kind: SuppressionBuffer,
     WindowStore.kind: WindowStore,

@@ -38,6 +38,14 @@ import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.ValueJoiner;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.kstream.WindowedSerdes;
+import org.apache.kafka.streams.processor.PunctuationType;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.SessionStore;
 import org.apache.kafka.streams.state.WindowStore;
@@ -75,7 +83,8 @@ final class Topologies {
             "table_table_join", Topologies::tableTableJoin,
             "stream_stream_join", Topologies::streamStreamJoin,
             "cogroup", Topologies::cogroup,
-            "fk_join", Topologies::fkJoin);
+            "fk_join", Topologies::fkJoin,
+            "processor", Topologies::processor);
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);
@@ -375,6 +384,110 @@ final class Topologies {
         };
         result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    // -- the Processor API -------------------------------------------------------------------
+
+    /**
+     * A per-key running count in key-value store "counts", forwarding (key, count) for each
+     * record with a key; a stream-time punctuator every interval ms forwards (key, -count) at
+     * the punctuation's stream time for each key in key order and clears the store. Its twin
+     * is lakestate_kinds.py's _Counter.
+     */
+    static Built processor(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.addStateStore(Stores.keyValueStoreBuilder(
+                Stores.persistentKeyValueStore("counts"), Serdes.String(), Serdes.Long()));
+        Duration interval = millis(params, "interval");
+        KStream<String, Object> in = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        KStream<String, Long> counted = params.path("fixed_key").asBoolean(false)
+                ? in.processValues(() -> new FixedKeyCounter(interval), "counts")
+                : in.process(() -> new Counter(interval), "counts");
+        counted.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.Long()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
+    }
+
+    /** The counts in key order, read before any is deleted. */
+    static List<KeyValue<String, Long>> drain(KeyValueStore<String, Long> store) {
+        List<KeyValue<String, Long>> all = new ArrayList<>();
+        try (KeyValueIterator<String, Long> it = store.all()) {
+            it.forEachRemaining(all::add);
+        }
+        for (KeyValue<String, Long> entry : all) {
+            store.delete(entry.key);
+        }
+        return all;
+    }
+
+    static final class Counter implements Processor<String, Object, String, Long> {
+        private final Duration interval;
+        private ProcessorContext<String, Long> context;
+        private KeyValueStore<String, Long> store;
+
+        Counter(Duration interval) {
+            this.interval = interval;
+        }
+
+        @Override
+        public void init(ProcessorContext<String, Long> context) {
+            this.context = context;
+            this.store = context.getStateStore("counts");
+            context.schedule(interval, PunctuationType.STREAM_TIME, this::flush);
+        }
+
+        @Override
+        public void process(Record<String, Object> record) {
+            if (record.key() == null) {
+                return;
+            }
+            Long count = store.get(record.key());
+            long next = (count == null ? 0L : count) + 1;
+            store.put(record.key(), next);
+            context.forward(record.withValue(next));
+        }
+
+        void flush(long streamTime) {
+            for (KeyValue<String, Long> entry : drain(store)) {
+                context.forward(new Record<>(entry.key, -entry.value, streamTime));
+            }
+        }
+    }
+
+    /** The same for processValues: a punctuator forwards the last record seen of each key. */
+    static final class FixedKeyCounter implements FixedKeyProcessor<String, Object, Long> {
+        private final Duration interval;
+        private final Map<String, FixedKeyRecord<String, Object>> last = new java.util.HashMap<>();
+        private FixedKeyProcessorContext<String, Long> context;
+        private KeyValueStore<String, Long> store;
+
+        FixedKeyCounter(Duration interval) {
+            this.interval = interval;
+        }
+
+        @Override
+        public void init(FixedKeyProcessorContext<String, Long> context) {
+            this.context = context;
+            this.store = context.getStateStore("counts");
+            context.schedule(interval, PunctuationType.STREAM_TIME, this::flush);
+        }
+
+        @Override
+        public void process(FixedKeyRecord<String, Object> record) {
+            if (record.key() == null) {
+                return;
+            }
+            last.put(record.key(), record);
+            Long count = store.get(record.key());
+            long next = (count == null ? 0L : count) + 1;
+            store.put(record.key(), next);
+            context.forward(record.withValue(next));
+        }
+
+        void flush(long streamTime) {
+            for (KeyValue<String, Long> entry : drain(store)) {
+                context.forward(last.get(entry.key).withValue(-entry.value).withTimestamp(streamTime));
+            }
+        }
     }
 
     /** A table on topic, in a versioned store keeping retention ms when set, else a key-value store. */

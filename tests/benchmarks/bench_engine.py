@@ -222,7 +222,7 @@ class PhaseTimer:
             (runner, "commit_batch", "commit"),
             (runner.Runner, "_plan", "plan"),
             (runner, "recover", "recover"),
-            (runner, "prepare", "prepare"),
+            (runner, "ensure_layout", "prepare"),
             (progress, "record", "progress_commit"),
             (commit, "_run_all", "table_commits"),
             (commit, "_append_topic", "sink_append"),

@@ -70,7 +70,7 @@ def child_restore(argv: list[str]) -> int:
     import lakestate
     from lakestate.app import load_app
     from lakestate.checkpoint import changelog
-    from lakestate.checkpoint.layout import prepare
+    from lakestate.checkpoint import layout as app_layout
     from lakestate.checkpoint.standing import where_tasks_stand
     from lakestate.checkpoint.task_dir import TaskDir
     from lakestate.restore import recovery
@@ -81,7 +81,9 @@ def child_restore(argv: list[str]) -> int:
         raise RuntimeError("the benchmark's topics exist: no Spark needed")
 
     app = load_app(args.app)
-    # An engine before 2026-11-24's delta-rs topic creation takes a Spark getter first.
+    # layout.prepare was renamed ensure_layout (2026-11-28); an engine before 2026-11-24's
+    # delta-rs topic creation takes a Spark getter first.
+    prepare = getattr(app_layout, "ensure_layout", None) or app_layout.prepare
     older = "spark" in inspect.signature(prepare).parameters
     wh = Warehouse(args.warehouse)
     layout = prepare(no_spark, app, wh) if older else prepare(app, wh)

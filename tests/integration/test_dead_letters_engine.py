@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows
 from lakestate import run_app
 from lakestate.app import App, load_app
-from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.layout import ensure_layout
 from lakestate.errors import StreamsException
 from lakestate.io.partitioner import partition_for
 from lakestate.testing import TopologyTestDriver
@@ -229,7 +229,7 @@ def test_an_unknown_handler_or_a_dead_letter_topic_that_is_an_input_is_refused(s
         ),
     ):
         with pytest.raises(StreamsException, match=needle):
-            prepare(App(app.name, app.topology, config), wh)
+            ensure_layout(App(app.name, app.topology, config), wh)
     assert not os.path.exists(wh.app_path(app.name))
     topics = os.listdir(os.path.dirname(wh.topic_path("events")))
     assert [t for t in topics if not t.startswith(".")] == ["events"]

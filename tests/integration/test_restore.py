@@ -18,7 +18,7 @@ from engine_helpers import APPS, dump_store, events, produce
 from lakestate import compact, run_app
 from lakestate.app import load_app
 from lakestate.checkpoint import changelog, task_dir
-from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.layout import ensure_layout
 from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.restore import recovery, restored
@@ -84,7 +84,7 @@ def built(request, spark, tmp_path_factory):
     run_app(path, max_batches=3, **common)
     compact(wh, load_app(path).name, say=lambda _: None)
     run_app(path, until_caught_up=True, **common)
-    return prepare(load_app(path), wh), state
+    return ensure_layout(load_app(path), wh), state
 
 
 def test_restore_equals_the_restore_through_transactions_and_the_live_store(
@@ -121,14 +121,14 @@ CHILD = textwrap.dedent(
     import sys
     from lakestate.app import load_app
     from lakestate.restore import recovery
-    from lakestate.checkpoint.layout import prepare
+    from lakestate.checkpoint.layout import ensure_layout
     from lakestate.checkpoint.standing import where_tasks_stand
     from lakestate.state.base import IsolationLevel
     from lakestate.task_id import TaskId
     from lakestate.warehouse import Warehouse
 
     app_path, warehouse, state_dir, task = sys.argv[1:]
-    layout = prepare(load_app(app_path), Warehouse(warehouse))
+    layout = ensure_layout(load_app(app_path), Warehouse(warehouse))
     task = TaskId.parse(task)
     recovery.LOAD_CHUNK = recovery.RESTORE_CHUNK = 5
     committed = where_tasks_stand(layout, [task]).committed[task]

@@ -27,7 +27,7 @@ import pytest
 from engine_helpers import APPS, produce
 from lakestate import rebalance, run_app
 from lakestate.app import load_app, load_module
-from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.layout import ensure_layout
 from lakestate.cli import Context, demo_printers, sql
 from lakestate.io import topics
 from lakestate.ops import compaction
@@ -349,7 +349,7 @@ def test_spark_functions_and_sql_give_spark_s_rows(spark, wh):
 
 def test_the_scale_out_tables_are_views_with_spark_s_rows(spark, wh):
     ctx = Context(wh)
-    tasks = {str(t) for t in prepare(load_app(JOBS / "demo.py"), wh).tasks()}
+    tasks = {str(t) for t in ensure_layout(load_app(JOBS / "demo.py"), wh).tasks()}
     assignment = sql.query(ctx, "SELECT task, active FROM demo__assignment", None, engine="duckdb")
     assert {task for task, _ in assignment.rows} == tasks  # one generation, a row per task
     assert {active for _, active in assignment.rows} <= {"a", "b"}

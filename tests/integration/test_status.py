@@ -219,11 +219,11 @@ def test_status_by_name_lists_sub_topologies_that_never_committed(spark, warehou
     """The app's layout is recorded in the warehouse when a run prepares it: status by name
     then lists every sub-topology's tasks, the repartition-fed one's included, before any
     batch committed (by name it had only the progress rows to go by)."""
-    from lakestate.checkpoint.layout import prepare
+    from lakestate.checkpoint.layout import ensure_layout
 
     records = [{"key": f"k{i}", "value": {"user": f"u{i % 3}"}, "timestamp": i} for i in range(30)]
     produce(spark, warehouse, "events", records, 2)
-    prepare(load_app(APPS / "regroup.py"), warehouse)  # what a run does before its first batch
+    ensure_layout(load_app(APPS / "regroup.py"), warehouse)  # what a run does before its first batch
     state = tmp_path / "state"
     state.mkdir()
     doc, _ = _status(warehouse, state, "regroup")

@@ -23,7 +23,7 @@ from engine_helpers import APPS, dump_store, events, produce
 from lakestate import compact, run_app
 from lakestate.app import load_app
 from lakestate.checkpoint import changelog
-from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.layout import ensure_layout
 from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.restore import recovery, warmup
@@ -77,7 +77,7 @@ def built(request, tmp_path):
     path = str(APPS / app_file)
     owner = str(tmp_path / "owner")
     _owner_runs(path, wh, owner)
-    return path, prepare(load_app(path), wh), owner
+    return path, ensure_layout(load_app(path), wh), owner
 
 
 def _one_shot(layout, task, state_dir) -> dict:
@@ -118,13 +118,13 @@ CHILD = textwrap.dedent(
     import sys
     from lakestate.app import load_app
     from lakestate.restore import recovery
-    from lakestate.checkpoint.layout import prepare
+    from lakestate.checkpoint.layout import ensure_layout
     from lakestate.state.base import IsolationLevel
     from lakestate.task_id import TaskId
     from lakestate.warehouse import Warehouse
 
     app_path, warehouse, state_dir, task, budget = sys.argv[1:]
-    layout = prepare(load_app(app_path), Warehouse(warehouse))
+    layout = ensure_layout(load_app(app_path), Warehouse(warehouse))
     task = TaskId.parse(task)
     recovery.warm(layout, task, state_dir, IsolationLevel.READ_COMMITTED, print, budget=int(budget))
     """

@@ -79,7 +79,7 @@ class AppLayout:
         ]
 
 
-def prepare(app: App, warehouse: Warehouse) -> AppLayout:
+def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
     """Resolve topics and tasks; create the app's repartition and sink topics, changelog
     tables and progress table if they do not exist yet. Everything goes through delta-rs:
     no JVM."""

@@ -3,7 +3,7 @@
 only the app's name (``lakestate status NAME``, the Airflow plugin) lists every task, those
 of sub-topologies that never committed included, without loading the app's module.
 
-Written by ``layout.prepare`` when it differs from what is recorded (an app's first run, or
+Written by ``layout.ensure_layout`` when it differs from what is recorded (an app's first run, or
 a run after its topology changed): one small overwrite, nothing on an unchanged run.
 """
 

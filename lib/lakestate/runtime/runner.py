@@ -30,7 +30,7 @@ from lakestate import console
 from lakestate.app import App
 from lakestate.checkpoint.batch import TaskCheckpoint, TaskPlan, global_key, split_global_key
 from lakestate.checkpoint.commit import TaskResult, commit_batch
-from lakestate.checkpoint.layout import AppLayout, prepare
+from lakestate.checkpoint.layout import AppLayout, ensure_layout
 from lakestate.checkpoint.layout import end_offsets as layout_end_offsets
 from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.checkpoint.task_dir import TaskDir
@@ -123,7 +123,7 @@ class Runner:
         #: the owner fences a batch's progress commit checks and carries, for its fresh
         #: tasks (an instance's run: its tasks' planned owner epochs, ``scaleout.task_roles``)
         self.fences: Callable[[list[TaskId]], Mapping[str, int]] | None = None
-        self.layout: AppLayout = prepare(app, wh)
+        self.layout: AppLayout = ensure_layout(app, wh)
         self.wh = wh
         #: ``run_app(until_timestamp=...)``: the inputs' ends are cut (``runtime/cutoff.py``).
         self.cutoff: Cutoff | None = None

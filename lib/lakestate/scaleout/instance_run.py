@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from lakestate import console
 from lakestate.app import App, load_app
-from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.layout import ensure_layout
 from lakestate.checkpoint.task_dir import state_dir_of
 from lakestate.errors import TaskMigratedException
 from lakestate.runtime import transport as transports
@@ -163,7 +163,7 @@ def _report_busy(
     Never an error (a busy run is not one): e.g. a rewind holding the lock leaves the app
     mid-rewind, unreadable until it ends; the report is then logged as not written."""
     try:
-        layout = prepare(app, wh)
+        layout = ensure_layout(app, wh)
         roles = task_roles.roles_of(layout, member, tasks)
         task_roles.report(layout, roles, sdir, None, new_run_id())
     except Exception:

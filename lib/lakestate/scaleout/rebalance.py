@@ -32,7 +32,7 @@ from lakestate.assign import AssignorConfig, ClientState, assign
 from lakestate.assign import history as generations
 from lakestate.assign.history import ConcurrentRebalanceError, Generation
 from lakestate.checkpoint import faults
-from lakestate.checkpoint.layout import prepare
+from lakestate.checkpoint.layout import ensure_layout
 from lakestate.checkpoint.progress import now_ms as clock
 from lakestate.checkpoint.standing import where_tasks_stand
 from lakestate.errors import StreamsException
@@ -147,7 +147,7 @@ def _rebalance(
                 f"app {name}: generation {old.number} was not in force (a rebalance stopped "
                 f"before its fence): fenced {len(fenced)} tasks"
             )
-    layout = prepare(app, warehouse)
+    layout = ensure_layout(app, warehouse)
     tasks = layout.tasks()
     standing = where_tasks_stand(layout, tasks).committed
     committed = {t: c.offsets for t, c in standing.items()}

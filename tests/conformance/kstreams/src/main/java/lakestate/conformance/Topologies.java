@@ -73,18 +73,18 @@ final class Topologies {
     }
 
     /** The extension point: topology kind -> builder. */
-    static final Map<String, Kind> KINDS = Map.of(
-            "stateless", Topologies::stateless,
-            "aggregate", Topologies::aggregate,
-            "time_windowed_aggregate", Topologies::timeWindowedAggregate,
-            "session_windowed_aggregate", Topologies::sessionWindowedAggregate,
-            "sliding_windowed_aggregate", Topologies::slidingWindowedAggregate,
-            "stream_table_join", Topologies::streamTableJoin,
-            "table_table_join", Topologies::tableTableJoin,
-            "stream_stream_join", Topologies::streamStreamJoin,
-            "cogroup", Topologies::cogroup,
-            "fk_join", Topologies::fkJoin,
-            "processor", Topologies::processor);
+    static final Map<String, Kind> KINDS = Map.ofEntries(
+            Map.entry("stateless", (Kind) Topologies::stateless),
+            Map.entry("aggregate", (Kind) Topologies::aggregate),
+            Map.entry("time_windowed_aggregate", (Kind) Topologies::timeWindowedAggregate),
+            Map.entry("session_windowed_aggregate", (Kind) Topologies::sessionWindowedAggregate),
+            Map.entry("sliding_windowed_aggregate", (Kind) Topologies::slidingWindowedAggregate),
+            Map.entry("stream_table_join", (Kind) Topologies::streamTableJoin),
+            Map.entry("table_table_join", (Kind) Topologies::tableTableJoin),
+            Map.entry("stream_stream_join", (Kind) Topologies::streamStreamJoin),
+            Map.entry("cogroup", (Kind) Topologies::cogroup),
+            Map.entry("fk_join", (Kind) Topologies::fkJoin),
+            Map.entry("processor", (Kind) Topologies::processor));
 
     static Built build(String kind, JsonNode params, String valueSerde) {
         Kind builder = KINDS.get(kind);

@@ -126,12 +126,15 @@ def sql_statements(block: Block) -> list[str]:
 
 
 def shell_sql(block: Block) -> list[str]:
-    """The queries of the ``lakestate sql "..."`` commands of a shell block."""
+    """The queries of the ``lakestate sql "..."`` commands of a shell block (``--list``
+    has none)."""
     queries = []
     for line in shell_text(block).splitlines():
         if re.match(r"^\s*lakestate\s+sql\s", line):
             words = shlex.split(line, comments=True)
-            queries.append(next(w for w in words[2:] if not w.startswith("-")))
+            query = next((w for w in words[2:] if not w.startswith("-")), None)
+            if query is not None:  # `lakestate sql --list` runs no query
+                queries.append(query)
     return queries
 
 

@@ -58,6 +58,17 @@ def _expected(records: list[dict], test_id: str) -> dict[str, list[tuple]]:
     )
 
 
+def _baked_app(folder: Path) -> str:
+    """The kafka_counts app with this test's id and broker written in: Spark's Python
+    workers, started with the test session's Spark, do not see the environment set here."""
+    source = (APPS / "kafka_counts.py").read_text()
+    for name in ("KAFKA_TEST_ID", "KAFKA_TEST_BOOTSTRAP"):
+        source = source.replace(f'os.environ["{name}"]', repr(os.environ[name]))
+    path = folder / "kafka_counts.py"
+    path.write_text(source)
+    return str(path)
+
+
 # The transports of a batch's processing: inprocess_max_records (Spark's reads of a Kafka
 # topic go through the driver's reader).
 TRANSPORTS = {"spark": 0, "in_process": 10**9}
@@ -68,8 +79,9 @@ def test_a_kafka_to_kafka_count_app_equals_the_test_driver(kafka_app, tmp_path, 
     cluster, test_id, records = kafka_app
     if transport == "spark":
         request.getfixturevalue("spark")  # the session's Spark, as run_app would start it
+    app_path = _baked_app(tmp_path)
     result = run_app(
-        str(APPS / "kafka_counts.py"),
+        app_path,
         warehouse=str(tmp_path / "wh"),
         state_dir=str(tmp_path / "state"),
         max_records=MAX_RECORDS,
@@ -87,7 +99,7 @@ def test_a_kafka_to_kafka_count_app_equals_the_test_driver(kafka_app, tmp_path, 
     assert group == KafkaTopic(cluster, f"events-{test_id}").end_offsets()
     # A second run finds nothing new and writes nothing.
     again = run_app(
-        str(APPS / "kafka_counts.py"),
+        app_path,
         warehouse=str(tmp_path / "wh"),
         state_dir=str(tmp_path / "state"),
         until_caught_up=True,

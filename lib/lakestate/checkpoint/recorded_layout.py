@@ -38,7 +38,7 @@ class RecordedLayout:
         subs = sorted(self.inputs)
         return pa.table(
             {
-                "subtopology": [s for s in subs],
+                "subtopology": subs,
                 "inputs": [list(self.inputs[s]) for s in subs],
                 "stores": [list(self.stores.get(s, ())) for s in subs],
                 "global_topics": [list(self.global_topics) for _ in subs],

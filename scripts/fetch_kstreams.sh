@@ -8,11 +8,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 src=tests/conformance/kstreams
-cache="${LAKESTATE_KSTREAMS_DIR:-$PWD/.cache/kstreams}"
-m2="${LAKESTATE_M2_DIR:-$PWD/.cache/m2}"
+# Real paths: classpath.txt records the jars' paths, and a checkout whose .cache is a link
+# to another's must not record a path through a link that may go away.
+cache="$(realpath -m "${LAKESTATE_KSTREAMS_DIR:-$PWD/.cache/kstreams}")"
+m2="$(realpath -m "${LAKESTATE_M2_DIR:-$PWD/.cache/m2}")"
 # The sources' hash names the build: a changed pom or Java class builds a new runner.
 hash="$(cd "$src" && find pom.xml src -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)"
 dir="$cache/$hash"
+
+# A build whose classpath names a jar that is gone (a deleted Maven repository) is rebuilt.
+if [ -f "$dir/classpath.txt" ]; then
+  IFS=: read -r -a jars < "$dir/classpath.txt" || true  # no final newline
+  for jar in "${jars[@]}"; do
+    if [ ! -f "$jar" ]; then
+      echo "fetch_kstreams: $jar is gone; rebuilding the runner" >&2
+      rm -rf "$dir"
+      break
+    fi
+  done
+fi
 
 if [ ! -f "$dir/classpath.txt" ]; then
   mkdir -p "$cache"

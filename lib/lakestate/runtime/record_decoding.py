@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from lakestate.app import App
 from lakestate.checkpoint.layout import kafka_topic_names
 from lakestate.errors import SerializationException, StreamsException
+from lakestate.io.kafka.appends import wire_bytes
 from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.task import Task
 from lakestate.records import Record
-from lakestate.serdes import Serde, TopicSerdes
+from lakestate.serdes import JsonSerde, Serde, TopicSerdes
 from lakestate.state.serde import loads as serde_loads
 from lakestate.topology.graph import SOURCE
 
@@ -84,6 +87,18 @@ def codecs_of(app: App) -> dict[str, Codec]:
         if node.kind == SOURCE and not node.internal_topic and not node.serdes.is_json:
             for topic in node.topics:
                 found[topic] = Codec(node.serdes, topic in kafka)
+    return found
+
+
+def kafka_key_bytes(app: App) -> dict[str, Callable[[str | None], bytes | None]]:
+    """Per Kafka sink topic of ``app`` written with a key serde other than Json: the
+    serialized bytes of a key given as JSON text, which Kafka's default partitioner hashes
+    (with Json the text's bytes are those bytes already)."""
+    found = {}
+    for topic in kafka_topic_names(app):
+        serde = app.topology.serdes_of(topic).key
+        if type(serde) is not JsonSerde:
+            found[topic] = partial(wire_bytes, serde)
     return found
 
 

@@ -45,6 +45,7 @@ from lakestate.runtime.record_decoding import (
     Decoder,
     codecs_of,
     decoded_headers,
+    kafka_key_bytes,
     processing_failure,
 )
 from lakestate.state.base import IsolationLevel, TopicPartition
@@ -210,7 +211,9 @@ def _hand_over(
         ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id)
     )
     rows = Rows(out_fields(store_kinds(app)))
-    counts = output_rows(rows, prepared.output, sub, partition, ctx.topic_partitions)
+    counts = output_rows(
+        rows, prepared.output, sub, partition, ctx.topic_partitions, kafka_key_bytes(app)
+    )
     task.close()
     outcome = TaskOutcome(
         reached={**reached, **global_reached},

@@ -268,3 +268,35 @@ def test_a_sink_with_serdes_refuses_a_value_of_another_type():
     )
     with pytest.raises(SerializationException, match=r"Serdes\.String\(\) cannot serialize an int"):
         _run(app, ["5"], ["3"])
+
+
+# -- the test driver ------------------------------------------------------------------------
+
+
+def test_the_driver_takes_input_through_the_sources_serdes_and_checks_the_sinks():
+    from lakestate.testing.driver import TopologyTestDriver
+
+    b = StreamsBuilder()
+    counts = (
+        b.stream("in", Consumed.with_(Serdes.Integer(), Serdes.Double()))
+        .group_by_key()
+        .aggregate(lambda: 0.0, lambda k, v, agg: agg + v)
+    )
+    counts.to_stream().to("sums", Produced.with_(Serdes.Integer(), Serdes.Double()))
+    counts.to_stream().to("as-text", Produced.with_(Serdes.Integer(), Serdes.String()))
+    with TopologyTestDriver(b.build(), {"application.id": "app"}) as driver:
+        source = driver.create_input_topic("in")
+        with pytest.raises(SerializationException, match=r"Serdes\.Integer\(\)"):
+            source.pipe_input(1 << 31, 1.0)  # Kafka's TestInputTopic fails in its serializer
+        with pytest.raises(SerializationException, match=r"Serdes\.String\(\) cannot serialize"):
+            source.pipe_input(1, 2)  # the int 2 arrives as the Double 2.0: a float to String
+        assert driver.create_output_topic("sums").read_key_values_to_list() == []
+
+    b = StreamsBuilder()
+    b.stream("in", Consumed.with_(Serdes.Integer(), Serdes.Double())).group_by_key().aggregate(
+        lambda: 0.0, lambda k, v, agg: agg + v
+    ).to_stream().to("sums", Produced.with_(Serdes.Integer(), Serdes.Double()))
+    with TopologyTestDriver(b.build(), {"application.id": "app"}) as driver:
+        driver.create_input_topic("in").pipe_key_value_list([(1, 2), (1, 0.5), (None, 1.0)])
+        sums = driver.create_output_topic("sums").read_key_values_to_list()
+        assert sums == [(1, 2.0), (1, 2.5)] and type(sums[0][1]) is float

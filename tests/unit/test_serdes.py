@@ -300,3 +300,20 @@ def test_the_driver_takes_input_through_the_sources_serdes_and_checks_the_sinks(
         driver.create_input_topic("in").pipe_key_value_list([(1, 2), (1, 0.5), (None, 1.0)])
         sums = driver.create_output_topic("sums").read_key_values_to_list()
         assert sums == [(1, 2.0), (1, 2.5)] and type(sums[0][1]) is float
+
+
+def test_producers_records_to_a_topic_with_a_key_serde_go_where_kafka_would_put_them():
+    from functools import partial
+
+    from lakestate.io.kafka import _key_bytes
+    from lakestate.io.partitioner import murmur2, partition_for
+    from lakestate.io.topic_records import normalize_records
+
+    records = [(k, "v") for k in (3, -7, 1 << 40, 0)]
+    by_bytes = normalize_records(records, 2, key_bytes=partial(_key_bytes, Serdes.Long()))
+    assert [p for p, *_ in by_bytes] == [
+        (murmur2(struct.pack(">q", k)) & 0x7FFFFFFF) % 2 for k, _ in records
+    ]
+    assert [p for p, *_ in by_bytes] != [partition_for(k, 2) for k, _ in records]
+    with pytest.raises(ValueError, match=r"record 0: key: Serdes.Long\(\) cannot read a str"):
+        normalize_records([("x", 1)], 2, key_bytes=partial(_key_bytes, Serdes.Long()))

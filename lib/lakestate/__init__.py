@@ -16,6 +16,7 @@ from lakestate.dsl.cogrouped import (
     SessionWindowedCogroupedKStream,
     TimeWindowedCogroupedKStream,
 )
+from lakestate.dsl.consumed import Consumed, Produced
 from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
@@ -37,6 +38,7 @@ from lakestate.errors import (
 from lakestate.processors.punctuation import Cancellable, PunctuationType
 from lakestate.processors.user import Processor, ProcessorContext
 from lakestate.records import Change, Record, Window, Windowed
+from lakestate.serdes import Serde, Serdes
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
 from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
 from lakestate.topology.graph import Topology
@@ -50,6 +52,7 @@ __all__ = [
     "PUT_RETURN_CODE_NOT_PUT",
     "Change",
     "CogroupedKStream",
+    "Consumed",
     "Deduplicated",
     "GlobalKTable",
     "InvalidStateStoreException",
@@ -61,11 +64,14 @@ __all__ = [
     "Materialized",
     "Named",
     "ProcessingException",
+    "Produced",
     "Processor",
     "ProcessorContext",
     "PunctuationType",
     "Record",
     "Repartitioned",
+    "Serde",
+    "Serdes",
     "SerializationException",
     "SessionWindowedCogroupedKStream",
     "SessionWindowedKStream",

@@ -30,7 +30,17 @@ LAYERS: dict[str, int] = {
 #: Know nothing of the runtime: they may import each other and the shared modules only.
 CORE = {"dsl", "topology", "processors", "state", "testing"}
 #: Shared by everyone, importing no package above.
-SHARED = {"app", "errors", "records", "task_id", "warehouse", "console", "logfile", "__init__"}
+SHARED = {
+    "app",
+    "errors",
+    "records",
+    "serdes",
+    "task_id",
+    "warehouse",
+    "console",
+    "logfile",
+    "__init__",
+}
 
 
 def _modules() -> dict[str, Path]:

@@ -51,8 +51,10 @@ class AppLayout:
 
     def topic(self, name: str) -> topics.Topic:
         """One of the app's topics (its partition count as the layout read it)."""
-        cluster = self.cluster if name in self.kafka_topics else None
-        return topics.topic(self.warehouse, name, self.partitions.get(name), cluster)
+        if name not in self.kafka_topics:
+            return topics.topic(self.warehouse, name, self.partitions.get(name))
+        serdes = self.app.topology.serdes_of(name)
+        return topics.topic(self.warehouse, name, self.partitions.get(name), self.cluster, serdes)
 
     def tasks(self) -> list[TaskId]:
         return [
@@ -87,7 +89,7 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
     dead_letters = _dead_letter_topic_name(app)  # refused before anything is created
     topology = app.topology
     cluster = KafkaCluster.from_config(app.config)
-    kafka_topics = _kafka_topics(app) if cluster is not None else frozenset()
+    kafka_topics = kafka_topic_names(app)
 
     def resolve(name: str) -> topics.Topic:
         return topics.topic(warehouse, name, cluster=cluster if name in kafka_topics else None)
@@ -177,10 +179,12 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
     )
 
 
-def _kafka_topics(app: App) -> frozenset[str]:
+def kafka_topic_names(app: App) -> frozenset[str]:
     """The topics of an app with a Kafka cluster that are the cluster's: its sources, its
     global tables' topics and its sinks (as in Kafka Streams, where the app's internal
-    topics are its own)."""
+    topics are its own); none without a cluster."""
+    if KafkaCluster.from_config(app.config) is None:
+        return frozenset()
     topology = app.topology
     names = {t for sub in topology.subtopologies for t in sub.source_topics}
     names |= {t for sub in topology.subtopologies for t in sub.sink_topics}

@@ -6,11 +6,13 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lakestate.dsl.consumed import Consumed, serdes_of
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.api import Processor
 from lakestate.processors.stateless import ChangeDecodingSource, DecodingSource, PassThrough, Sink
 from lakestate.processors.table import TableSource
+from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.topology.build import build_topology
 from lakestate.topology.graph import (
     PROCESSOR,
@@ -42,6 +44,14 @@ def table_store_spec(store: str, materialized: Materialized | None) -> StoreSpec
 def check_topic(topic: Any, node: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise TopologyException(f"node {node}: topic must be a non-empty string, got {topic!r}")
+
+
+def _kafka_order(materialized: Any, consumed: Any) -> tuple[Any, Any]:
+    """``(materialized, consumed)``, also when a Consumed was passed second, where Kafka's
+    ``table(topic, consumed, materialized)`` has it."""
+    if isinstance(materialized, Consumed):
+        return consumed, materialized
+    return materialized, consumed
 
 
 class GraphBuilder:
@@ -76,6 +86,7 @@ class GraphBuilder:
         internal: bool = False,
         carries_changes: bool = False,
         decode: Callable[[Any], Any] | None = None,
+        serdes: TopicSerdes = DEFAULT_SERDES,
     ) -> Node:
         """``decode``: turns the topic's values back into their type (see ``add_sink``)."""
         self._check_new(name)
@@ -89,6 +100,7 @@ class GraphBuilder:
             topics=list(topics),
             internal_topic=internal,
             carries_changes=carries_changes,
+            serdes=serdes,
         )
         self.nodes[name] = node
         return node
@@ -120,6 +132,7 @@ class GraphBuilder:
         num_partitions: int | None = None,
         encode: Callable[[Any], Any] | None = None,
         keep_null_keys: bool = False,
+        serdes: TopicSerdes = DEFAULT_SERDES,
     ) -> Node:
         """``encode``: writes values of an internal topic's own type as JSON;
         ``keep_null_keys``: an internal topic whose reader takes null keys (partition 0)."""
@@ -143,6 +156,7 @@ class GraphBuilder:
             internal_topic=internal,
             carries_changes=carries_changes,
             num_partitions=num_partitions,
+            serdes=serdes,
         )
         self.nodes[name] = node
         self.nodes[parent].children.append(name)
@@ -211,8 +225,9 @@ class StreamsBuilder:
     def __init__(self) -> None:
         self._graph = GraphBuilder()
 
-    def stream(self, topics: str | list[str]) -> KStream:
-        """A record stream read from one or more topics."""
+    def stream(self, topics: str | list[str], consumed: Consumed | None = None) -> KStream:
+        """A record stream read from one or more topics; ``consumed``: their serdes
+        (``Consumed.with_(key_serde, value_serde)``; default Json)."""
         from lakestate.dsl.kstream import KStream
 
         name = self._graph.new_name("KSTREAM-SOURCE-")
@@ -228,38 +243,54 @@ class StreamsBuilder:
             raise TopologyException(f"node {name}: stream() needs at least one topic")
         for topic in topic_list:
             check_topic(topic, name)
-        self._graph.add_source(name, topic_list)
+        serdes = serdes_of(consumed, Consumed, name)
+        self._graph.add_source(name, topic_list, serdes=serdes)
         return KStream(self._graph, name, repartition_required=False)
 
-    def table(self, topic: str, materialized: Materialized | None = None) -> KTable:
-        """A changelog stream read as a table: the latest value per key. With
+    def table(
+        self,
+        topic: str,
+        materialized: Materialized | Consumed | None = None,
+        consumed: Consumed | None = None,
+    ) -> KTable:
+        """A changelog stream read as a table: the latest value per key (``consumed``: the
+        topic's serdes; also taken second, in Kafka's order ``table(topic, consumed,
+        materialized)``). With
         ``Materialized.as_versioned(...)`` the table is versioned (KIP-914): its store keeps
         each key's history, and out-of-order records are not updates of the latest value."""
         from lakestate.dsl.ktable import KTable
 
         source = self._graph.new_name("KSTREAM-SOURCE-")
         check_topic(topic, source)
+        materialized, consumed = _kafka_order(materialized, consumed)
         store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
-        self._graph.add_source(source, [topic])
+        self._graph.add_source(source, [topic], serdes=serdes_of(consumed, Consumed, source))
         name = self._graph.new_name("KTABLE-SOURCE-")
         spec = table_store_spec(store, materialized)
         self._graph.add_store(spec, name)
         self._graph.add_processor(name, source, lambda: TableSource(store), [store])
         return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)
 
-    def global_table(self, topic: str, materialized: Materialized | None = None) -> GlobalKTable:
-        """A table every task sees whole (not partitioned); read-only to processors."""
+    def global_table(
+        self,
+        topic: str,
+        materialized: Materialized | Consumed | None = None,
+        consumed: Consumed | None = None,
+    ) -> GlobalKTable:
+        """A table every task sees whole (not partitioned); read-only to processors.
+        ``consumed``: the topic's serdes, as for ``table``."""
         from lakestate.dsl.ktable import GlobalKTable
 
         source = self._graph.new_name("KSTREAM-SOURCE-")
         check_topic(topic, source)
+        materialized, consumed = _kafka_order(materialized, consumed)
         store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
         if materialized is not None and materialized.is_versioned:
             raise TopologyException(
                 f"node {source}: a global table cannot be versioned (KIP-914): stream-global "
                 "table joins are not timestamp-synchronized; use Materialized.as_(name)"
             )
-        self._graph.add_source(source, [topic])
+        self._graph.add_source(source, [topic], serdes=serdes_of(consumed, Consumed, source))
         self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True), source)
         self._graph.nodes[source].stores.append(store)
         self._graph.global_tables.append(GlobalTableSpec(topic, store, source))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder, check_topic
+from lakestate.dsl.consumed import Produced, serdes_of
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.stateless import (
@@ -247,11 +248,12 @@ class KStream:
             operator="peek",
         )
 
-    def to(self, topic: str) -> None:
-        """Writes the stream to ``topic``."""
+    def to(self, topic: str, produced: Produced | None = None) -> None:
+        """Writes the stream to ``topic``; ``produced``: its serdes
+        (``Produced.with_(key_serde, value_serde)``; default Json)."""
         name = self._graph.new_name("KSTREAM-SINK-")
         check_topic(topic, name)
-        self._graph.add_sink(name, self._node, topic)
+        self._graph.add_sink(name, self._node, topic, serdes=serdes_of(produced, Produced, name))
 
     def to_table(self, materialized: Materialized | None = None) -> KTable:
         """The stream read as a table (latest value per key, null value deletes); versioned

@@ -93,6 +93,13 @@ def partition_of_text(key_text: str | None, num_partitions: int) -> int:
     return (murmur2(key_text.encode("utf-8")) & 0x7FFFFFFF) % num_partitions
 
 
+def partition_of_bytes(data: bytes | None, num_partitions: int) -> int:
+    """Kafka's default partitioner of a key's serialized bytes (None: partition 0)."""
+    if data is None:
+        return 0
+    return (murmur2(data) & 0x7FFFFFFF) % num_partitions
+
+
 def murmur2_rows(data: np.ndarray) -> np.ndarray:
     """``murmur2`` of every row of ``data`` (uint8, shape (n, length): n keys of one
     length), as uint32 (the signed result's bits): one numpy pass per 4 bytes of key."""

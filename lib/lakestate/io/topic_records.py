@@ -17,15 +17,19 @@ A producer's record is a dict ``{"key", "value"[, "timestamp"][, "partition"][,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from lakestate.io.partitioner import canonical_json, partition_for
+from lakestate.errors import SerializationException
+from lakestate.io.partitioner import canonical_json, partition_for, partition_of_bytes
 from lakestate.state.serde import loads
+
+#: A key's serialized bytes (a Kafka topic's key serde), which its partition is computed from.
+KeyBytes = Callable[[Any], bytes | None]
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -225,7 +229,12 @@ def _timestamp(value: Any) -> int:
     return value
 
 
-def _partition(value: Any, key: Any, num_partitions: int) -> int:
+def _partition(value: Any, key: Any, num_partitions: int, key_bytes: KeyBytes | None) -> int:
+    if value is None and key_bytes is not None:
+        try:
+            return partition_of_bytes(key_bytes(key), num_partitions)
+        except SerializationException as e:
+            raise _Invalid(f"key: {e}") from None
     if value is None:
         return partition_for(key, num_partitions)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -264,7 +273,7 @@ def _fields(record: Any) -> dict[str, Any]:
 
 
 def _encode(
-    record: Any, num_partitions: int
+    record: Any, num_partitions: int, key_bytes: KeyBytes | None = None
 ) -> tuple[int, int, str | None, str | None, str | None]:
     f = _fields(record)
     key_text = _json_text("key", f["key"])
@@ -274,24 +283,28 @@ def _encode(
         raise _Invalid(f"headers must be a JSON object (dict) or null, got {headers!r}")
     headers_text = _json_text("headers", dict(headers) if headers is not None else None)
     ts = _timestamp(f.get("timestamp"))
-    p = _partition(f.get("partition"), f["key"], num_partitions)
+    p = _partition(f.get("partition"), f["key"], num_partitions, key_bytes)
     return p, ts, key_text, value_text, headers_text
 
 
 def normalize_records(
-    records: Sequence[Any], num_partitions: int, labels: Sequence[str] | None = None
+    records: Sequence[Any],
+    num_partitions: int,
+    labels: Sequence[str] | None = None,
+    key_bytes: KeyBytes | None = None,
 ) -> list[tuple[int, int, str | None, str | None, str | None]]:
     """(partition, timestamp, key, value, headers) per record, key/value/headers as JSON
     text, for a topic of ``num_partitions`` partitions (timestamp: default now; partition:
-    default ``partition_for(key, num_partitions)``). ``ValueError`` naming every invalid
-    record (``labels[i]``, default ``record i``) and what is wrong otherwise."""
+    default ``partition_for(key, num_partitions)``, or murmur2 of ``key_bytes(key)``, the
+    key's serialized bytes, for a Kafka topic with a key serde). ``ValueError`` naming every
+    invalid record (``labels[i]``, default ``record i``) and what is wrong otherwise."""
     if labels is not None and len(labels) != len(records):
         raise ValueError(f"got {len(labels)} labels for {len(records)} records")
     out = []
     errors: list[str] = []
     for i, record in enumerate(records):
         try:
-            out.append(_encode(record, num_partitions))
+            out.append(_encode(record, num_partitions, key_bytes))
         except _Invalid as e:
             errors.append(f"{labels[i] if labels is not None else f'record {i}'}: {e}")
     if errors:

@@ -35,6 +35,7 @@ from lakestate.io.topic_records import (
     records_of,
     validate_records,
 )
+from lakestate.serdes import TopicSerdes
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
@@ -177,10 +178,12 @@ def topic(
     name: str,
     partitions: int | None = None,
     cluster: KafkaCluster | None = None,
+    serdes: TopicSerdes | None = None,
 ) -> Topic:
     """Topic ``name`` of Kafka ``cluster`` when given, else of ``warehouse``, of its kind
-    (``kind_of``); ``partitions``: its partition count when already read. ``ValueError``
-    for an illegal topic name."""
+    (``kind_of``); ``partitions``: its partition count when already read; ``serdes``: a
+    Kafka topic's key and value serdes (default Json; a log table holds the JSON form of
+    any serde's values, so needs none). ``ValueError`` for an illegal topic name."""
     if cluster is not None:
-        return KafkaTopic(cluster, name, partitions)
+        return KafkaTopic(cluster, name, partitions, serdes)
     return KINDS[kind_of(warehouse, name)].topic(warehouse, name, partitions)

@@ -65,6 +65,8 @@ HEADER_TASK = "__streams.errors.task"
 HEADER_HANDLER = "__streams.errors.handler"
 # The failed record's own headers, when they are not a JSON object (kept as read).
 HEADER_ORIGINAL = "__streams.errors.original.headers"
+# "base64" when the dead letter's key and value are the record's raw bytes, base64 strings.
+HEADER_RAW_ENCODING = "__streams.errors.raw.encoding"
 
 # Frames of the failure's stack trace kept in a dead letter (the innermost ones).
 STACK_FRAMES = 8
@@ -158,6 +160,9 @@ class RecordFailure:
     headers_text: str | None
     message: str
     error: BaseException
+    # The key and value texts are the record's raw bytes, as base64 JSON strings (a Kafka
+    # record read with serdes other than Json).
+    raw_bytes: bool = False
 
 
 def one_line(text: str) -> str:
@@ -209,6 +214,8 @@ def dead_letter_headers(
             HEADER_HANDLER: failure.kind,
         }
     )
+    if failure.raw_bytes:
+        headers[HEADER_RAW_ENCODING] = "base64"
     return headers
 
 

@@ -21,6 +21,7 @@ from lakestate.processors.metrics import NODES, TaskMetrics
 from lakestate.processors.node_context import FORWARD_TOTAL, NodeContext
 from lakestate.processors.punctuation import Cancellable, PunctuationQueue, first_time
 from lakestate.records import Record, RecordMetadata, Windowed
+from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.state import processor_metadata as metadata_store
 from lakestate.state.base import StateStore, TopicPartition, Transaction
 from lakestate.state.constants import (
@@ -61,6 +62,13 @@ def _decoded(text: str | None) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _json_form(serdes: TopicSerdes, key: Any) -> Any:
+    """A sink's key in its key serde's JSON form (a windowed key's inner key)."""
+    if type(key) is Windowed:
+        return Windowed(serdes.key.to_json(key.key), key.window)
+    return serdes.key.to_json(key)
 
 
 class PreparedCommit(NamedTuple):
@@ -129,6 +137,8 @@ class Task:
         self._output: list[Output] = []
         self._views: dict[str, Any] = {}
         self._sources: dict[str, str] = {}
+        # Sink topics (real names) written with serdes other than the default.
+        self._sink_serdes: dict[str, TopicSerdes] = {}
         self._processors: dict[str, Processor] = {}
         self._contexts: dict[str, NodeContext] = {}
         self.punctuation = PunctuationQueue()
@@ -138,6 +148,8 @@ class Task:
             processor = node.factory()
             if node.kind == SINK and node.internal_topic:
                 processor.topic = internal_topic_name(application_id, node.topics[0])
+            if node.kind == SINK and not node.serdes.is_json:
+                self._sink_serdes[processor.topic] = node.serdes
             if node.kind == SOURCE:
                 for topic in node.topics:
                     real = (
@@ -333,15 +345,24 @@ class Task:
         timestamp: int,
         texts: tuple[str | None, str | None, str | None],
         what: str,
+        serde: str | None = None,
+        raw_bytes: bool = False,
     ) -> handlers.RecordFailure:
         """The failure of a record of ``topic`` whose ``what`` (key, value or headers) is
-        not JSON: the one line names the source node and the record."""
+        not JSON, or (``serde`` given: its name) could not be deserialized by that serde;
+        the one line names the source node, the record and the serde. ``raw_bytes``: the
+        texts are the record's raw bytes (base64 JSON strings)."""
         node = self._sources.get(topic, "?")
         key = texts[0] if texts[0] is None or len(texts[0]) <= 200 else texts[0][:200] + "..."
+        problem = (
+            f"{what} is not valid JSON"
+            if serde is None
+            else f"{what} could not be deserialized by {serde}"
+        )
         message = (
             f"node {node} could not deserialize record (topic {topic!r} partition "
-            f"{self.partition} offset {offset}, key text {key!r}): {what} is not valid "
-            f"JSON: {handlers.exception_text(error)}"
+            f"{self.partition} offset {offset}, key {'bytes (base64)' if raw_bytes else 'text'} "
+            f"{key!r}): {problem}: {handlers.exception_text(error)}"
         )
         return handlers.RecordFailure(
             handlers.DESERIALIZATION,
@@ -353,7 +374,13 @@ class Task:
             *texts,
             message,
             error,
+            raw_bytes,
         )
+
+    def source_serdes(self, topic: str) -> TopicSerdes:
+        """The serdes of the source node reading ``topic`` (its real name)."""
+        source = self._sources.get(topic)
+        return DEFAULT_SERDES if source is None else self.topology.nodes[source].serdes
 
     def continues(self, failure: handlers.RecordFailure) -> bool:
         """Whether the handler for ``failure`` skips the record (log-and-continue); the
@@ -386,9 +413,12 @@ class Task:
         # Encode now, once: a value that cannot be written fails at the sink, by name, and
         # the engine writes these texts as they are.
         append = self._output.append
+        serdes = self._sink_serdes.get(topic)
         for record in records:
             headers = record.headers
-            key = record.key
+            key, value = record.key, record.value
+            if serdes is not None:  # the JSON form of the serdes' types (lakestate/serdes.py)
+                key, value = _json_form(serdes, key), serdes.value.to_json(value)
             if type(key) is Windowed:
                 key_text = checked_json_text(key.as_fields(), "key")
                 partition_text = checked_json_text(key.key, "key")
@@ -399,7 +429,7 @@ class Task:
                     topic,
                     record,
                     key_text,
-                    checked_json_text(record.value, "value"),
+                    checked_json_text(value, "value"),
                     None if headers is None else checked_json_text(headers, "headers"),
                     partition_text,
                 )

@@ -13,13 +13,14 @@ for a sink or repartition topic; ``pseq`` numbers it within its topic partition)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 from lakestate.app import App
 from lakestate.checkpoint import changelog
 from lakestate.errors import StreamsException
-from lakestate.io.partitioner import partitions_of_texts
+from lakestate.io.partitioner import partition_of_bytes, partitions_of_texts
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.processors.task import Output
 from lakestate.state.constants import RESERVED_NAMESPACES
@@ -122,9 +123,12 @@ def output_rows(
     sub: int,
     partition: int,
     topic_partitions: dict[str, int],
+    key_bytes: Mapping[str, Callable[[str | None], bytes | None]] | None = None,
 ) -> dict[str, dict[int, int]]:
     """Add the task's output records (``topic_partitions``: each output topic's partition
-    count); returns their count per topic and partition."""
+    count); returns their count per topic and partition. A record goes to murmur2 of its
+    key's JSON text, or, for a topic of ``key_bytes`` (a Kafka sink with a key serde other
+    than Json), of its key's serialized bytes, as Kafka's default partitioner does."""
     topics = [o.topic for o in output]
     targets = [0] * len(output)
     by_topic: dict[str, list[int]] = {}
@@ -134,9 +138,16 @@ def output_rows(
             rows_of = by_topic[topic] = []
         rows_of.append(i)
     for topic, rows_of in by_topic.items():
-        found = partitions_of_texts(
-            [output[i].partition_text for i in rows_of], topic_partitions[topic]
-        )
+        serialize = key_bytes.get(topic) if key_bytes else None
+        if serialize is not None:
+            count = topic_partitions[topic]
+            found = [
+                partition_of_bytes(serialize(output[i].partition_text), count) for i in rows_of
+            ]
+        else:
+            found = partitions_of_texts(
+                [output[i].partition_text for i in rows_of], topic_partitions[topic]
+            )
         for i, target in zip(rows_of, found, strict=True):
             targets[i] = target
     counts: dict[str, dict[int, int]] = {}

@@ -17,7 +17,6 @@ store, commit with it and have no changelog (the global topic is their record).
 from __future__ import annotations
 
 import heapq
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,6 @@ from lakestate.errors import ProcessingException, SerializationException, Stream
 from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.gc_pause import cyclic_gc_paused
 from lakestate.processors.task import Task
-from lakestate.records import Record
 from lakestate.runtime.batch_rows import (
     GLOBAL_INPUT,
     INPUT_COLUMNS,
@@ -42,18 +40,20 @@ from lakestate.runtime.batch_rows import (
     store_kinds,
 )
 from lakestate.runtime.outcome import TaskOutcome
+from lakestate.runtime.record_decoding import (
+    Codec,
+    Decoder,
+    codecs_of,
+    decoded_headers,
+    kafka_key_bytes,
+    processing_failure,
+)
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.state.registry import open_view
-from lakestate.state.serde import loads as serde_loads
 from lakestate.task_id import TaskId
 
-# Decoded keys are reused across the records of a batch (a few thousand keys usually carry
-# most records); only immutable ones, and only this many.
-_KEY_CACHE_LIMIT = 100_000
-_IMMUTABLE = frozenset((str, int, bool, float, type(None)))
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
 CHUNK_RECORDS = 50_000
-_MISSING = object()
 
 _apps: dict[str, App] = {}
 
@@ -80,33 +80,6 @@ def _app(path: str) -> App:
     if app is None:
         app = _apps[path] = load_app(path)
     return app
-
-
-def _texts(columns: dict[str, list], i: int) -> tuple[str | None, str | None, str | None]:
-    """Row ``i``'s key, value and headers as read."""
-    return columns["key"][i], columns["value"][i], columns["headers"][i]
-
-
-def _bad_json(task: Task, columns: dict[str, list], i: int) -> RecordFailure:
-    """The failure of row ``i``, whose key, value or headers is not valid JSON."""
-    texts = _texts(columns, i)
-    for what, text in zip(("key", "value", "headers"), texts, strict=True):
-        if text is None:
-            continue
-        try:
-            json.loads(text)
-        except (TypeError, ValueError) as exc:
-            return task.deserialization_failure(
-                exc, columns["topic"][i], columns["offset"][i], columns["timestamp"][i], texts, what
-            )
-    raise StreamsException(f"row {i} could not be decoded")  # not reached
-
-
-def _decoded_headers(text: str | None) -> Any:
-    try:
-        return None if text is None else json.loads(text)
-    except ValueError:
-        return None
 
 
 def _in_order(columns: dict[str, list]) -> list[int]:
@@ -238,7 +211,9 @@ def _hand_over(
         ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id)
     )
     rows = Rows(out_fields(store_kinds(app)))
-    counts = output_rows(rows, prepared.output, sub, partition, ctx.topic_partitions)
+    counts = output_rows(
+        rows, prepared.output, sub, partition, ctx.topic_partitions, kafka_key_bytes(app)
+    )
     task.close()
     outcome = TaskOutcome(
         reached={**reached, **global_reached},
@@ -272,9 +247,10 @@ def _process_all(
     through."""
     failures: dict[int, RecordFailure] = {}
     order = _in_order(columns)
+    codecs = {} if app is None else codecs_of(app)  # (unit tests run without an app)
     while True:
         global_reached = _apply_global_updates(app, global_views, updates)
-        reached, processed, failed = _process_records(task, columns, order, failures)
+        reached, processed, failed = _process_records(task, columns, order, failures, codecs)
         if failed is None:
             break
         row, failure = failed
@@ -286,7 +262,7 @@ def _process_all(
         position = {row: n for n, row in enumerate(order)}
         kept = [row for row in failures if row in position]
         for row in sorted(kept, key=position.__getitem__):
-            task.dead_letter(failures[row], _decoded_headers(columns["headers"][row]))
+            task.dead_letter(failures[row], decoded_headers(columns["headers"][row]))
     return reached, processed, global_reached
 
 
@@ -300,7 +276,7 @@ def _apply_global_updates(app: App, views: dict[str, Any], updates: pa.Table) ->
         return {}
     columns = {name: updates.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     topics, partitions, offsets = columns["topic"], columns["partition"], columns["offset"]
-    decode = _Decoder(columns)
+    decode = Decoder(columns, codecs_of(app))
     reached: dict[str, int] = {}
     for g in app.topology.global_tables:
         rows = sorted(
@@ -316,7 +292,11 @@ def _apply_global_updates(app: App, views: dict[str, Any], updates: pa.Table) ->
 
 
 def _process_records(
-    task: Task, columns: dict[str, list], order: list[int], failures: dict[int, RecordFailure]
+    task: Task,
+    columns: dict[str, list],
+    order: list[int],
+    failures: dict[int, RecordFailure],
+    codecs: dict[str, Codec],
 ) -> tuple[dict[str, int], int, tuple[int, RecordFailure] | None]:
     """Run the rows of ``order`` through the task until done or a commit is needed
     (KIP-892: the uncommitted bound forces the commit there), skipping the rows of
@@ -329,7 +309,7 @@ def _process_records(
     (the caller then undoes the attempt and starts again); a row that cannot be decoded is
     added to ``failures`` here. Log-and-fail raises the failure's error."""
     topics, offsets = columns["topic"], columns["offset"]
-    decode = _Decoder(columns, task, failures)
+    decode = Decoder(columns, codecs, task, failures)
     reached: dict[str, int] = {}
     processed = 0
     position = 0
@@ -369,7 +349,8 @@ def _process_records(
                 try:
                     task.process(topic, offset, record)
                 except (ProcessingException, SerializationException) as exc:
-                    failure = task.failure(exc, topic, offset, record, _texts(columns, i))
+                    codec = decode.codec(i)
+                    failure = processing_failure(task, exc, columns, i, record, codec)
                     if not task.continues(failure):
                         # The one line a person reads also says what to do about it.
                         exc.args = (f"{exc}; {task.handlers.advice(failure.kind)}",)
@@ -390,102 +371,3 @@ def _chunk_length(task: Task) -> int:
     room_entries = task.max_uncommitted_records - txn.approximate_num_uncommitted_entries()
     room_bytes = task.max_uncommitted_bytes - txn.approximate_num_uncommitted_bytes()
     return max(1, min(CHUNK_RECORDS, room_entries // 4, room_bytes // 1024))
-
-
-class _Decoder:
-    """Row index -> Record, decoding the JSON of key, value and headers (keys cached).
-    With a task, rows that cannot be decoded are its deserialization failures (``good``);
-    without, they fail the batch."""
-
-    def __init__(
-        self,
-        columns: dict[str, list],
-        task: Task | None = None,
-        failures: dict[int, RecordFailure] | None = None,
-    ) -> None:
-        self.columns = columns
-        self.task = task
-        self.failures = {} if failures is None else failures
-        self.keys, self.values = columns["key"], columns["value"]
-        self.headers, self.timestamps = columns["headers"], columns["timestamp"]
-        self.key_cache: dict[str, Any] = {}
-
-    def __call__(self, i: int) -> Record:
-        return self.many([i])[0]
-
-    def good(self, rows: list[int]) -> tuple[list[int], list[Record]]:
-        """The rows of ``rows`` that are not known failures and decode, and their records.
-        A row that does not decode is a failure: its handler raises (log-and-fail) or it is
-        added to the failures (log-and-continue)."""
-        failures = self.failures
-        if failures:
-            rows = [i for i in rows if i not in failures]
-        try:
-            return rows, self.many(rows)
-        except _Undecodable:
-            pass
-        good, records = [], []
-        for i in rows:
-            try:
-                records.append(self.many([i])[0])
-            except _Undecodable:
-                failure = _bad_json(self.task, self.columns, i)
-                if not self.task.continues(failure):
-                    advice = self.task.handlers.advice(failure.kind)
-                    raise SerializationException(f"{failure.message}; {advice}") from None
-                failures[i] = failure
-                continue
-            good.append(i)
-        return good, records
-
-    def many(self, rows: list[int]) -> list[Record]:
-        """The records of rows ``rows``, in that order."""
-        loads, cache, missing = serde_loads, self.key_cache, _MISSING
-        keys, values, headers, timestamps = self.keys, self.values, self.headers, self.timestamps
-        records = []
-        append = records.append
-        i = -1
-        try:
-            for i in rows:
-                key_text = keys[i]
-                if key_text is None:
-                    key = None
-                else:
-                    key = cache.get(key_text, missing)
-                    if key is missing:
-                        key = loads(key_text)
-                        if type(key) in _IMMUTABLE and len(cache) < _KEY_CACHE_LIMIT:
-                            cache[key_text] = key
-                value_text = values[i]
-                header_text = headers[i]
-                append(
-                    Record(
-                        key,
-                        None if value_text is None else loads(value_text),
-                        timestamps[i],
-                        None if header_text is None else loads(header_text),
-                    )
-                )
-        except (TypeError, ValueError):
-            if self.task is not None:
-                raise _Undecodable(i) from None
-            raise StreamsException(_global_bad_json(self.columns, i)) from None
-        return records
-
-
-class _Undecodable(Exception):
-    """Row ``args[0]`` could not be decoded."""
-
-
-def _global_bad_json(columns: dict[str, list], i: int) -> str:
-    for what in ("key", "value", "headers"):
-        text = columns[what][i]
-        try:
-            json.loads(text) if text is not None else None
-        except (TypeError, ValueError) as exc:
-            return (
-                f"{what} is not valid JSON in topic {columns['topic'][i]!r} partition "
-                f"{columns['partition'][i]} offset {columns['offset'][i]} (a global table's "
-                f"topic; the batch commits nothing): {type(exc).__name__}: {exc}"
-            )
-    return f"row {i} of a global table's topic could not be decoded"

@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakestate.errors import StreamsException
 from lakestate.processors.api import Processor
+from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.topology.copartition import CopartitionGroup
 
 SOURCE = "source"
@@ -51,6 +53,8 @@ class Node:
     # A repartition sink's topic partition count set with Repartitioned (None: as many as
     # the tasks writing it).
     num_partitions: int | None = None
+    # A source's or sink's key and value serdes (Consumed / Produced / Grouped.with_).
+    serdes: TopicSerdes = DEFAULT_SERDES
 
     def describe(self) -> str:
         if self.kind == SOURCE:
@@ -124,6 +128,23 @@ class Topology:
 
     def sink_topics(self) -> list[str]:
         return [t for sub in self.subtopologies for t in sub.sink_topics]
+
+    def serdes_of(self, topic: str) -> TopicSerdes:
+        """The serdes of external topic ``topic`` (its sources' ``Consumed``, else its
+        sinks' ``Produced``; default Json). A topic read or written with two different
+        serdes is a StreamsException naming both."""
+        found = {
+            node.serdes
+            for node in self.nodes.values()
+            if node.kind in (SOURCE, SINK) and not node.internal_topic and topic in node.topics
+        }
+        if len(found) > 1:
+            raise StreamsException(
+                f"topic {topic!r} is read or written with different serdes ("
+                + "; ".join(sorted(map(str, found)))
+                + "): give every Consumed and Produced of one topic the same serdes"
+            )
+        return found.pop() if found else DEFAULT_SERDES
 
     def repartition_partitions(self) -> dict[str, int]:
         """The repartition topics (suffixes) whose partition count the app set with

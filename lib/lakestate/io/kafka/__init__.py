@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ from lakestate.io.topic_records import (
     check_txn,
     normalize_records,
 )
+from lakestate.serdes import DEFAULT_SERDES, JsonSerde, Serde, TopicSerdes
 from lakestate.task_id import TaskId
 
 if TYPE_CHECKING:
@@ -48,14 +50,31 @@ KIND = "kafka"
 
 
 class KafkaTopic:
-    """A topic of a Kafka cluster (``lakestate.io.topics.Topic``)."""
+    """A topic of a Kafka cluster (``lakestate.io.topics.Topic``). ``serdes``: how its
+    bytes are read and written (default Json: the bytes are JSON text). With other serdes
+    its reader hands over each key's and value's raw bytes as base64 text (``raw_bytes``),
+    for the task that reads it to deserialize, so that bytes that do not deserialize reach
+    the app's deserialization exception handler whole; its appends serialize the JSON form
+    of each key and value with them (``lakestate/serdes.py``)."""
 
     kind = KIND
 
-    def __init__(self, cluster: KafkaCluster, name: str, partitions: int | None = None) -> None:
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        name: str,
+        partitions: int | None = None,
+        serdes: TopicSerdes | None = None,
+    ) -> None:
         self.cluster = cluster
         self.name = name
         self._partitions = partitions
+        self.serdes = serdes or DEFAULT_SERDES
+
+    @property
+    def raw_bytes(self) -> bool:
+        """True when the reader hands over raw bytes (base64 text), not JSON text."""
+        return not self.serdes.is_json
 
     def __repr__(self) -> str:
         return f"KafkaTopic({self.cluster.bootstrap_servers!r}, {self.name!r})"
@@ -100,7 +119,7 @@ class KafkaTopic:
         )
 
     def reader(self) -> KafkaReader:
-        return KafkaReader(self.cluster, self.name)
+        return KafkaReader(self.cluster, self.name, raw_bytes=self.raw_bytes)
 
     def read_partitions(
         self, partitions: Iterable[int] | None = None, limit: int | None = None
@@ -130,13 +149,17 @@ class KafkaTopic:
         txn_version: int | None = None,
         labels: Sequence[str] | None = None,
     ) -> AppendResult:
-        """Producers' records, each to its partition (lakestate's murmur2 of the key's
-        JSON text, as Kafka's default partitioner of those bytes), acknowledged by all
-        in-sync replicas. A txn is refused: Kafka has no Delta txn to make it idempotent."""
+        """Producers' records, keys and values in their serdes' JSON form (``Serde.to_json``:
+        the value itself but for Bytes, a base64 string), each to its partition (murmur2 of
+        the key's serialized bytes, as Kafka's default partitioner: with Json, its JSON
+        text), acknowledged by all in-sync replicas. A txn is refused: Kafka has no Delta txn to make it idempotent."""
         if check_txn(txn_app_id, txn_version) is not None:
             raise ValueError(f"Kafka topic {self.location}: an append takes no txn")
-        encoded = normalize_records(records, self.partitions(), labels)
-        return produce(self.cluster, self.name, encoded)
+        key_serde = self.serdes.key
+        # Kafka's default partitioner hashes the key's serialized bytes (with Json: its text).
+        key_bytes = None if type(key_serde) is JsonSerde else partial(_key_bytes, key_serde)
+        encoded = normalize_records(records, self.partitions(), labels, key_bytes)
+        return produce(self.cluster, self.name, encoded, self.serdes)
 
     def append_batch(
         self,
@@ -147,20 +170,29 @@ class KafkaTopic:
     ) -> AppendResult:
         """Step 3 for a Kafka sink: each task batch not held yet in its own transaction
         with its marker (``appends``); ``metadata`` has no place in Kafka."""
-        return appends.append_batch(self.cluster, self.name, self.partitions(), app, batches, build)
+        return appends.append_batch(
+            self.cluster, self.name, self.partitions(), app, batches, build, self.serdes
+        )
 
     def holds(self, app: str, task: TaskId) -> int:
         """The last batch of ``task`` of ``app`` this topic holds (0: none)."""
         return appends.held_batch(self.cluster, app, task, self.name)
 
 
+def _key_bytes(serde: Serde, key: Any) -> bytes | None:
+    """The bytes of a producer's key, given in its serde's JSON form."""
+    return serde.serialize(serde.from_json(key))
+
+
 def produce(
     cluster: KafkaCluster,
     topic: str,
     encoded: Sequence[tuple[int, int, str | None, str | None, str | None]],
+    serdes: TopicSerdes = DEFAULT_SERDES,
 ) -> AppendResult:
-    """Produce ``(partition, timestamp, key, value, headers)`` rows (JSON text) and wait for
-    every acknowledgement; the offsets they got, per partition."""
+    """Produce ``(partition, timestamp, key, value, headers)`` rows (JSON text, serialized
+    with ``serdes``) and wait for every acknowledgement; the offsets they got, per
+    partition."""
     import json
 
     from confluent_kafka import Producer
@@ -183,8 +215,8 @@ def produce(
             header_list = [(k, json.dumps(v).encode()) for k, v in json.loads(headers).items()]
         producer.produce(
             topic,
-            value=None if value is None else value.encode(),
-            key=None if key is None else key.encode(),
+            value=appends.wire_bytes(serdes.value, value),
+            key=appends.wire_bytes(serdes.key, key),
             partition=partition,
             timestamp=timestamp,
             headers=header_list,

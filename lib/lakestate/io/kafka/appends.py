@@ -24,7 +24,8 @@ import pyarrow as pa
 from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io.kafka import admin
 from lakestate.io.kafka.cluster import ADMIN_TIMEOUT, KafkaCluster
-from lakestate.io.topic_records import AppendResult
+from lakestate.io.topic_records import AppendResult, decode_json
+from lakestate.serdes import DEFAULT_SERDES, JsonSerde, Serde, TopicSerdes
 from lakestate.task_id import TaskId
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def append_batch(
     app: str,
     batches: Mapping[TaskId, int],
     build: BatchRows,
+    serdes: TopicSerdes = DEFAULT_SERDES,
 ) -> AppendResult:
     """Write each task batch of ``batches`` the topic does not hold yet, in its own
     transaction with its marker (``build({task: batch}, ends)``: its rows, in emission
@@ -86,7 +88,7 @@ def append_batch(
         if held_batch(cluster, app, task, topic) >= batch:
             continue
         rows = build({task: batch}, dict.fromkeys(range(partitions), 0))
-        _transaction(cluster, producer, topic, app, task, batch, rows, ranges)
+        _transaction(cluster, producer, topic, (app, task, batch), rows, ranges, serdes)
         written = True
     return AppendResult(topic, dict(sorted(ranges.items())), skipped=not written)
 
@@ -140,14 +142,14 @@ def _transaction(
     cluster: KafkaCluster,
     producer: Any,
     topic: str,
-    app: str,
-    task: TaskId,
-    batch: int,
+    task_batch: tuple[str, TaskId, int],
     rows: pa.Table,
     ranges: dict[int, tuple[int, int]],
+    serdes: TopicSerdes,
 ) -> None:
     from confluent_kafka import KafkaException, TopicPartition
 
+    app, task, batch = task_batch
     txn_id = transactional_id(app, task, topic)
     failures: list[str] = []
 
@@ -165,8 +167,8 @@ def _transaction(
         for row in ordered.to_pylist():
             producer.produce(
                 topic,
-                key=None if row["key"] is None else row["key"].encode(),
-                value=None if row["value"] is None else row["value"].encode(),
+                key=wire_bytes(serdes.key, row["key"]),
+                value=wire_bytes(serdes.value, row["value"]),
                 partition=row["partition"],
                 timestamp=row["timestamp"],
                 headers=_headers(row["headers"]),
@@ -204,6 +206,16 @@ def _failed(
         f"{txn_id}: batch {batch}'s transaction failed ({error}); nothing of it is visible "
         "to read_committed consumers, and the next run writes it again"
     ) from None
+
+
+def wire_bytes(serde: Serde, text: str | None) -> bytes | None:
+    """The bytes ``serde`` writes for a key or value given in its JSON form (``text``,
+    JSON text; None: null). The task's sink checked the value's type already."""
+    if text is None:
+        return None
+    if type(serde) is JsonSerde:
+        return text.encode()  # the canonical text as it is
+    return serde.serialize(serde.from_json(decode_json(text)))
 
 
 def _headers(text: str | None) -> list[tuple[str, bytes]] | None:

@@ -5,12 +5,16 @@ A range ``[start, end)`` is read up to the first record at or past ``end``, or t
 partition's end: with transactions, offsets have gaps (commit markers, aborted records), so
 the last offset before ``end`` need not be a record. A plan's ends are read_committed ends,
 so every record of a planned range is decided and a replay reads the same records.
-Key, value and header values are taken as UTF-8 JSON text (lakestate's default serde);
-text that is not JSON reaches the app's deserialization exception handler as for any topic.
+Key and value bytes are taken as UTF-8 JSON text (lakestate's default serde, Json), or,
+for a topic read with other serdes (``raw_bytes``), handed over as base64 text of the raw
+bytes for the task to deserialize with its source's serdes (runtime/task_executor.py):
+either way, bytes that do not deserialize reach the app's deserialization exception
+handler, whole. Header values are taken as JSON text, else as text.
 """
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -32,6 +36,10 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
+def _base64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
 def _headers(headers: list[tuple[str, bytes | None]] | None) -> str | None:
     if not headers:
         return None
@@ -50,9 +58,10 @@ def _headers(headers: list[tuple[str, bytes | None]] | None) -> str | None:
 class KafkaReader:
     """Reads of one Kafka topic's ranges (``lakestate.io.topics.TopicReader``)."""
 
-    def __init__(self, cluster: KafkaCluster, topic: str) -> None:
+    def __init__(self, cluster: KafkaCluster, topic: str, raw_bytes: bool = False) -> None:
         self.cluster = cluster
         self.topic = topic
+        self.raw_bytes = raw_bytes
 
     def read_range(self, ranges: Ranges) -> pa.Table:
         """The records with ``start <= offset < end`` of each partition of ``ranges``."""
@@ -102,7 +111,7 @@ class KafkaReader:
                     elif message.offset() >= end:
                         self._done(consumer, pending, p)
                     else:
-                        self._add(message, columns)
+                        self._add(message, columns, self.raw_bytes)
                 if pending and time.monotonic() > deadline:
                     raise StreamsException(
                         f"reading Kafka topic {self.topic!r}: offsets "
@@ -120,10 +129,11 @@ class KafkaReader:
         consumer.pause([TopicPartition(self.topic, partition)])
 
     @staticmethod
-    def _add(message: Any, columns: dict[str, list]) -> None:
+    def _add(message: Any, columns: dict[str, list], raw_bytes: bool) -> None:
         columns["partition"].append(message.partition())
         columns["offset"].append(message.offset())
         columns["timestamp"].append(message.timestamp()[1])
-        columns["key"].append(_text(message.key()))
-        columns["value"].append(_text(message.value()))
+        text = _base64 if raw_bytes else _text
+        columns["key"].append(text(message.key()))
+        columns["value"].append(text(message.value()))
         columns["headers"].append(_headers(message.headers()))

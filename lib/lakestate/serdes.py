@@ -1,0 +1,326 @@
+"""Serdes: how a topic's keys and values become bytes and back, as Kafka's
+``org.apache.kafka.common.serialization`` classes do, and how each type is written in a
+log table.
+
+``Serdes.String()`` (UTF-8), ``Long()`` (8 bytes, big-endian two's complement),
+``Integer()`` (4 bytes, big-endian), ``Double()`` (IEEE-754 binary64, big-endian),
+``Bytes()`` (the bytes as they are) and ``Json()`` (lakestate's default: canonical UTF-8
+JSON text, what every topic carried before serdes). Every serde maps None to None both ways
+(Kafka's null), so a tombstone stays a tombstone.
+
+Two forms of a value:
+
+- its *bytes* (``serialize``/``deserialize``): what a Kafka topic carries. Deserializing
+  bytes of the wrong size raises SerializationException with Kafka's message (``Size of
+  data received by LongDeserializer is not 8``); String decodes malformed UTF-8 to U+FFFD,
+  as Java's ``new String(bytes, UTF_8)`` does, so it never fails.
+- its *JSON form* (``to_json``/``from_json``): what a log table's key and value columns
+  hold (lakestate's own topics are JSON text). A Long key 5 is ``5``, a String key c1 is
+  ``"c1"``, a Double ``1.5``, Bytes a base64 string (Kafka Connect's JsonConverter's
+  convention). On a log table a serde checks and converts: reading, a value of the wrong
+  type is a deserialization failure; writing, a SerializationException at the sink.
+
+Nothing here knows where bytes come from: a Kafka topic's reader and producer use
+``serialize``/``deserialize``, the rest of lakestate the JSON form.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from lakestate.errors import SerializationException
+from lakestate.state.serde import a_type, json_text, loads
+
+__all__ = ["DEFAULT_SERDES", "Serde", "Serdes", "TopicSerdes", "check_serde"]
+
+_LONG = (-(1 << 63), (1 << 63) - 1)
+_INT = (-(1 << 31), (1 << 31) - 1)
+
+
+class Serde:
+    """A serializer and deserializer of one type (Kafka's ``Serde<T>``). ``name``: how
+    errors and ``describe`` name it, e.g. ``Serdes.Long()``."""
+
+    name = "Serdes.Json()"
+
+    def serialize(self, value: Any) -> bytes | None:
+        """``value``'s bytes (None for None); SerializationException for a value the serde
+        cannot hold."""
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes | None) -> Any:
+        """The value of ``data`` (None for None); SerializationException for bytes that
+        are not one."""
+        raise NotImplementedError
+
+    def to_json(self, value: Any) -> Any:
+        """``value`` as it is written in a log table (a JSON value), checked."""
+        raise NotImplementedError
+
+    def from_json(self, value: Any) -> Any:
+        """The value a log table's JSON value ``value`` holds, checked."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def _refuse(self, value: Any, what: str) -> SerializationException:
+        return SerializationException(
+            f"{self.name} cannot serialize {a_type(value)} ({_short(value)}): it takes {what}"
+        )
+
+    def _checked_read(self, value: Any) -> Any:
+        """``to_json``'s check, worded for a value read from a log table."""
+        try:
+            return self.to_json(value)
+        except SerializationException as exc:
+            read = str(exc).replace("cannot serialize", "cannot read", 1)
+            raise SerializationException(f"{read} (the JSON value of a log table)") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 100 else text[:100] + "..."
+
+
+class JsonSerde(Serde):
+    """Canonical UTF-8 JSON text (sorted object keys, no spaces): any JSON value."""
+
+    name = "Serdes.Json()"
+
+    def serialize(self, value: Any) -> bytes | None:
+        text = json_text(value)
+        return None if text is None else text.encode("utf-8")
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return loads(bytes(data).decode("utf-8", errors="replace"))
+        except ValueError as exc:
+            raise SerializationException(f"{self.name}: the bytes are not JSON: {exc}") from None
+
+    def to_json(self, value: Any) -> Any:
+        return value
+
+    def from_json(self, value: Any) -> Any:
+        return value
+
+
+class StringSerde(Serde):
+    name = "Serdes.String()"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self._refuse(value, "a str")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SerializationException(f"{self.name}: not Unicode text: {exc}") from None
+
+    def deserialize(self, data: bytes | None) -> Any:
+        return None if data is None else bytes(data).decode("utf-8", errors="replace")
+
+    def to_json(self, value: Any) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise self._refuse(value, "a str")
+        return value
+
+    def from_json(self, value: Any) -> Any:
+        return self._checked_read(value)
+
+
+class _FixedInt(Serde):
+    """A signed big-endian integer of ``size`` bytes."""
+
+    size = 8
+    format = ">q"
+    bounds = _LONG
+    java = "Long"
+
+    def serialize(self, value: Any) -> bytes | None:
+        value = self.to_json(value)
+        return None if value is None else struct.pack(self.format, value)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        if len(data) != self.size:
+            raise SerializationException(
+                f"Size of data received by {self.java}Deserializer is not {self.size}"
+            )
+        return struct.unpack(self.format, bytes(data))[0]
+
+    def to_json(self, value: Any) -> Any:
+        if value is None:
+            return None
+        low, high = self.bounds
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._refuse(value, f"an int of {self.size * 8} bits")
+        if not low <= value <= high:
+            raise SerializationException(
+                f"{self.name} cannot serialize {value}: out of the {self.size * 8}-bit range "
+                f"{low}..{high}"
+            )
+        return int(value)
+
+    def from_json(self, value: Any) -> Any:
+        return self._checked_read(value)
+
+
+class LongSerde(_FixedInt):
+    name = "Serdes.Long()"
+
+
+class IntegerSerde(_FixedInt):
+    name = "Serdes.Integer()"
+    size = 4
+    format = ">i"
+    bounds = _INT
+    java = "Integer"
+
+
+class DoubleSerde(Serde):
+    name = "Serdes.Double()"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._refuse(value, "a float")
+        return struct.pack(">d", float(value))
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        if len(data) != 8:
+            raise SerializationException("Size of data received by DoubleDeserializer is not 8")
+        return struct.unpack(">d", bytes(data))[0]
+
+    def to_json(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._refuse(value, "a float")
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SerializationException(
+                f"{self.name}: {value!r} has no JSON form, so no log table can hold it "
+                "(a Kafka topic can)"
+            )
+        return value
+
+    def from_json(self, value: Any) -> Any:
+        return self._checked_read(value)
+
+
+class BytesSerde(Serde):
+    """Bytes as they are; in a log table, a base64 JSON string."""
+
+    name = "Serdes.Bytes()"
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise self._refuse(value, "bytes")
+        return bytes(value)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        return None if data is None else bytes(data)
+
+    def to_json(self, value: Any) -> Any:
+        data = self.serialize(value)
+        return None if data is None else base64.b64encode(data).decode("ascii")
+
+    def from_json(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise SerializationException(
+                f"{self.name} reads a log table's value as a base64 string, got "
+                f"{a_type(value)} ({_short(value)})"
+            )
+        try:
+            return base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise SerializationException(f"{self.name}: not base64: {exc}") from None
+
+
+class Serdes:
+    """Kafka's ``Serdes`` factory: ``Serdes.Long()`` and the others."""
+
+    @staticmethod
+    def String() -> Serde:  # noqa: N802 (Kafka's names)
+        return StringSerde()
+
+    @staticmethod
+    def Long() -> Serde:  # noqa: N802
+        return LongSerde()
+
+    @staticmethod
+    def Integer() -> Serde:  # noqa: N802
+        return IntegerSerde()
+
+    @staticmethod
+    def Double() -> Serde:  # noqa: N802
+        return DoubleSerde()
+
+    @staticmethod
+    def Bytes() -> Serde:  # noqa: N802
+        return BytesSerde()
+
+    @staticmethod
+    def ByteArray() -> Serde:  # noqa: N802
+        """The same as ``Bytes()`` (Python has one bytes type)."""
+        return BytesSerde()
+
+    @staticmethod
+    def Json() -> Serde:  # noqa: N802
+        return JsonSerde()
+
+
+JSON = JsonSerde()
+
+
+@dataclass(frozen=True)
+class TopicSerdes:
+    """The key and value serdes of one topic."""
+
+    key: Serde = JSON
+    value: Serde = JSON
+
+    @property
+    def is_json(self) -> bool:
+        """True for the default (both Json): the topic's bytes are JSON text."""
+        return type(self.key) is JsonSerde and type(self.value) is JsonSerde
+
+    def __str__(self) -> str:
+        return f"key {self.key.name}, value {self.value.name}"
+
+
+DEFAULT_SERDES = TopicSerdes()
+
+
+def check_serde(serde: Any, what: str) -> Serde:
+    """``serde`` (None: the default, Json) checked to be a Serde; SerializationException
+    naming ``what`` otherwise."""
+    if serde is None:
+        return JSON
+    if not isinstance(serde, Serde):
+        raise SerializationException(
+            f"{what} must be a serde such as ls.Serdes.Long(), got {_short(serde)}"
+        )
+    return serde

@@ -113,6 +113,19 @@ def render(dag_id: str, params: dict[str, Any], run_type: str, until: str) -> di
     return {"arguments": arguments}
 
 
+def render_all(dag_id: str, cases: list[list[Any]]) -> dict[str, Any]:
+    """``render`` of each ``[params, run_type, until]`` case in this one interpreter
+    (importing Airflow and parsing the DAGs once): per case its result, or the error it
+    raised as ``{"error": "Type: message"}``."""
+    results: list[dict[str, Any]] = []
+    for params, run_type, until in cases:
+        try:
+            results.append(render(dag_id, params, run_type, until))
+        except Exception as exc:  # the case's answer, asserted by the test
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+    return {"results": results}
+
+
 def master(dag_id: str) -> dict[str, Any]:
     """The Spark master the DAG's first run task would give ``lakestate run``."""
     from lakestate.airflow.operator import LakestateRunOperator
@@ -197,6 +210,8 @@ def main(argv: list[str]) -> int:
         result = describe()
     elif action == "render":
         result = render(args[0], json.loads(args[1]), args[2], args[3])
+    elif action == "render-all":
+        result = render_all(args[0], json.loads(args[1]))
     elif action == "master":
         result = master(args[0])
     elif action == "test":

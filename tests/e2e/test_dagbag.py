@@ -245,41 +245,71 @@ def test_instances_configured_by_an_app_make_its_run_tasks(airflow_env, tmp_path
 
 
 SCHEDULED = ["--until-caught-up", "--time-budget", "240", "--wait", "240"]
+BACKFILL_END = "2026-11-20T10:05:00+00:00"
+
+RUN_OPTIONS = [
+    ({}, SCHEDULED),
+    (
+        {"max_batches": 3, "max_records": 500, "until_caught_up": False},
+        ["--max-batches", "3", "--time-budget", "240", "--max-records", "500",
+         "--wait", "240"],
+    ),
+    (
+        {"max_batches": 3, "until_caught_up": False, "time_budget_s": None},
+        ["--max-batches", "3", "--wait", "inf"],
+    ),
+    (
+        {"max_batches": 3, "time_budget_s": 60},
+        ["--until-caught-up", "--time-budget", "60", "--wait", "60"],
+    ),
+    (
+        {"transport": "spark"},
+        ["--until-caught-up", "--time-budget", "240", "--transport", "spark", "--wait", "240"],
+    ),
+    (
+        {"transport": "inprocess", "max_records": 7},
+        ["--until-caught-up", "--time-budget", "240", "--max-records", "7",
+         "--transport", "inprocess", "--wait", "240"],
+    ),
+]  # fmt: skip
+RUN_TYPES = ["scheduled", "manual"]
+BACKFILLS = [({}, None), ({"time_budget_s": 90, "max_batches": 2}, 90)]
+INVALID = [
+    {"max_batches": 0},
+    {"max_records": "many"},
+    {"time_budget_s": 0},
+    {"rewind": "x"},
+    {"transport": "gpu"},
+]
 
 
-@pytest.mark.parametrize(
-    ("params", "expected"),
-    [
-        ({}, SCHEDULED),
-        (
-            {"max_batches": 3, "max_records": 500, "until_caught_up": False},
-            ["--max-batches", "3", "--time-budget", "240", "--max-records", "500",
-             "--wait", "240"],
-        ),
-        (
-            {"max_batches": 3, "until_caught_up": False, "time_budget_s": None},
-            ["--max-batches", "3", "--wait", "inf"],
-        ),
-        (
-            {"max_batches": 3, "time_budget_s": 60},
-            ["--until-caught-up", "--time-budget", "60", "--wait", "60"],
-        ),
-        (
-            {"transport": "spark"},
-            ["--until-caught-up", "--time-budget", "240", "--transport", "spark", "--wait", "240"],
-        ),
-        (
-            {"transport": "inprocess", "max_records": 7},
-            ["--until-caught-up", "--time-budget", "240", "--max-records", "7",
-             "--transport", "inprocess", "--wait", "240"],
-        ),
-    ],
-)  # fmt: skip
-@pytest.mark.parametrize("run_type", ["scheduled", "manual"])
-def test_params_render_to_run_options(airflow_env, params, expected, run_type) -> None:
-    rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params), run_type, "")
-    assert rendered["arguments"] == expected
-    args = build_parser().parse_args(["run", "jobs/demo.py", *rendered["arguments"]])
+@pytest.fixture(scope="module")
+def rendered(airflow_env) -> dict[str, dict]:
+    """The demo DAG's rendered run options of every case below, by ``_case`` key, from one
+    Airflow interpreter (each fresh interpreter imports Airflow and parses the DAGs anew)."""
+    cases = [[params, run_type, ""] for params, _ in RUN_OPTIONS for run_type in RUN_TYPES]
+    cases += [[params, "backfill", BACKFILL_END] for params, _ in BACKFILLS]
+    cases += [[params, "manual", ""] for params in INVALID]
+    results = airflow_env.run("render-all", DEMO_DAG, json.dumps(cases))["results"]
+    return {_case(*case): result for case, result in zip(cases, results, strict=True)}
+
+
+def _case(params: dict, run_type: str, until: str) -> str:
+    return json.dumps([params, run_type, until], sort_keys=True)
+
+
+def _arguments(rendered: dict[str, dict], params: dict, run_type: str, until: str = "") -> list:
+    result = rendered[_case(params, run_type, until)]
+    assert "error" not in result, result["error"]
+    return result["arguments"]
+
+
+@pytest.mark.parametrize(("params", "expected"), RUN_OPTIONS)
+@pytest.mark.parametrize("run_type", RUN_TYPES)
+def test_params_render_to_run_options(rendered, params, expected, run_type) -> None:
+    arguments = _arguments(rendered, params, run_type)
+    assert arguments == expected
+    args = build_parser().parse_args(["run", "jobs/demo.py", *arguments])
     until_caught_up = params.get("until_caught_up", True)
     assert args.until_caught_up is until_caught_up
     assert args.max_batches == (None if until_caught_up else params.get("max_batches", 1))
@@ -289,15 +319,10 @@ def test_params_render_to_run_options(airflow_env, params, expected, run_type) -
     assert args.until_timestamp is None
 
 
-@pytest.mark.parametrize(
-    ("params", "expected_budget"), [({}, None), ({"time_budget_s": 90, "max_batches": 2}, 90)]
-)
-def test_a_backfill_run_processes_up_to_its_interval_end(
-    airflow_env, params, expected_budget
-) -> None:
-    end = "2026-11-20T10:05:00+00:00"
-    rendered = airflow_env.run("render", DEMO_DAG, json.dumps(params), "backfill", end)
-    args = build_parser().parse_args(["run", "jobs/demo.py", *rendered["arguments"]])
+@pytest.mark.parametrize(("params", "expected_budget"), BACKFILLS)
+def test_a_backfill_run_processes_up_to_its_interval_end(rendered, params, expected_budget) -> None:
+    arguments = _arguments(rendered, params, "backfill", BACKFILL_END)
+    args = build_parser().parse_args(["run", "jobs/demo.py", *arguments])
     assert args.until_timestamp == "1795169100000"  # the data interval's end, in ms
     assert args.until_caught_up is True and args.max_batches is None
     # The Params' default budget does not bound a backfill run; its conf's does.
@@ -305,19 +330,10 @@ def test_a_backfill_run_processes_up_to_its_interval_end(
     assert args.wait == float("inf")  # backfill runs queue behind each other
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"max_batches": 0},
-        {"max_records": "many"},
-        {"time_budget_s": 0},
-        {"rewind": "x"},
-        {"transport": "gpu"},
-    ],
-)
-def test_invalid_params_are_rejected(airflow_env, params) -> None:
-    with pytest.raises(AssertionError, match="ParamValidationError"):
-        airflow_env.run("render", DEMO_DAG, json.dumps(params), "manual", "")
+@pytest.mark.parametrize("params", INVALID)
+def test_invalid_params_are_rejected(rendered, params) -> None:
+    result = rendered[_case(params, "manual", "")]
+    assert "ParamValidationError" in result.get("error", ""), result
 
 
 def test_default_master_is_local_without_a_connection(airflow_env) -> None:

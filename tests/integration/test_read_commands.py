@@ -43,6 +43,24 @@ def _cli(wh: Warehouse, *args: str) -> tuple[list[str], bool]:
     return proc.stdout.splitlines(), "PYSPARK True" in proc.stderr
 
 
+def _cli_on_spark(wh: Warehouse, spark, capsys, monkeypatch, *args: str) -> list[str]:
+    """stdout lines of `lakestate ARGS --engine spark` run in this process, on the session's
+    Spark (a fresh process would start a JVM of its own: ~50 s here); asserts that it ran
+    Spark jobs."""
+    from lakestate.cli import main
+
+    monkeypatch.setenv("LAKESTATE_WAREHOUSE", wh.root)
+    group = f"read-commands-{len(args)}-{hash(args)}"
+    spark.sparkContext.setJobGroup(group, "the CLI's Spark path")
+    capsys.readouterr()
+    try:
+        assert main([*args, "--engine", "spark"]) == 0
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group), "no Spark job ran"
+    return capsys.readouterr().out.splitlines()
+
+
 @pytest.fixture(scope="module")
 def wh(spark, tmp_path_factory) -> Warehouse:
     root = tmp_path_factory.mktemp("read")
@@ -59,7 +77,7 @@ def wh(spark, tmp_path_factory) -> Warehouse:
     return wh
 
 
-def test_sql_table_and_json_lines_without_pyspark(wh, spark):
+def test_sql_table_and_json_lines_without_pyspark(wh, spark, capsys, monkeypatch):
     query = "SELECT key, value, task FROM regroup__per_user ORDER BY key"
     lines, imported = _cli(wh, "sql", query)
     assert not imported
@@ -73,8 +91,7 @@ def test_sql_table_and_json_lines_without_pyspark(wh, spark):
         for line in lines[1:]
     ]
     # The same on Spark (--engine spark imports it, of course).
-    spark_lines, imported = _cli(wh, "sql", query, "--engine", "spark")
-    assert imported and spark_lines == lines
+    assert _cli_on_spark(wh, spark, capsys, monkeypatch, "sql", query) == lines
     cells, _ = _cli(wh, "sql", "SELECT NULL AS nothing, raw_key FROM counts__counts__changelog")
     nothing, raw_key = cells[1].split("\t")
     assert nothing == "NULL" and bytes.fromhex(raw_key)  # binary values print as hex
@@ -89,11 +106,12 @@ def test_sql_table_and_json_lines_without_pyspark(wh, spark):
         ["--partition", "1", "--partition", "0", "--max-messages", "50"],
     ],
 )
-def test_consume_prints_what_spark_s_path_prints_without_pyspark(wh, spark, args):
+def test_consume_prints_what_spark_s_path_prints_without_pyspark(
+    wh, spark, capsys, monkeypatch, args
+):
     fast, imported = _cli(wh, "consume", "per-user-out", *args)
     assert not imported
-    slow, imported = _cli(wh, "consume", "per-user-out", "--engine", "spark", *args)
-    assert imported and fast == slow
+    assert _cli_on_spark(wh, spark, capsys, monkeypatch, "consume", "per-user-out", *args) == fast
     records = [json.loads(line) for line in fast]
     ends = io_topics.topic(wh, "per-user-out").end_offsets()
     wanted = [int(v) for k, v in zip(args, args[1:], strict=False) if k == "--partition"]

@@ -58,9 +58,8 @@ def _phases(seed: int) -> list[tuple[str, list[dict]]]:
 
 
 def _mixed(seed: int) -> list[tuple[str, list[dict]]]:
-    """Both sides over the same time span: 30 clicks, then 50 views. A batch takes one
-    input's records before the next input's, so with 10 records a batch, a partition's
-    (some 15 clicks, 25 views) second batch changes all three stores."""
+    """Both sides over the same time span: 30 clicks, then 50 views, interleaved by
+    timestamp, so with 10 records a batch, most batches change all three stores."""
     rng = random.Random(seed)
     records: dict[str, list[dict]] = {"clicks": [], "views": []}
     for i in range(80):

@@ -12,14 +12,43 @@ the offsets its local store holds (not from Delta: a restored store holds no glo
 and starts again at 0) to the planned end, before its own inputs and within the same
 budget. Those ranges are keyed ``global_key(topic, partition)`` ("topic@partition"; Kafka
 topic names cannot contain "@"), in the plan, the task's results and its progress row.
+
+A capped batch of a task with several inputs takes the first records of the order the task
+processes them in (``task_executor._in_order``, Kafka's PartitionGroup: the input whose
+next record has the lowest timestamp goes first, ties in input order), not the first input's
+records before the next's: so batch boundaries never change that order and a task's output
+does not depend on ``--max-records``. (That prefix is what one uncapped batch would process
+first: each choice of the whole merge is the lowest head among all inputs, so also among the
+prefix's.) It needs the timestamps of at most ``max_records`` records per input. A replayed
+batch reads the ranges its progress row recorded, never a new plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Callable, Mapping, Sequence
 
 from lakestate.checkpoint.batch import TaskCheckpoint, TaskPlan, global_key
 from lakestate.task_id import TaskId
+
+#: The timestamps of one partition's records ``start <= offset < end``, in offset order.
+Timestamps = Callable[[str, int, int, int], Sequence[int]]
+
+
+def merged_counts(timestamps: Sequence[Sequence[int]], budget: int) -> list[int]:
+    """How many records of each input (each its timestamps in offset order) the first
+    ``budget`` records of the lowest-timestamp-head merge take (ties: input order)."""
+    counts = [0] * len(timestamps)
+    heap = [(ts[0], n) for n, ts in enumerate(timestamps) if ts]
+    heapq.heapify(heap)
+    for _ in range(budget):
+        if not heap:
+            break
+        _, n = heapq.heappop(heap)
+        counts[n] += 1
+        if counts[n] < len(timestamps[n]):
+            heapq.heappush(heap, (timestamps[n][counts[n]], n))
+    return counts
 
 
 def plan_tasks(
@@ -30,12 +59,14 @@ def plan_tasks(
     max_records: int | None,
     global_topics: list[str] | tuple[str, ...] = (),
     global_starts: Mapping[TaskId, Mapping[str, int]] | None = None,
+    timestamps: Timestamps | None = None,
 ) -> list[TaskPlan]:
     """Ranges from each task's committed offsets towards the end offsets, at most
     ``max_records`` per task (shared across its global topics' partitions, then its inputs
     in input order), skipping tasks with nothing to read. ``task_inputs``: sub-topology ->
     its input topics (real names); ``global_starts``: task -> ``global_key`` -> the next
-    offset its local store holds (0 when absent)."""
+    offset its local store holds (0 when absent). ``timestamps`` (required for a capped
+    plan of a task with several inputs) reads the records' timestamps for the merged cut."""
     plans = []
     for task in tasks:
         budget = max_records
@@ -47,7 +78,7 @@ def plan_tasks(
             for topic in global_topics
             for p, end in sorted(ends.get(topic, {}).items())
         ]
-        reads += [
+        inputs = [
             (topic, ends.get(topic, {}).get(task.partition), state.offset(topic))
             for topic in task_inputs[task.subtopology]
         ]
@@ -60,6 +91,33 @@ def plan_tasks(
                 ranges[topic] = (start, end)
                 if budget is not None:
                     budget -= end - start
+        ranges.update(_input_ranges(task, inputs, budget, timestamps))
         if ranges:
             plans.append(TaskPlan(task, state.batch_id + 1, ranges))
     return plans
+
+
+def _input_ranges(
+    task: TaskId,
+    inputs: list[tuple[str, int | None, int]],
+    budget: int | None,
+    timestamps: Timestamps | None,
+) -> dict[str, tuple[int, int]]:
+    """A task's input ranges within ``budget``: the merged prefix (see the module) when
+    more than one input has records and they exceed the budget."""
+    pending = [(t, e, s) for t, e, s in inputs if e is not None and e > s]
+    if budget is not None and len(pending) > 1 and sum(e - s for _, e, s in pending) > budget:
+        if timestamps is None:
+            raise ValueError(f"plan of {task}: a capped multi-input plan needs timestamps")
+        stamps = [timestamps(t, task.partition, s, min(e, s + budget)) for t, e, s in pending]
+        counts = merged_counts(stamps, budget)
+        return {t: (s, s + c) for (t, _, s), c in zip(pending, counts, strict=True) if c}
+    ranges = {}
+    for topic, end, start in pending:
+        if budget is not None:
+            end = min(end, start + budget)
+        if end > start:
+            ranges[topic] = (start, end)
+            if budget is not None:
+                budget -= end - start
+    return ranges

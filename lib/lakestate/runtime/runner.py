@@ -251,7 +251,15 @@ class Runner:
             None if unbounded else self.max_records,
             self.layout.global_topics,
             starts,
+            self._timestamps,
         )
+
+    def _timestamps(self, topic: str, partition: int, start: int, end: int) -> list[int]:
+        """The timestamps of ``topic``'s records ``start <= offset < end`` in ``partition``,
+        in offset order (for a capped multi-input plan's merged cut)."""
+        rows = self.layout.topic(topic).reader().read_range({partition: (start, end)})
+        rows = rows.select(["offset", "timestamp"]).sort_by("offset")
+        return rows.column("timestamp").to_pylist()
 
     def _caught_up(self) -> str:
         if self.cutoff is None:

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lakestate import Branched, Materialized, Named, StreamsBuilder
+from lakestate import Branched, JoinWindows, Materialized, Named, StreamsBuilder
 from lakestate.errors import ProcessingException
 from lakestate.processors.task import Task
 from lakestate.records import Record
@@ -302,6 +302,66 @@ def test_a_stream_table_join_in_chunks_gives_what_one_by_one_gives(kind, runs, c
     # The table's input sits beside the stream's chain: the stream's records are chunked,
     # each looking the table up (as of its time when versioned) as it would one by one.
     assert _join_run(kind, runs, cuts) == _join_run(kind, runs, None)
+
+
+def _stream_join(how: str) -> StreamsBuilder:
+    b = StreamsBuilder()
+    left, right = b.stream("left"), b.stream("right")
+    join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[how]
+    # Asymmetric windows with a grace: records fall inside, at and beyond every bound.
+    windows = JoinWindows.of_time_difference_and_grace(
+        timedelta(milliseconds=5), timedelta(milliseconds=3)
+    ).after(timedelta(milliseconds=8))
+    join(right, lambda v, o: [v, o], windows).to("out")
+    return b
+
+
+def _stream_join_run(how: str, runs: list, cuts: list[int] | None) -> tuple:
+    """Runs of either side's records through one task, each run in chunks cut by ``cuts``
+    (one by one when None): its output, state, metrics and stream time."""
+    task = Task(_stream_join(how).build(), 0, 0, in_memory_store("0_0"), {}, "app")
+    assert task.can_process_chunks("left") and task.can_process_chunks("right")
+    offsets = {"left": 0, "right": 0}
+    n = 0
+    for topic, rows in runs:
+        records = [Record(k, v, ts) for k, v, ts in rows]
+        first = offsets[topic]
+        offsets[topic] += len(records)
+        position = 0
+        while position < len(records):
+            size = 1 if cuts is None else cuts[n % len(cuts)]
+            n += 1
+            part = records[position : position + size]
+            at = list(range(first + position, first + position + len(part)))
+            if cuts is None:
+                task.process(topic, at[0], part[0])
+            else:
+                assert task.process_chunk(topic, at, part)
+            position += len(part)
+    out = _output(task)
+    metrics, stream_time = task.metrics.document(), task.stream_time
+    task.commit({TopicPartition(t, 0): o for t, o in offsets.items()})
+    return out, _state(task), metrics, stream_time
+
+
+STREAM_JOIN_RUNS = st.lists(
+    st.tuples(
+        st.sampled_from(["left", "right"]),
+        st.lists(
+            st.tuples(JOIN_KEYS, st.none() | st.integers(0, 9), st.integers(0, 80)), max_size=20
+        ),
+    ),
+    max_size=8,
+)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "outer"])
+@SETTINGS
+@given(runs=STREAM_JOIN_RUNS, cuts=CUTS)
+def test_a_stream_stream_join_in_chunks_gives_what_one_by_one_gives(how, runs, cuts):
+    # Each side's chunk probes the other side's buffer (the probe side) and, for left and
+    # outer joins, emits the waiting records whose window closed, as one by one would.
+    assert _stream_join_run(how, runs, cuts) == _stream_join_run(how, runs, None)
 
 
 def test_an_entry_expired_within_a_chunk_is_not_a_duplicate():

@@ -163,7 +163,10 @@ def test_an_instance_runs_only_the_tasks_it_owns(tmp_path):
     app = _app(tmp_path / "app", _instances(tmp_path, "a", "b"))
     _assign(wh, {T0: "a", T1: "b"})
 
-    result_a, _ = _run(app, wh, "a")
+    result_a, said = _run(app, wh, "a")
+    # The run's first line says which transport ran and why; the instance's roles follow.
+    assert said[0].startswith("transport: in this process, no Spark ("), said
+    assert said[1] == "instance a (generation 1): active 0_0", said
     assert {t for batch in result_a.batches for t in batch} == {"0_0"}
     assert not TaskDir(tmp_path / "state-a", "counts", T1).exists()
     result_b, _ = _run(app, wh, "b")
@@ -277,7 +280,10 @@ def test_a_run_fenced_before_its_progress_commit_stops_and_commits_nothing(tmp_p
     # The new owner takes 0_1 over; a goes on with 0_0: one instance's result.
     result_b, _ = _run(app, wh, "b")
     assert {t for batch in result_b.batches for t in batch} == {"0_1"}
-    result_a, _ = _run(app, wh, "a")
+    result_a, said = _run(app, wh, "a")
+    # The run's first line says which transport ran and why; the instance's roles follow.
+    assert said[0].startswith("transport: in this process, no Spark ("), said
+    assert said[1] == "instance a (generation 1): active 0_0", said
     assert {t for batch in result_a.batches for t in batch} == {"0_0"}
     assert _sinks(wh) == _sinks(reference)
     assert _state(wh) == _state(reference)
@@ -356,6 +362,7 @@ def test_a_busy_run_and_a_run_without_input_still_report(tmp_path):
 
     result, said = _run(app, wh, "a")  # no new input: still a report
     assert result.caught_up and result.batches == []
+    assert said[:2] == ["caught up: no new input", "instance a (generation 1): active 0_0, 0_1"]
     assert len(_reports(wh)) == 4
 
     with instance_lock(str(tmp_path / "state-a"), "counts") as held:

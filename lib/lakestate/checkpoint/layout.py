@@ -88,80 +88,29 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
     check_format(warehouse, app.name)
     dead_letters = _dead_letter_topic_name(app)  # refused before anything is created
     topology = app.topology
-    cluster = KafkaCluster.from_config(app.config)
-    kafka_topics = kafka_topic_names(app)
-
-    def resolve(name: str) -> topics.Topic:
-        return topics.topic(warehouse, name, cluster=cluster if name in kafka_topics else None)
-
-    inputs: dict[int, list[str]] = {}
-    task_counts: dict[int, int] = {}
-    outputs: dict[str, int] = {}
-    partitions: dict[str, int] = {}
-
-    def real(topic: str) -> str:
-        return internal_topic_name(app.name, topic) if topic in internal else topic
-
-    internal = {s for sub in topology.subtopologies for s in sub.repartition_sources}
-    fixed = {real(s): n for s, n in topology.repartition_partitions().items()}
-    groups = topology.copartition_groups
+    found = _TopicsFound(app, warehouse)
     # A join's sides must be co-partitioned (Kafka's CopartitionedTopicsEnforcer): checked
     # on the input topics before anything is created or committed.
-    known = {
-        real(t): resolve(real(t)).partitions()
-        for g in groups
-        for t in g.topics
-        if resolve(real(t)).exists()
-    }
-    for group in groups:
-        copartition.check(group, known, real)
+    found.check_copartitioned_inputs()
     for sub in _writers_first(topology.subtopologies):
-        names = list(sub.source_topics) + [
-            internal_topic_name(app.name, s) for s in sub.repartition_sources
-        ]
-        counts = []
-        for topic in names:
-            what = f"input topic {topic!r} of sub-topology {sub.id}"
-            _create_cycle_input(warehouse, topic, groups, partitions, real)
-            partitions[topic] = _read_topic(app, resolve(topic), warehouse, what)
-            counts.append(partitions[topic])
-        inputs[sub.id] = names
-        task_counts[sub.id] = max(counts)
-        # Sinks and repartition topics get as many partitions as the tasks writing them.
-        for topic in list(sub.sink_topics) + [
-            internal_topic_name(app.name, s) for s in sub.repartition_sinks
-        ]:
-            sink = resolve(topic)
-            if not sink.exists():
-                # A repartition topic feeding a join gets the other side's partition count.
-                count = task_counts[sub.id]
-                for group in groups:
-                    if any(real(t) == topic for t in group.topics):
-                        count = copartition.external_count(group, partitions, real) or count
-                sink.create(fixed.get(topic, count))
-            outputs[topic] = partitions[topic] = sink.partitions()
-            if fixed.get(topic, partitions[topic]) != partitions[topic]:
-                raise StreamsException(
-                    f"app {app.name}: repartition topic {topic!r} has {partitions[topic]} "
-                    f"partitions, but Repartitioned sets {fixed[topic]}: a topic keeps its "
-                    "partitions; set its count back, or name a new topic with Repartitioned.as_"
-                )
-    for group in groups:  # a repartition topic made earlier with another count, too
-        copartition.check(group, partitions, real)
+        found.add_inputs(sub)
+        found.ensure_outputs(sub)
+    for group in found.groups:  # a repartition topic made earlier with another count, too
+        copartition.check(group, found.partitions, found.real)
     global_topics = tuple(g.topic for g in topology.global_tables)
     for topic in global_topics:
         what = f"the topic {topic!r} of a global table"
-        partitions[topic] = _read_topic(app, resolve(topic), warehouse, what)
+        found.partitions[topic] = _read_topic(app, found.resolve(topic), warehouse, what)
     if dead_letters is not None:
-        _ensure_dead_letter_topic(warehouse, dead_letters, task_counts)
+        _ensure_dead_letter_topic(warehouse, dead_letters, found.task_counts)
         count = topics.topic(warehouse, dead_letters).partitions()
-        outputs[dead_letters] = partitions[dead_letters] = count
+        found.outputs[dead_letters] = found.partitions[dead_letters] = count
     for name, spec in topology.stores.items():
         if not spec.is_global:
             changelog.ensure_table(warehouse.changelog_path(app.name, name), name, spec.kind)
     progress.ensure_table(warehouse.progress_path(app.name), app.name)
     recorded = RecordedLayout(
-        {s: tuple(ts) for s, ts in inputs.items()},
+        {s: tuple(ts) for s, ts in found.inputs.items()},
         {sub.id: tuple(sub.stores) for sub in topology.subtopologies},
         global_topics,
     )
@@ -169,14 +118,91 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
     return AppLayout(
         app,
         warehouse,
-        inputs,
-        task_counts,
-        outputs,
-        partitions,
+        found.inputs,
+        found.task_counts,
+        found.outputs,
+        found.partitions,
         global_topics,
-        cluster,
-        kafka_topics,
+        found.cluster,
+        found.kafka_topics,
     )
+
+
+class _TopicsFound:
+    """The app's topics as ``ensure_layout`` finds (or creates) them, sub-topology by
+    sub-topology: each one's inputs and task count, the topics written and every topic's
+    partition count."""
+
+    def __init__(self, app: App, warehouse: Warehouse) -> None:
+        self.app = app
+        self.warehouse = warehouse
+        topology = app.topology
+        self.cluster = KafkaCluster.from_config(app.config)
+        self.kafka_topics = kafka_topic_names(app)
+        self.internal = {s for sub in topology.subtopologies for s in sub.repartition_sources}
+        self.fixed = {self.real(s): n for s, n in topology.repartition_partitions().items()}
+        self.groups = topology.copartition_groups
+        self.inputs: dict[int, list[str]] = {}
+        self.task_counts: dict[int, int] = {}
+        self.outputs: dict[str, int] = {}
+        self.partitions: dict[str, int] = {}
+
+    def resolve(self, name: str) -> topics.Topic:
+        cluster = self.cluster if name in self.kafka_topics else None
+        return topics.topic(self.warehouse, name, cluster=cluster)
+
+    def real(self, topic: str) -> str:
+        """A topic's name in the warehouse (an internal one's prefixed with the app's)."""
+        return internal_topic_name(self.app.name, topic) if topic in self.internal else topic
+
+    def check_copartitioned_inputs(self) -> None:
+        known = {
+            self.real(t): self.resolve(self.real(t)).partitions()
+            for g in self.groups
+            for t in g.topics
+            if self.resolve(self.real(t)).exists()
+        }
+        for group in self.groups:
+            copartition.check(group, known, self.real)
+
+    def add_inputs(self, sub: SubTopology) -> None:
+        """The sub-topology's inputs and its task count (the most partitions of them)."""
+        names = list(sub.source_topics) + [
+            internal_topic_name(self.app.name, s) for s in sub.repartition_sources
+        ]
+        counts = []
+        for topic in names:
+            what = f"input topic {topic!r} of sub-topology {sub.id}"
+            _create_cycle_input(self.warehouse, topic, self.groups, self.partitions, self.real)
+            found = _read_topic(self.app, self.resolve(topic), self.warehouse, what)
+            self.partitions[topic] = found
+            counts.append(found)
+        self.inputs[sub.id] = names
+        self.task_counts[sub.id] = max(counts)
+
+    def ensure_outputs(self, sub: SubTopology) -> None:
+        """The sub-topology's sinks and repartition topics, created if missing with as many
+        partitions as the tasks writing them."""
+        for topic in list(sub.sink_topics) + [
+            internal_topic_name(self.app.name, s) for s in sub.repartition_sinks
+        ]:
+            sink = self.resolve(topic)
+            if not sink.exists():
+                # A repartition topic feeding a join gets the other side's partition count.
+                count = self.task_counts[sub.id]
+                for group in self.groups:
+                    if any(self.real(t) == topic for t in group.topics):
+                        external = copartition.external_count(group, self.partitions, self.real)
+                        count = external or count
+                sink.create(self.fixed.get(topic, count))
+            self.outputs[topic] = self.partitions[topic] = sink.partitions()
+            if self.fixed.get(topic, self.partitions[topic]) != self.partitions[topic]:
+                raise StreamsException(
+                    f"app {self.app.name}: repartition topic {topic!r} has "
+                    f"{self.partitions[topic]} partitions, but Repartitioned sets "
+                    f"{self.fixed[topic]}: a topic keeps its partitions; set its count back, "
+                    "or name a new topic with Repartitioned.as_"
+                )
 
 
 def kafka_topic_names(app: App) -> frozenset[str]:

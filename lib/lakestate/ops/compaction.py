@@ -212,17 +212,7 @@ def _compact_once(
     # whose files each hold one batch) are carried over as they are.
     data = pa.concat_tables([snapshot, rows.filter(pc.invert(in_scope))]).cast(file_schema)
 
-    now = int(time.time() * 1000)
-    values = {"task": str(partition)}
-    actions: list[AddAction | RemoveAction] = [
-        RemoveAction(p, False, now, size, values) for p, size in files
-    ]
-    written = None
-    if data.num_rows:
-        written = f"task={partition}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        pq.write_table(data, written, filesystem=dataset.filesystem, compression="snappy")
-        size = dataset.filesystem.get_file_info(written).size
-        actions.insert(0, AddAction(written, size, values, now, False, _stats(data)))
+    actions, written = _replacing_actions(dataset, partition, files, data)
     metadata = {
         METADATA_KEY: {
             "store": store,
@@ -255,6 +245,25 @@ def _compact_once(
     return TaskCompaction(
         store, task, through, old.num_rows, snapshot.num_rows, True, len(files), attempt
     )
+
+
+def _replacing_actions(
+    dataset: ds.Dataset, partition: int, files: list[tuple[str, int]], data: pa.Table
+) -> tuple[list[AddAction | RemoveAction], str | None]:
+    """The actions that replace the task's ``files`` with one file of ``data`` (written
+    here; none when ``data`` is empty), and that file's path."""
+    now = int(time.time() * 1000)
+    values = {"task": str(partition)}
+    actions: list[AddAction | RemoveAction] = [
+        RemoveAction(p, False, now, size, values) for p, size in files
+    ]
+    written = None
+    if data.num_rows:
+        written = f"task={partition}/part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        pq.write_table(data, written, filesystem=dataset.filesystem, compression="snappy")
+        size = dataset.filesystem.get_file_info(written).size
+        actions.insert(0, AddAction(written, size, values, now, False, _stats(data)))
+    return actions, written
 
 
 def _files_with_batches_through(

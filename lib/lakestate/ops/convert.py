@@ -35,20 +35,7 @@ def convert(
 ) -> int:
     """Convert ``app``'s folder to format 2; returns the batch it was converted at (0 when
     it had none)."""
-    old_log = warehouse.old_format_path(app.name)
-    if not os.path.isdir(os.path.join(old_log, "_delta_log")):
-        raise StreamsException(f"app {app.name}: nothing to convert (no {old_log})")
-    rows = spark.read.format("delta").load(old_log).collect()
-    commits = [r for r in rows if r["kind"] == "commit"]
-    last = max(commits, key=lambda r: r["batch_id"], default=None)
-    batch = 0 if last is None else last["batch_id"]
-    pending = [r["batch_id"] for r in rows if r["kind"] == "plan" and r["batch_id"] > batch]
-    if pending:
-        raise StreamsException(
-            f"app {app.name}: batch {max(pending)} was planned but not committed in the old "
-            "format; finish it with the lakestate version that planned it, then convert"
-        )
-    payload = json.loads(last["payload"]) if last is not None else {}
+    batch, payload = _last_old_commit(spark, warehouse, app)
     offsets = payload.get("offsets", {})
     stream_times = payload.get("stream_times", {})
     versions = payload.get("state_versions", {})
@@ -70,38 +57,9 @@ def convert(
                 _convert_store(
                     spark, warehouse, app.name, store, kind, versions.get(store), tasks, batch
                 )
-        if not batch:
-            continue
-        for task in tasks:
-            task_offsets = {
-                t: offsets[t][str(task.partition)]
-                for t in inputs
-                if str(task.partition) in offsets.get(t, {})
-            }
-            if not task_offsets:
-                continue  # a task that never processed a record
-            progress_rows.append(
-                progress.TaskProgress(
-                    task,
-                    batch,
-                    "convert",
-                    progress.now_ms(),
-                    {},
-                    task_offsets,
-                    stream_times.get(str(task), -1),
-                    0,
-                    tuple(tables),
-                    {},
-                )
-            )
-    if progress_rows:
-        table = delta_commits.open_table(warehouse.progress_path(app.name))
-        held = delta_commits.txn_versions(table, app.name, [r.task for r in progress_rows])
-        todo = [r for r in progress_rows if held[r.task] < batch]
-        if todo:
-            progress.record(
-                warehouse.progress_path(app.name), app.name, todo, {"converted_from": 1}
-            )
+        if batch:
+            progress_rows += _progress_rows(tasks, inputs, offsets, stream_times, batch, tables)
+    _record_progress(warehouse, app.name, progress_rows, batch)
     app_dir = warehouse.app_path(app.name)
     for name, aside in (("state", "_v1_state"), ("_batches", "_v1_batches")):
         if os.path.isdir(os.path.join(app_dir, name)):
@@ -111,6 +69,76 @@ def convert(
         f"({len(progress_rows)} tasks); the old tables are in {app_dir}/_v1_batches and _v1_state"
     )
     return batch
+
+
+def _last_old_commit(spark: SparkSession, warehouse: Warehouse, app: App) -> tuple[int, dict]:
+    """The last batch committed in format 1 (0: none) and its commit's payload; refused
+    when a later batch was planned but not committed."""
+    old_log = warehouse.old_format_path(app.name)
+    if not os.path.isdir(os.path.join(old_log, "_delta_log")):
+        raise StreamsException(f"app {app.name}: nothing to convert (no {old_log})")
+    rows = spark.read.format("delta").load(old_log).collect()
+    commits = [r for r in rows if r["kind"] == "commit"]
+    last = max(commits, key=lambda r: r["batch_id"], default=None)
+    batch = 0 if last is None else last["batch_id"]
+    pending = [r["batch_id"] for r in rows if r["kind"] == "plan" and r["batch_id"] > batch]
+    if pending:
+        raise StreamsException(
+            f"app {app.name}: batch {max(pending)} was planned but not committed in the old "
+            "format; finish it with the lakestate version that planned it, then convert"
+        )
+    # Format 1's commit rows carry their payload as JSON text: read here, at the boundary.
+    return batch, json.loads(last["payload"]) if last is not None else {}
+
+
+def _progress_rows(
+    tasks: list[TaskId],
+    inputs: list[str],
+    offsets: dict,
+    stream_times: dict,
+    batch: int,
+    tables: list[str],
+) -> list[progress.TaskProgress]:
+    """Each task's progress row at ``batch``, from format 1's offsets and stream times (none
+    for a task that never processed a record)."""
+    rows = []
+    for task in tasks:
+        task_offsets = {
+            t: offsets[t][str(task.partition)]
+            for t in inputs
+            if str(task.partition) in offsets.get(t, {})
+        }
+        if not task_offsets:
+            continue
+        rows.append(
+            progress.TaskProgress(
+                task,
+                batch,
+                "convert",
+                progress.now_ms(),
+                {},
+                task_offsets,
+                stream_times.get(str(task), -1),
+                0,
+                tuple(tables),
+                {},
+            )
+        )
+    return rows
+
+
+def _record_progress(
+    warehouse: Warehouse, app: str, rows: list[progress.TaskProgress], batch: int
+) -> None:
+    """The progress rows not recorded yet (a conversion run again skips the tasks whose
+    progress table already holds ``batch``)."""
+    if not rows:
+        return
+    table = delta_commits.open_table(warehouse.progress_path(app))
+    held = delta_commits.txn_versions(table, app, [r.task for r in rows])
+    todo = [r for r in rows if held[r.task] < batch]
+    if todo:
+        progress.record(warehouse.progress_path(app), app, todo, {"converted_from": 1})
 
 
 def _convert_store(

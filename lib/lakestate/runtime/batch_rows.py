@@ -7,8 +7,8 @@ its inputs (``input_index``: the topic's place among the sub-topology's inputs, 
 Out: one table for every kind of row a task returns (``out_fields``): ``out`` (a record
 for a sink or repartition topic; ``pseq`` numbers it within its topic partition),
 ``state`` (a changed store entry; its typed columns in the struct column
-``changelog.struct_column(kind)``) and ``task`` (the task's ``TaskOutcome``, encoded in
-``info``: ``runtime/outcome.py``). Columns a kind does not use are null.
+``changelog.struct_column(kind)``) and ``task`` (the task's ``TaskOutcome``, typed in the
+struct column ``outcome``: ``runtime/outcome.py``). Columns a kind does not use are null.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lakestate.errors import StreamsException
 from lakestate.io.partitioner import partition_of_bytes, partitions_of_texts
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.processors.task import Output
+from lakestate.runtime.outcome import OUTCOME_TYPE
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import view_class
 
@@ -59,7 +60,7 @@ OUT_FIELDS = (
     ("store", pa.string()),
     ("raw_key", pa.binary()),
     ("raw_value", pa.binary()),
-    ("info", pa.string()),
+    ("outcome", OUTCOME_TYPE),
 )
 
 
@@ -110,7 +111,8 @@ class Rows:
                 elif isinstance(values, list):
                     arrays.append(pa.array(values, type_))
                 else:
-                    arrays.append(pa.repeat(pa.scalar(values, type_), n))
+                    scalar = values if isinstance(values, pa.Scalar) else pa.scalar(values, type_)
+                    arrays.append(pa.repeat(scalar, n))
             tables.append(pa.Table.from_arrays(arrays, schema=self.schema))
         if not tables:
             return self.schema.empty_table()

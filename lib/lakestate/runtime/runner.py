@@ -118,6 +118,9 @@ class Runner:
         #: the run's transport, chosen at the start of each run (``_choose_transport``)
         self.transport: Transport | None = None
         self._made: dict[str, Transport] = {}  # the transports made, by choice
+        #: lines said right after the run's first line, which says the transport it chose
+        #: and why (or that it is caught up): e.g. an instance's tasks by role
+        self.after_first_line: list[str] = []
         self.bar = console.Bar()  # the run's progress: records processed of those pending
         self.run_id = new_run_id()
         #: the owner fences a batch's progress commit checks and carries, for its fresh
@@ -145,7 +148,7 @@ class Runner:
         planned = None if replays else self._plan(tasks, committed, sources=sources)
         if planned == []:
             result.caught_up = True
-            self.say(self._caught_up())
+            self._say_first(self._caught_up())
             return result
         result.transport = self._choose_transport(tasks, committed, sources).name
         recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
@@ -217,7 +220,7 @@ class Runner:
         choice = transport.choose(
             self.transport_option, self.app.config, pending, self.inprocess_max_records
         )
-        self.say(choice.line())
+        self._say_first(choice.line())
         made = self._made.get(choice.transport)
         if made is None:
             made = self._made[choice.transport] = self._make(choice)
@@ -260,6 +263,12 @@ class Runner:
         rows = self.layout.topic(topic).reader().read_range({partition: (start, end)})
         rows = rows.select(["offset", "timestamp"]).sort_by("offset")
         return rows.column("timestamp").to_pylist()
+
+    def _say_first(self, line: str) -> None:
+        """The run's first line, then ``after_first_line``."""
+        self.say(line)
+        for after in self.after_first_line:
+            self.say(after)
 
     def _caught_up(self) -> str:
         if self.cutoff is None:

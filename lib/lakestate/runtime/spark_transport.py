@@ -160,14 +160,18 @@ def _cast(column: Column, name: str) -> Column:
 
 def out_schema(kinds: Sequence[str]) -> str:
     """``batch_rows.out_fields(kinds)`` as the Spark DDL schema of the processing output."""
-    columns = []
-    for name, type_ in out_fields(kinds):
-        if pa.types.is_struct(type_):
-            inner = ", ".join(f"`{f.name}`: {_SQL_TYPES[f.type]}" for f in type_)
-            columns.append(f"`{name}` struct<{inner}>")
-        else:
-            columns.append(f"`{name}` {_SQL_TYPES[type_]}")
-    return ", ".join(columns)
+    return ", ".join(f"`{name}` {_ddl(type_)}" for name, type_ in out_fields(kinds))
+
+
+def _ddl(type_: pa.DataType) -> str:
+    """The Spark DDL of Arrow type ``type_`` (structs, lists and maps of the mapped types)."""
+    if pa.types.is_struct(type_):
+        return "struct<" + ", ".join(f"`{f.name}`: {_ddl(f.type)}" for f in type_) + ">"
+    if pa.types.is_map(type_):
+        return f"map<{_ddl(type_.key_type)}, {_ddl(type_.item_type)}>"
+    if pa.types.is_list(type_):
+        return f"array<{_ddl(type_.value_type)}>"
+    return _SQL_TYPES[type_]
 
 
 def route_column(tasks: Sequence[tuple[int, int]]) -> Column:

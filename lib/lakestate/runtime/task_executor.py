@@ -219,12 +219,12 @@ def _hand_over(
         reached={**reached, **global_reached},
         stream_time=task.stream_time,
         records=processed,
-        metrics=task.metrics.report(),
+        metrics=task.metrics,
         output_partitions=counts,
         stores=tuple(state_rows(rows, app, writes, sub, partition)),
         processor_metadata=dict(task.processor_metadata),
     )
-    rows.add(1, kind="task", sub=sub, task=partition, seq=0, info=outcome.encode())
+    rows.add(1, kind="task", sub=sub, task=partition, seq=0, outcome=outcome.encode())
     return rows.table()
 
 

@@ -135,7 +135,7 @@ def _run(
     roles = task_roles.roles_of(runner.layout, member, tasks)
     runner.fences = functools.partial(roles.fences, app.name)
     if scaled:
-        say(task_roles.describe(roles))
+        runner.after_first_line.append(task_roles.describe(roles))
     ended = False
     deleted: list[TaskId] = []
     try:

@@ -18,7 +18,6 @@ commit always discards its writes, so a failed record or batch is never half-app
 from __future__ import annotations
 
 import enum
-import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from types import MappingProxyType
@@ -35,6 +34,14 @@ from lakestate.state.constants import (
     OFFSETS_NAMESPACE,
     PROCESSING_GUARANTEE,
     STREAM_TIME_KEY,
+)
+from lakestate.state.ordered_items import (
+    CHUNK_SIZES,
+    chunked_items,
+    lazy_items,
+    live_items,
+    merge_own_writes,
+    merge_sources,
 )
 
 
@@ -214,8 +221,8 @@ class Transaction:
         buffer = self._buffers.get(namespace)
         own = self._buffer_items(namespace, buffer, start, end, reverse) if buffer else None
         if own is None:
-            return _live(committed)
-        return _merge_own(committed, own, reverse)
+            return live_items(committed)
+        return merge_own_writes(committed, own, reverse)
 
     def _buffer_items(
         self,
@@ -238,12 +245,12 @@ class Transaction:
                 if not keys:
                     return None
                 keys.sort(reverse=reverse)
-                return _lazy_items(buffer, keys)
+                return lazy_items(buffer, keys)
             index = self._indexes[namespace] = SortedList(buffer)
-        chunk = list(islice(index.irange(start, end, (True, False), reverse), _CHUNKS[0]))
+        chunk = list(islice(index.irange(start, end, (True, False), reverse), CHUNK_SIZES[0]))
         if not chunk:
             return None
-        return _chunked_items(index, buffer, chunk, start, end, reverse)
+        return chunked_items(index, buffer, chunk, start, end, reverse)
 
     def changes(self) -> Iterator[Write]:
         """The buffered writes, by namespace then key: what commit will apply."""
@@ -301,107 +308,6 @@ _MISSING = object()
 _NO_OFFSETS: Mapping[TopicPartition, int] = MappingProxyType({})
 # A write buffer with more keys than this gets a sorted index when it is first iterated.
 _INDEX_MIN = 32
-# Sizes of the chunks in which indexed buffers are scanned (the last one repeats).
-_CHUNKS = (8, 64, 512, 4096)
-
-
-def _lazy_items(
-    buffer: dict[bytes, bytes | None], keys: list[bytes]
-) -> Iterator[tuple[bytes, bytes | None]]:
-    """(key, value) for ``keys``, each value read from ``buffer`` when it is reached."""
-    for key in keys:
-        yield key, buffer[key]
-
-
-def _chunked_items(
-    index: SortedList,
-    buffer: dict[bytes, bytes | None],
-    chunk: list[bytes],
-    start: bytes | None,
-    end: bytes | None,
-    reverse: bool,
-) -> Iterator[tuple[bytes, bytes | None]]:
-    """The items of an indexed buffer in range, from its first chunk of keys on (read
-    with the first of ``_CHUNKS``; the next chunks grow to the last size)."""
-    sizes = iter(_CHUNKS)
-    size = next(sizes)
-    while True:
-        for key in chunk:
-            yield key, buffer[key]
-        if len(chunk) < size:
-            return
-        last = chunk[-1]
-        size = next(sizes, size)
-        if reverse:
-            keys = index.irange(start, last, (True, False), True)
-        else:
-            keys = index.irange(last, end, (False, False))
-        chunk = list(islice(keys, size))
-
-
-def _merge_own(
-    committed: Iterator[tuple[bytes, bytes | None]],
-    own: Iterator[tuple[bytes, bytes | None]],
-    reverse: bool,
-) -> Iterator[tuple[bytes, bytes]]:
-    """``_merge([committed, own], reverse)`` for the usual two sources, without heapq: own
-    writes win on equal keys, tombstones are dropped."""
-    a = next(committed, None)
-    b = next(own, None)
-    while b is not None:
-        if a is not None and (a[0] > b[0] if reverse else a[0] < b[0]):
-            if a[1] is not None:
-                yield a
-            a = next(committed, None)
-            continue
-        if a is not None and a[0] == b[0]:
-            a = next(committed, None)  # shadowed by the own write
-        if b[1] is not None:
-            yield b
-        b = next(own, None)
-    while a is not None:
-        if a[1] is not None:
-            yield a
-        a = next(committed, None)
-
-
-def _live(items: Iterator[tuple[bytes, bytes | None]]) -> Iterator[tuple[bytes, bytes]]:
-    """One ordered source without duplicate keys, tombstones dropped."""
-    for item in items:
-        if item[1] is not None:
-            yield item
-
-
-def _tag(
-    items: Iterator[tuple[bytes, bytes | None]], tag: int
-) -> Iterator[tuple[bytes, int, bytes | None]]:
-    for key, value in items:
-        yield key, tag, value
-
-
-def _merge(
-    sources: list[Iterator[tuple[bytes, bytes | None]]],
-    reverse: bool,
-    keep_tombstones: bool = False,
-) -> Iterator[tuple[bytes, bytes | None]]:
-    """Merge ordered sources; on equal keys the later source (newer writes) wins."""
-    if len(sources) == 1 and keep_tombstones:
-        return sources[0]
-    # Tag each item so that, for equal keys, the newest source sorts first in either direction.
-    sign = 1 if reverse else -1
-    tagged = [_tag(items, sign * i) for i, items in enumerate(sources)]
-    merged = heapq.merge(*tagged, key=lambda item: (item[0], item[1]), reverse=reverse)
-
-    def newest_first() -> Iterator[tuple[bytes, bytes | None]]:
-        last: bytes | None = None
-        for key, _, value in merged:
-            if key == last:
-                continue
-            last = key
-            if value is not None or keep_tombstones:
-                yield key, value
-
-    return newest_first()
 
 
 class StateStore:
@@ -467,7 +373,7 @@ class StateStore:
         reverse: bool = False,
     ) -> Iterator[tuple[bytes, bytes]]:
         self._check_usable()
-        return _merge([self._iterate(namespace, start, end, reverse, exclude=None)], reverse)
+        return merge_sources([self._iterate(namespace, start, end, reverse, exclude=None)], reverse)
 
     def committed_offset(self, partition: TopicPartition) -> int | None:
         """The offset committed for ``partition`` with the data, or None if there is none."""
@@ -553,7 +459,7 @@ class StateStore:
         if len(sources) == 1:
             return sources[0]
         # Keep tombstones: the caller's merge drops them after overlaying its own writes.
-        return _merge(sources, reverse, keep_tombstones=True)
+        return merge_sources(sources, reverse, keep_tombstones=True)
 
     def _commit(self, txn: Transaction, offsets: Mapping[TopicPartition, int]) -> None:
         if self._closed:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sortedcontainers import SortedList
 
-from lakestate.state.base import _merge_own
+from lakestate.state.ordered_items import merge_own_writes
 
 __all__ = ["Overlay"]
 
@@ -61,7 +61,7 @@ class Overlay:
         if not buffer:
             return below
         keys = list(self._indexes[namespace].irange(start, end, (True, False), reverse))
-        return _merge_own(below, ((k, buffer[k]) for k in keys), reverse)
+        return merge_own_writes(below, ((k, buffer[k]) for k in keys), reverse)
 
     def flush(self) -> None:
         """Hand every write to the transaction below (in key order), and forget them."""

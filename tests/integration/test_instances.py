@@ -281,9 +281,10 @@ def test_a_run_fenced_before_its_progress_commit_stops_and_commits_nothing(tmp_p
     result_b, _ = _run(app, wh, "b")
     assert {t for batch in result_b.batches for t in batch} == {"0_1"}
     result_a, said = _run(app, wh, "a")
-    # The run's first line says which transport ran and why; the instance's roles follow.
+    # The run's first line says which transport ran and why; the instance's roles follow
+    # (generation 2: the rebalance that fenced a).
     assert said[0].startswith("transport: in this process, no Spark ("), said
-    assert said[1] == "instance a (generation 1): active 0_0", said
+    assert said[1] == "instance a (generation 2): active 0_0", said
     assert {t for batch in result_a.batches for t in batch} == {"0_0"}
     assert _sinks(wh) == _sinks(reference)
     assert _state(wh) == _state(reference)

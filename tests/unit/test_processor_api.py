@@ -308,6 +308,75 @@ def test_every_store_builder_gives_its_store_to_processors():
         assert driver.get_state_store("windows").get("a", ls.Window(0, 10)) == 2
 
 
+class _TumblingWindows(ls.Processor):
+    """Puts each record's value in its 10 ms window [t - t % 10, +10) of store "windows"."""
+
+    def init(self, context):
+        self.windows = context.get_state_store("windows")
+
+    def process(self, record):
+        start = record.timestamp - record.timestamp % 10
+        self.windows.put(record.key, ls.Window(start, start + 10), record.value, record.timestamp)
+
+
+def _window_store_app(retention_ms: int):
+    S = ls.Stores
+    b = ls.StreamsBuilder()
+    supplier = S.persistent_window_store(
+        "windows", timedelta(milliseconds=retention_ms), timedelta(milliseconds=10), False
+    )
+    b.add_state_store(S.window_store_builder(supplier))
+    b.stream("in").process(_TumblingWindows, "windows")
+    return b.build()
+
+
+def test_a_processor_window_store_keeps_kafka_s_retention():
+    """Size 10, retention 20: a window starting at or before the latest start - 20 is
+    expired (Kafka's window store: fetches start after observed stream time - retention)."""
+    with TopologyTestDriver(_window_store_app(20)) as driver:
+        topic = driver.create_input_topic("in")
+        for t in (0, 10):
+            topic.pipe_input("a", t, t)
+        store = driver.get_state_store("windows")
+        assert [start for start, _ in store.fetch("a", 0, 100)] == [0, 10]
+        topic.pipe_input("a", 20, 20)  # observed 20: window 0 (0 <= 20 - 20) expires
+        assert [start for start, _ in store.fetch("a", 0, 100)] == [10, 20]
+        topic.pipe_input("a", 30, 30)  # observed 30: windows starting at or before 10 expire
+        assert [start for start, _ in store.fetch("a", 0, 100)] == [20, 30]
+        topic.pipe_input("b", 15, 15)  # window 10: expired when it arrives, dropped
+        topic.pipe_input("b", 27, 27)  # window 20: live
+        assert [(w.key, w.window.start) for w, _ in store.all()] == [
+            ("a", 20),
+            ("a", 30),
+            ("b", 20),
+        ]
+        topic.pipe_input("a", 45, 45)  # observed 40: window 20 of both keys expires
+        assert [(w.key, w.window.start, v) for w, v in store.all()] == [
+            ("a", 30, 30),
+            ("a", 40, 45),
+        ]
+
+
+def test_a_processor_window_store_holds_windows_of_its_size():
+    class Odd(ls.Processor):
+        def init(self, context):
+            self.windows = context.get_state_store("windows")
+
+        def process(self, record):
+            self.windows.put(record.key, ls.Window(0, 5), record.value, record.timestamp)
+
+    S = ls.Stores
+    b = ls.StreamsBuilder()
+    ten = timedelta(milliseconds=10)
+    b.add_state_store(S.window_store_builder(S.persistent_window_store("windows", ten, ten, False)))
+    b.stream("in").process(Odd, "windows")
+    with (
+        TopologyTestDriver(b.build()) as driver,
+        pytest.raises(Exception, match="windows of 10 ms"),
+    ):
+        driver.create_input_topic("in").pipe_input("a", 1, 1)
+
+
 def test_store_builders_check_their_arguments():
     S = ls.Stores
     with pytest.raises(TopologyException, match="window store supplier"):

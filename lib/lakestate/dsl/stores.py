@@ -108,8 +108,9 @@ class Stores:
     def persistent_window_store(
         name: str, retention_period: timedelta, window_size: timedelta, retain_duplicates: bool
     ) -> StoreSupplier:
-        """A window store. Retention is the processor's to apply: windows stay until it
-        deletes them (``delete_ending_before``); duplicates are not retained."""
+        """A window store of windows ``window_size`` long, keeping Kafka's retention: a
+        window starting ``retention_period`` or more before the latest window start put is
+        expired (deleted, and a put of it dropped). Duplicates are not retained."""
         what = "persistent_window_store"
         retention = duration_ms(retention_period, "retention period", f"Stores.{what}")
         size = duration_ms(window_size, "window size", f"Stores.{what}", positive=True)
@@ -123,7 +124,7 @@ class Stores:
                 f"Stores.{what}({name!r}): the retention period ({retention} ms) must be at "
                 f"least the window size ({size} ms)"
             )
-        return _supplier(name, _WINDOW, what)
+        return _supplier(name, _WINDOW, what, retention_ms=retention, window_size_ms=size)
 
     @staticmethod
     def key_value_store_builder(supplier: StoreSupplier, *serdes: Any) -> StoreBuilder:

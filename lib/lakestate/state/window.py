@@ -16,6 +16,9 @@ aggregation drop every window that has closed with one range scan, so the store 
 open windows only: Kafka's default retention (window size + grace for time windows, gap +
 grace for sessions) measured from the window's end.
 
+A processor's window store (``Stores.persistent_window_store``) also has a retention and a
+window size: it applies the retention itself, as Kafka's does (below, ``WindowStore``).
+
 ``WindowStore`` reads like Kafka's ``WindowStore`` (windows of a key by start time);
 ``SessionStore`` like its ``SessionStore`` (sessions of a key, merged by the aggregation).
 """
@@ -61,15 +64,35 @@ class WindowStore:
 
     Reads go through ``source()`` (the task's transaction, or the StateStore for read-only
     queries); writes need a transaction. A None value deletes the window.
+
+    With ``retention_ms`` and ``window_size_ms`` (a processor's store), every window is
+    ``window_size_ms`` long and the store keeps Kafka's retention: its observed stream time
+    is the latest window start put, and a window starting at or before observed stream time
+    - retention is expired: deleted when a put moves stream time past it, and a put of it
+    is dropped. Kafka drops whole segments and hides expired windows from reads; deleting
+    them at once gives the same reads. Without them (the DSL's aggregations), the
+    processor deletes closed windows itself (``delete_ending_before``).
     """
 
     kind = "window"
 
-    def __init__(self, name: str, source: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: Callable[[], Any],
+        retention_ms: int | None = None,
+        window_size_ms: int | None = None,
+    ) -> None:
         if name in RESERVED_NAMESPACES:
             raise InvalidStateStoreException(f"store name {name!r} is reserved")
+        if (retention_ms is None) != (window_size_ms is None):
+            raise InvalidStateStoreException(
+                f"window store {name!r}: give both a retention and a window size, or neither"
+            )
         self.name = name
         self._source = source
+        self._retention_ms = retention_ms
+        self._window_size_ms = window_size_ms
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -144,7 +167,43 @@ class WindowStore:
 
     def put_all(self, entries: Iterable[tuple[Windowed, Any, int]]) -> None:
         """``put`` of each (Windowed key, value, timestamp), in one write. Every key and
-        value is encoded before anything is written, so a bad one writes nothing."""
+        value is encoded before anything is written, so a bad one writes nothing. With a
+        retention, expired windows are dropped and the ones a put expires deleted."""
+        if self._retention_ms is not None:
+            self._put_retained(list(entries))
+            return
+        self._write(entries)
+
+    def _put_retained(self, entries: list[tuple[Windowed, Any, int]]) -> None:
+        size = self._window_size_ms
+        for windowed, _, _ in entries:
+            window = windowed.window
+            if window.end - window.start != size:
+                raise InvalidStateStoreException(
+                    f"window store {self.name!r} holds windows of {size} ms (its window size), "
+                    f"got {window}: put windows [start, start + {size})"
+                )
+        observed = self.observed_stream_time()
+        live: list[tuple[Windowed, Any, int]] = []
+        for entry in entries:
+            start = entry[0].window.start
+            observed = start if observed is None else max(observed, start)
+            if start > observed - self._retention_ms:
+                live.append(entry)
+        self._write(live)
+        if observed is not None:
+            # Windows of one size: those starting at or before the limit end before it + size.
+            self.delete_ending_before(observed - self._retention_ms + 1 + size)
+
+    def observed_stream_time(self) -> int | None:
+        """The latest window start put (None before any): the start of the window ending
+        last, since every window has the store's size. Read from the store (not kept
+        here), so it is the transaction's own, also after a rollback."""
+        for raw_key, _ in self._source().iterate(self.name, END_PREFIX, _END_END, True):
+            return decode_key(raw_key[1 + _TS_BYTES :]).window.start
+        return None
+
+    def _write(self, entries: Iterable[tuple[Windowed, Any, int]]) -> None:
         txn = self._writer()
         name = self.name
         writes: list[tuple[bytes, bytes | None]] = []

@@ -82,15 +82,7 @@ def plan_tasks(
             (topic, ends.get(topic, {}).get(task.partition), state.offset(topic))
             for topic in task_inputs[task.subtopology]
         ]
-        for topic, end, start in reads:
-            if end is None:
-                continue
-            if budget is not None:
-                end = min(end, start + budget)
-            if end > start:
-                ranges[topic] = (start, end)
-                if budget is not None:
-                    budget -= end - start
+        budget = _one_after_another(reads, budget, ranges)
         ranges.update(_input_ranges(task, inputs, budget, timestamps))
         if ranges:
             plans.append(TaskPlan(task, state.batch_id + 1, ranges))
@@ -112,12 +104,25 @@ def _input_ranges(
         stamps = [timestamps(t, task.partition, s, min(e, s + budget)) for t, e, s in pending]
         counts = merged_counts(stamps, budget)
         return {t: (s, s + c) for (t, _, s), c in zip(pending, counts, strict=True) if c}
-    ranges = {}
-    for topic, end, start in pending:
+    ranges: dict[str, tuple[int, int]] = {}
+    _one_after_another(pending, budget, ranges)
+    return ranges
+
+
+def _one_after_another(
+    reads: list[tuple[str, int | None, int]],
+    budget: int | None,
+    ranges: dict[str, tuple[int, int]],
+) -> int | None:
+    """Adds to ``ranges`` each read's range in turn, within what is left of ``budget``;
+    returns what is left."""
+    for topic, end, start in reads:
+        if end is None:
+            continue
         if budget is not None:
             end = min(end, start + budget)
         if end > start:
             ranges[topic] = (start, end)
             if budget is not None:
                 budget -= end - start
-    return ranges
+    return budget

@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 from lakestate.app import App
+from lakestate.delta_source import DeltaSource
 from lakestate.dsl.branched import Branched, BranchedKStream, Named
 from lakestate.dsl.builder import StreamsBuilder
 from lakestate.dsl.cogrouped import (
@@ -54,6 +55,7 @@ __all__ = [
     "CogroupedKStream",
     "Consumed",
     "Deduplicated",
+    "DeltaSource",
     "GlobalKTable",
     "InvalidStateStoreException",
     "JoinWindows",

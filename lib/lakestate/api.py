@@ -21,6 +21,7 @@ WHERE = {
     "Warehouse": "lakestate.warehouse",
     "app_status": "lakestate.read.status",
     "compact": "lakestate.ops.compaction",
+    "declare_delta_source": "lakestate.io.deltasource",
     "maintain": "lakestate.ops.maintenance",
     "rebalance": "lakestate.scaleout.rebalance",
     "rewind": "lakestate.ops.rewind",

@@ -106,6 +106,11 @@ class Warehouse:
         """The log table of topic ``name``."""
         return self._join("topics", validate_name("topic", name))
 
+    def source_path(self, name: str) -> str:
+        """The folder of Delta source ``name`` (a Delta table read as a topic): its
+        declaration and offset index (``lakestate.io.deltasource``)."""
+        return self._join("sources", validate_name("topic", name))
+
     def list_topics(self) -> list[str]:
         """Names of the topics that exist (a ``_delta_log`` directory), sorted."""
         base = self._local_root() / "topics"

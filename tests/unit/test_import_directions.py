@@ -32,6 +32,7 @@ CORE = {"dsl", "topology", "processors", "state", "testing"}
 #: Shared by everyone, importing no package above.
 SHARED = {
     "app",
+    "delta_source",
     "errors",
     "records",
     "serdes",

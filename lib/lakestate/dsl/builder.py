@@ -6,6 +6,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lakestate.delta_source import DeltaSource
 from lakestate.dsl.consumed import Consumed, serdes_of
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
@@ -44,6 +45,14 @@ def table_store_spec(store: str, materialized: Materialized | None) -> StoreSpec
 def check_topic(topic: Any, node: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise TopologyException(f"node {node}: topic must be a non-empty string, got {topic!r}")
+
+
+def _source_topic(topic: Any, node: str) -> tuple[str, DeltaSource | None]:
+    """A source's topic name, and its Delta table when it is a ``DeltaSource``."""
+    if isinstance(topic, DeltaSource):
+        return topic.name, topic
+    check_topic(topic, node)
+    return topic, None
 
 
 def _kafka_order(materialized: Any, consumed: Any) -> tuple[Any, Any]:
@@ -87,8 +96,10 @@ class GraphBuilder:
         carries_changes: bool = False,
         decode: Callable[[Any], Any] | None = None,
         serdes: TopicSerdes = DEFAULT_SERDES,
+        delta_source: DeltaSource | None = None,
     ) -> Node:
-        """``decode``: turns the topic's values back into their type (see ``add_sink``)."""
+        """``decode``: turns the topic's values back into their type (see ``add_sink``);
+        ``delta_source``: the Delta table the topic is (``builder.stream(DeltaSource)``)."""
         self._check_new(name)
         factory: Callable[[], Processor] = ChangeDecodingSource if carries_changes else PassThrough
         if decode is not None:
@@ -101,6 +112,7 @@ class GraphBuilder:
             internal_topic=internal,
             carries_changes=carries_changes,
             serdes=serdes,
+            delta_source=delta_source,
         )
         self.nodes[name] = node
         return node
@@ -225,12 +237,20 @@ class StreamsBuilder:
     def __init__(self) -> None:
         self._graph = GraphBuilder()
 
-    def stream(self, topics: str | list[str], consumed: Consumed | None = None) -> KStream:
-        """A record stream read from one or more topics; ``consumed``: their serdes
-        (``Consumed.with_(key_serde, value_serde)``; default Json)."""
+    def stream(
+        self, topics: str | list[str] | DeltaSource, consumed: Consumed | None = None
+    ) -> KStream:
+        """A record stream read from one or more topics, or from an existing Delta table
+        other writers append to (``DeltaSource(name, table, key=..., timestamp=...,
+        partitions=n)``: each row a record, its columns the value's fields); ``consumed``:
+        the topics' serdes (``Consumed.with_(key_serde, value_serde)``; default Json)."""
         from lakestate.dsl.kstream import KStream
 
         name = self._graph.new_name("KSTREAM-SOURCE-")
+        if isinstance(topics, DeltaSource):
+            serdes = serdes_of(consumed, Consumed, name)
+            self._graph.add_source(name, [topics.name], serdes=serdes, delta_source=topics)
+            return KStream(self._graph, name, repartition_required=False)
         if isinstance(topics, str):
             topic_list = [topics]
         elif isinstance(topics, list | tuple):
@@ -249,7 +269,7 @@ class StreamsBuilder:
 
     def table(
         self,
-        topic: str,
+        topic: str | DeltaSource,
         materialized: Materialized | Consumed | None = None,
         consumed: Consumed | None = None,
     ) -> KTable:
@@ -261,10 +281,11 @@ class StreamsBuilder:
         from lakestate.dsl.ktable import KTable
 
         source = self._graph.new_name("KSTREAM-SOURCE-")
-        check_topic(topic, source)
+        topic, delta_source = _source_topic(topic, source)
         materialized, consumed = _kafka_order(materialized, consumed)
         store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
-        self._graph.add_source(source, [topic], serdes=serdes_of(consumed, Consumed, source))
+        serdes = serdes_of(consumed, Consumed, source)
+        self._graph.add_source(source, [topic], serdes=serdes, delta_source=delta_source)
         name = self._graph.new_name("KTABLE-SOURCE-")
         spec = table_store_spec(store, materialized)
         self._graph.add_store(spec, name)
@@ -273,7 +294,7 @@ class StreamsBuilder:
 
     def global_table(
         self,
-        topic: str,
+        topic: str | DeltaSource,
         materialized: Materialized | Consumed | None = None,
         consumed: Consumed | None = None,
     ) -> GlobalKTable:
@@ -282,7 +303,7 @@ class StreamsBuilder:
         from lakestate.dsl.ktable import GlobalKTable
 
         source = self._graph.new_name("KSTREAM-SOURCE-")
-        check_topic(topic, source)
+        topic, delta_source = _source_topic(topic, source)
         materialized, consumed = _kafka_order(materialized, consumed)
         store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
         if materialized is not None and materialized.is_versioned:
@@ -290,7 +311,8 @@ class StreamsBuilder:
                 f"node {source}: a global table cannot be versioned (KIP-914): stream-global "
                 "table joins are not timestamp-synchronized; use Materialized.as_(name)"
             )
-        self._graph.add_source(source, [topic], serdes=serdes_of(consumed, Consumed, source))
+        serdes = serdes_of(consumed, Consumed, source)
+        self._graph.add_source(source, [topic], serdes=serdes, delta_source=delta_source)
         self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True), source)
         self._graph.nodes[source].stores.append(store)
         self._graph.global_tables.append(GlobalTableSpec(topic, store, source))

@@ -10,9 +10,10 @@ kind; ``topic(warehouse, name)`` resolves a name to its kind's ``Topic``.
 
 A topic is a log table (``lakestate.io.logtable``) unless it is given a Kafka cluster
 (``lakestate.io.kafka``): an app whose config has ``bootstrap.servers`` reads and writes
-its source and sink topics there (``AppLayout.topic`` says which). ``kind_of`` is where
-the topics a warehouse declares of another kind (an external Delta table) are to be
-resolved, and ``KINDS`` where kinds are added, without touching the runtime. Spark reads a
+its source and sink topics there (``AppLayout.topic`` says which), or the warehouse
+declares it a Delta source (``lakestate.io.deltasource``: an existing Delta table read
+as a topic), which ``kind_of`` finds; ``KINDS`` is where kinds are added, without
+touching the runtime. Spark reads a
 topic through ``lakestate.runtime.spark_topics``.
 """
 
@@ -24,6 +25,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from lakestate.io import deltasource
+from lakestate.io.deltasource import DeltaSourceKind
 from lakestate.io.kafka import KafkaCluster, KafkaTopic
 from lakestate.io.logtable import LogTableKind
 from lakestate.io.topic_records import (
@@ -164,12 +167,16 @@ class TopicKind(Protocol):
 
 
 LOG_TABLES = LogTableKind()
+DELTA_SOURCES = DeltaSourceKind()
 #: The topic kinds, by name.
-KINDS: dict[str, TopicKind] = {LOG_TABLES.name: LOG_TABLES}
+KINDS: dict[str, TopicKind] = {LOG_TABLES.name: LOG_TABLES, DELTA_SOURCES.name: DELTA_SOURCES}
 
 
 def kind_of(warehouse: Warehouse, name: str) -> str:
-    """The kind of topic ``name`` of ``warehouse``: a log table, the one kind so far."""
+    """The kind of topic ``name`` of ``warehouse``: a Delta source if the warehouse
+    declares one of that name (``lakestate.io.deltasource.declare``), else a log table."""
+    if deltasource.is_declared(warehouse, name):
+        return DELTA_SOURCES.name
     return LOG_TABLES.name
 
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakestate.errors import StreamsException
+from lakestate.delta_source import DeltaSource
+from lakestate.errors import StreamsException, TopologyException
 from lakestate.processors.api import Processor
 from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.topology.copartition import CopartitionGroup
@@ -55,6 +56,8 @@ class Node:
     num_partitions: int | None = None
     # A source's or sink's key and value serdes (Consumed / Produced / Grouped.with_).
     serdes: TopicSerdes = DEFAULT_SERDES
+    # A source reading an existing Delta table (``builder.stream(DeltaSource(...))``).
+    delta_source: DeltaSource | None = None
 
     def describe(self) -> str:
         if self.kind == SOURCE:
@@ -125,6 +128,22 @@ class Topology:
         """The external input topics, global tables' topics included."""
         topics = [t for sub in self.subtopologies for t in sub.source_topics]
         return topics + [g.topic for g in self.global_tables]
+
+    def delta_sources(self) -> dict[str, DeltaSource]:
+        """The Delta tables the topology reads as topics (``builder.stream(DeltaSource)``),
+        by topic name; a run declares them in its warehouse. Two different ones under one
+        name are a TopologyException."""
+        found: dict[str, DeltaSource] = {}
+        for node in self.nodes.values():
+            source = node.delta_source
+            if source is None:
+                continue
+            if found.setdefault(source.name, source) != source:
+                raise TopologyException(
+                    f"node {node.name}: Delta source {source.name!r} is given twice, "
+                    f"differently ({found[source.name]} and {source}); give it once"
+                )
+        return found
 
     def sink_topics(self) -> list[str]:
         return [t for sub in self.subtopologies for t in sub.sink_topics]

@@ -7,6 +7,7 @@ the event-time column, the partition count the app chooses and where the stream 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Union
@@ -21,7 +22,8 @@ Starting = Union[str, int, datetime]  # noqa: UP007 (a runtime alias)
 
 @dataclass(frozen=True)
 class DeltaSource:
-    """A stream over the Delta table at ``table`` (a path or URI), as topic ``name``.
+    """A stream over the Delta table at ``table`` (a URI, or a local path, made absolute),
+    as topic ``name``.
 
     ``key``: the key column, or columns (the key is then a dict of them); ``timestamp``:
     the event-time column (a timestamp, a date or epoch milliseconds; None, or a NULL in
@@ -43,8 +45,12 @@ class DeltaSource:
 
     def __post_init__(self) -> None:
         validate_name("topic", self.name)
-        if not isinstance(self.table, str) or not self.table:
+        if not isinstance(self.table, str | os.PathLike) or not os.fspath(self.table):
             raise ValueError(f"DeltaSource {self.name!r}: table must be a path, got {self.table!r}")
+        table = os.fspath(self.table)
+        if "://" not in table:  # a local path: the same table from any working directory
+            table = os.path.abspath(table)
+        object.__setattr__(self, "table", table)
         keys = (self.key,) if isinstance(self.key, str) else tuple(self.key)
         if not keys or not all(isinstance(k, str) and k for k in keys):
             raise ValueError(

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
+from lakestate.errors import StreamsException
 from lakestate.io import delta_commits, delta_log
 from lakestate.io.deltasource.commits import read_commit
 from lakestate.io.deltasource.declaration import Declared
@@ -93,7 +94,16 @@ def latest_version(table: str) -> int:
 
 
 def table_schema(table: str) -> pa.Schema:
-    return pa.schema(DeltaTable(table.removeprefix("file://")).schema().to_arrow())
+    """The table's columns now; ``StreamsException`` for a table with column mapping,
+    whose files name columns by physical names this reader does not map."""
+    found = DeltaTable(table.removeprefix("file://"))
+    mode = found.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if mode != "none":
+        raise StreamsException(
+            f"Delta table {table} has column mapping (delta.columnMapping.mode={mode}), "
+            "which a Delta source does not read yet; read it with a table without it"
+        )
+    return pa.schema(found.schema().to_arrow())
 
 
 def records(declared: Declared, version: int, schema: pa.Schema | None = None) -> pa.Table:

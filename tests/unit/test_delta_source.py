@@ -236,3 +236,27 @@ def test_builder_stream_takes_a_delta_source(tmp_path):
     b2.table(_source(tmp_path / "other"), ls.Materialized.as_("t"))
     with pytest.raises(TopologyException, match="a topic can have one source"):
         b2.build()
+
+
+def test_the_offset_index_numbers_versions_on_per_partition():
+    index = offsets.OffsetIndex(2, {3: (2, 1), 4: (0, 0), 5: (1, 3), 6: (0, 2)})
+    assert index.ends() == {0: 3, 1: 6}
+    # A version appending nothing has no base; each base sums the versions before.
+    assert index.bases() == [(3, (0, 0)), (5, (2, 1)), (6, (3, 4))]
+    assert [v for v, _ in index.versions_for({0: (1, 3)})] == [3, 5]
+    assert [v for v, _ in index.versions_for({1: (1, 4)})] == [5]
+    assert [v for v, _ in index.versions_for({1: (4, 6)})] == [6]
+    assert index.versions_for({0: (3, 3), 1: (6, 6)}) == []
+
+
+def test_a_replayed_range_is_read_from_the_stored_counts_past_a_later_change(tmp_path):
+    table, wh = tmp_path / "bronze", Warehouse(tmp_path / "wh")
+    _append(table, ["a", "b", "c"], [1, 2, 3])
+    topic = _topic(wh, _source(table, partitions=1))
+    assert topic.end_offsets() == {0: 3}  # a batch planned (0, 3)
+    DeltaTable(str(table)).delete("amount = 2")
+    # Its replay reads its rows; a plan past them fails at the change.
+    rows = records_of(topics.topic(wh, "orders").reader().read_range({0: (0, 3)}))
+    assert [r.key for r in rows] == ["a", "b", "c"]
+    with pytest.raises(StreamsException, match="version 1 .* DELETE"):
+        topics.topic(wh, "orders").end_offsets()

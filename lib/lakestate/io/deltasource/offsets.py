@@ -143,6 +143,18 @@ def _stored(warehouse: Warehouse, name: str) -> dict[int, tuple[int, ...]]:
     return {r["version"]: tuple(r["counts"]) for r in rows}
 
 
+def _counted(warehouse: Warehouse, declared: Declared) -> OffsetIndex:
+    """The index of the versions counted already: those stored, from the start version on
+    while there is no gap."""
+    stored = _stored(warehouse, declared.source.name)
+    counts = {}
+    v = declared.start_version
+    while v in stored:
+        counts[v] = stored[v]
+        v += 1
+    return OffsetIndex(declared.source.partitions, counts)
+
+
 def index(warehouse: Warehouse, declared: Declared) -> OffsetIndex:
     """The source's offset index up to its table's newest version, the versions not
     counted yet counted (their records read) and stored. ``StreamsException`` at a commit
@@ -181,8 +193,13 @@ def _store(warehouse: Warehouse, name: str, new: dict[int, tuple[int, ...]]) -> 
 def read_range(
     warehouse: Warehouse, declared: Declared, ranges: dict[int, tuple[int, int]]
 ) -> pa.Table:
-    """The records of ``ranges`` (partition -> (start, end)), offsets as the index gives."""
-    found = index(warehouse, declared)
+    """The records of ``ranges`` (partition -> (start, end)), offsets as the index gives.
+    The stored counts serve when they reach the ranges' ends (a batch's ranges were planned
+    from them), so a replayed batch reads its rows also past a later change commit."""
+    found = _counted(warehouse, declared)
+    ends = found.ends()
+    if any(e > ends.get(p, 0) for p, (_, e) in ranges.items()):
+        found = index(warehouse, declared)
     parts = []
     for v, base in found.versions_for(ranges):
         rows = _based(records(declared, v), base)

@@ -37,6 +37,7 @@ SHARED = {
     "serdes",
     "task_id",
     "warehouse",
+    "object_store",
     "console",
     "logfile",
     "__init__",

@@ -20,7 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from engine_helpers import APPS, events
+from engine_helpers import APPS, events, produce
+from lakestate import run_app
 from lakestate.cli import main
 from lakestate.errors import TaskMigratedException
 from lakestate.io import delta_commits
@@ -320,3 +321,44 @@ def test_the_command_in_a_fresh_process_says_one_line(s3_warehouse, tmp_path):
     assert proc.returncode == 1
     first = proc.stderr.splitlines()[0]
     assert first.startswith("lakestate sql: error: cannot reach the object store"), proc.stderr
+
+
+# -- exactly once on a bucket: a SIGKILL at every commit step ---------------------------------
+
+
+def test_kill_at_every_commit_step_on_a_bucket_then_rerun_gives_the_uninterrupted_result(
+    s3_warehouse, tmp_path, capsys
+):
+    from test_exactly_once import FAULT_POINTS, MAX_RECORDS, N, _run_in_subprocess
+
+    records = events(N, seed=11)
+    reference = Warehouse(tmp_path / "reference")
+    produce(None, reference, "events", records, partitions=2)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=reference.root,
+        state_dir=str(tmp_path / "ref"),
+        max_records=MAX_RECORDS,
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    wh, state = s3_warehouse, tmp_path / "state"
+    produce(None, wh, "events", records, partitions=2)
+    said = []
+    for point in [*FAULT_POINTS, None]:
+        proc = _run_in_subprocess(wh, state, point, inprocess_max_records=10**9)
+        assert proc.returncode == (-9 if point else 0), (point, proc.stderr[-3000:])
+        said.append(proc.stdout)
+    assert all("transport: in this process" in out for out in said), said
+    assert "replaying the recorded batches" in said[FAULT_POINTS.index("after_progress@2") + 1]
+    for point, batch in (("after_changelog:sums@2", 2), ("after_tables@3", 3)):
+        staged = f"applied the staged transaction of batch {batch}"
+        assert staged in said[FAULT_POINTS.index(point) + 1]
+    assert "applied the staged transaction of batch 4" in said[-1]
+    for topic in ("counts-out", "sums-out"):
+        expected = _cli(capsys, reference, "consume", topic, "--from-beginning")
+        assert _cli(capsys, wh, "consume", topic, "--from-beginning") == expected and expected
+    for store in ("counts", "sums"):
+        query = f"SELECT key, value FROM counts__{store} ORDER BY key"
+        expected = _cli(capsys, reference, "sql", query)
+        assert _cli(capsys, wh, "sql", query) == expected and len(expected) > 3

@@ -5,7 +5,9 @@
 # a project-local cache so that later runs need no network; Maven and Kafka Streams (built
 # once into .cache/kstreams) for the conformance suite; Apache Kafka's broker jars (resolved
 # once, .cache/kafka) for the Kafka tests; Chromium and its WebDriver (Debian's)
-# for the Airflow UI test; Redis (Debian's redis-server) for the Celery workers' test.
+# for the Airflow UI test; Redis (Debian's redis-server) for the Celery workers' test; moto's
+# S3 server for the object-store tests (a test dependency in pyproject.toml, so it comes with
+# the project's install and is reinstalled only when pyproject.toml changes).
 #
 # The terminal gets one line per step; what the steps print (apt, pip, Ivy's resolution of
 # the jars, Maven) goes to a log file, .cache/setup-<UTC time>-<pid>.log

@@ -8,8 +8,9 @@ Layout::
     <root>/apps/<app>/_batches            the app's batch history (engine)
 
 The root comes from ``--warehouse DIR``, else env ``LAKESTATE_WAREHOUSE``, else
-``./warehouse``. A local root is made absolute; a URI root (``s3a://bucket/wh``) is kept as
-given, and its paths are joined with ``/`` (listing works on local roots only).
+``./warehouse``. A local root is made absolute; a URI root (``s3://bucket/wh``) is kept as
+given, and its paths are joined with ``/``. Listing works on local roots and on the S3 API
+(``s3://``, ``s3a://``: ``lakestate.object_store``, its settings from the environment).
 
 Paths are returned as ``str``: what Spark's readers and writers take.
 """
@@ -20,6 +21,8 @@ import os
 import re
 from pathlib import Path
 from typing import NamedTuple
+
+from lakestate import object_store
 
 __all__ = ["DEFAULT_WAREHOUSE", "StateTable", "Warehouse", "validate_name"]
 
@@ -92,10 +95,33 @@ class Warehouse:
             return name
         return self._join(*name.split("/"))
 
-    def _local_root(self) -> Path:
-        if not self.is_local:
-            raise NotImplementedError(f"listing a remote warehouse is not supported: {self.root}")
-        return Path(self.root.removeprefix("file://"))
+    def check(self) -> None:
+        """Fail at once (``ObjectStoreError``, one line naming the setting) when the root is
+        on an object store that cannot be used: unreachable, no bucket, credentials refused.
+        Nothing to check for a local root."""
+        if object_store.is_s3(self.root):
+            object_store.check(self.root)
+
+    def _listable_root(self) -> str:
+        if not object_store.is_s3(self.root):
+            raise ValueError(
+                f"listing a warehouse at {self.root} is not supported: use a local folder, "
+                "s3://BUCKET/PREFIX or s3a://BUCKET/PREFIX"
+            )
+        return self.root
+
+    def _folders(self, *parts: str) -> list[str]:
+        """The names of the folders right under ``parts`` (relative to the root), sorted."""
+        if self.is_local:
+            base = Path(self.root.removeprefix("file://"), *parts)
+            return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+        return object_store.list_folders("/".join((self._listable_root(), *parts)))
+
+    def _is_table(self, *parts: str) -> bool:
+        """Whether a Delta table (a ``_delta_log`` folder) is at ``parts``."""
+        if self.is_local:
+            return Path(self.root.removeprefix("file://"), *parts, "_delta_log").is_dir()
+        return object_store.table_exists("/".join((self._listable_root(), *parts)))
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -113,10 +139,7 @@ class Warehouse:
 
     def list_topics(self) -> list[str]:
         """Names of the topics that exist (a ``_delta_log`` directory), sorted."""
-        base = self._local_root() / "topics"
-        if not base.is_dir():
-            return []
-        return sorted(p.name for p in base.iterdir() if (p / "_delta_log").is_dir())
+        return [t for t in self._folders("topics") if self._is_table("topics", t)]
 
     # -- apps -----------------------------------------------------------------------------
 
@@ -147,22 +170,15 @@ class Warehouse:
 
     def list_apps(self) -> list[str]:
         """Names of the app folders, sorted."""
-        base = self._local_root() / "apps"
-        if not base.is_dir():
-            return []
-        return sorted(p.name for p in base.iterdir() if p.is_dir())
+        return self._folders("apps")
 
     def list_state_tables(self, app: str | None = None) -> list[StateTable]:
         """The changelog tables (``<app>/changelog/<store>`` holding a ``_delta_log``),
         sorted by app then store; only ``app``'s when given."""
         apps = [validate_name("app", app)] if app is not None else self.list_apps()
-        base = self._local_root() / "apps"
-        found: list[StateTable] = []
-        for name in apps:
-            state = base / name / "changelog"
-            if not state.is_dir():
-                continue
-            for store in sorted(state.iterdir()):
-                if (store / "_delta_log").is_dir():
-                    found.append(StateTable(name, store.name, str(store)))
-        return found
+        return [
+            StateTable(name, store, self._join("apps", name, "changelog", store))
+            for name in apps
+            for store in self._folders("apps", name, "changelog")
+            if self._is_table("apps", name, "changelog", store)
+        ]

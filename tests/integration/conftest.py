@@ -52,3 +52,32 @@ def kafka_broker(tmp_path_factory) -> Iterator[object]:
 
     close_clients()
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator[object]:
+    """One real S3-compatible server (moto's server mode, ``s3_server.py``) for the session
+    on a free 127.0.0.1 port. Fails, never skips, when moto is not installed."""
+    from s3_server import S3ServerMissing, start_server
+
+    try:
+        server = start_server(tmp_path_factory.mktemp("s3-server"))
+    except S3ServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_warehouse(s3_server, monkeypatch) -> Warehouse:
+    """An empty warehouse ``s3://<fresh bucket>/warehouse`` on the session's S3 server, the
+    environment (``AWS_*``) pointing delta-rs and pyarrow at it for this test and the
+    processes it starts."""
+    import uuid
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_S3_ALLOW_UNSAFE_RENAME", raising=False)
+    bucket = f"lakestate-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    return Warehouse(f"s3://{bucket}/warehouse")

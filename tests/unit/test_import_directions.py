@@ -38,6 +38,7 @@ SHARED = {
     "serdes",
     "task_id",
     "warehouse",
+    "object_store",
     "console",
     "logfile",
     "__init__",

@@ -268,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("lakestate %s", " ".join(sys.argv[1:] if argv is None else argv))
     try:
         try:
+            ctx.warehouse.check()  # an object store that cannot be used fails here, at once
             return COMMANDS[args.command].run(args, ctx)
         finally:
             ctx.close()

@@ -40,7 +40,8 @@ def listing(warehouse: Warehouse) -> Result:
 def _empty(warehouse: Warehouse) -> str:
     """What to say of a warehouse without a view."""
     root = warehouse.root.removeprefix("file://")
-    there = "has no topics and no apps" if os.path.isdir(root) else "does not exist"
+    found = not warehouse.is_local or os.path.isdir(root)  # a bucket's: checked at the start
+    there = "has no topics and no apps" if found else "does not exist"
     return (
         f"the warehouse at {warehouse.root} {there} (is it the one you meant? Point at yours "
         "with --warehouse DIR or LAKESTATE_WAREHOUSE; the default is ./warehouse)"

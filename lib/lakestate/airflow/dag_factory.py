@@ -333,25 +333,10 @@ def make_dag(
     """
     app_path = Path(app_path).resolve()
     app = load_app(app_path)  # a broken app is an import error of the DAG file
-    if default_max_batches < 1:
-        raise ValueError(f"default_max_batches must be at least 1, got {default_max_batches}")
-    if default_time_budget_s is None:
-        default_time_budget_s = time_budget_for(schedule)
-    if default_time_budget_s < 1:
-        raise ValueError(f"default_time_budget_s must be at least 1, got {default_time_budget_s}")
-    base = base_dir(app_path)
-    warehouse = warehouse_dir(base, warehouse)
-    state_dir = str(
-        Path(state_dir or os.environ.get("LAKESTATE_STATE_DIR") or base / "state").resolve()
+    default_time_budget_s = _time_budget(default_max_batches, default_time_budget_s, schedule)
+    state_dir, task_args = _run_args(
+        app_path, app.name, warehouse, state_dir, spark_conf, env_vars, execution_timeout
     )
-    pyspark_python = os.environ.get("PYSPARK_PYTHON") or sys.executable
-    task_args = {
-        "app_path": str(app_path),
-        "app": app.name,
-        "warehouse": warehouse,
-        "env": _job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
-        "execution_timeout": execution_timeout,
-    }
     with DAG(
         dag_id=dag_id or f"lakestate_{app.name}",
         description=f"lakestate app {app.name}: micro-batches of {app_path.name}",
@@ -367,11 +352,56 @@ def make_dag(
             default_until_caught_up, default_time_budget_s, default_max_batches, app.name
         ),
     ) as dag:
-        runs = instance_runs(app, state_dir)
-        rebalance = _rebalance_task(runs[0], task_args)
-        for run in runs:
-            rebalance >> _run_task(run, task_args, spark_conn_id, default_master)
+        _add_tasks(instance_runs(app, state_dir), task_args, spark_conn_id, default_master)
     return dag
+
+
+def _time_budget(default_max_batches: int, default_time_budget_s: int | None, schedule: Any) -> int:
+    """The Params' default time budget (None: the schedule's), once both defaults are
+    known to be valid."""
+    if default_max_batches < 1:
+        raise ValueError(f"default_max_batches must be at least 1, got {default_max_batches}")
+    if default_time_budget_s is None:
+        default_time_budget_s = time_budget_for(schedule)
+    if default_time_budget_s < 1:
+        raise ValueError(f"default_time_budget_s must be at least 1, got {default_time_budget_s}")
+    return default_time_budget_s
+
+
+def _run_args(
+    app_path: Path,
+    app_name: str,
+    warehouse: str | os.PathLike[str] | None,
+    state_dir: str | os.PathLike[str] | None,
+    spark_conf: Mapping[str, Any] | None,
+    env_vars: Mapping[str, Any] | None,
+    execution_timeout: timedelta | None,
+) -> tuple[str, dict[str, Any]]:
+    """The state root, and the arguments every task of the DAG takes (the app, its
+    warehouse, the job's environment)."""
+    base = base_dir(app_path)
+    warehouse = warehouse_dir(base, warehouse)
+    state_dir = str(
+        Path(state_dir or os.environ.get("LAKESTATE_STATE_DIR") or base / "state").resolve()
+    )
+    pyspark_python = os.environ.get("PYSPARK_PYTHON") or sys.executable
+    task_args = {
+        "app_path": str(app_path),
+        "app": app_name,
+        "warehouse": warehouse,
+        "env": _job_env(warehouse, state_dir, pyspark_python, spark_conf, env_vars),
+        "execution_timeout": execution_timeout,
+    }
+    return state_dir, task_args
+
+
+def _add_tasks(
+    runs: list[InstanceRun], task_args: dict[str, Any], spark_conn_id: str, default_master: str
+) -> None:
+    """The DAG's tasks (inside its ``with DAG``): the rebalance, then each instance's run."""
+    rebalance = _rebalance_task(runs[0], task_args)
+    for run in runs:
+        rebalance >> _run_task(run, task_args, spark_conn_id, default_master)
 
 
 def _rebalance_task(first: InstanceRun, task_args: dict[str, Any]) -> LakestateRebalanceOperator:

@@ -110,20 +110,26 @@ def make_maintenance_dag(
         default_args={"owner": "lakestate", "retries": retries, "retry_delay": retry_delay},
         params={"vacuum_retention_hours": _retention_param(hours)},
     ) as dag:
-        previous = None
-        for task_id in MAINTENANCE_TASKS:
-            run, doc = _TASKS[task_id]
-            task = PythonOperator(
-                task_id=task_id,
-                python_callable=run,
-                op_kwargs=arguments,
-                execution_timeout=execution_timeout,
-                doc_md=doc,
-            )
-            if previous is not None:
-                previous >> task
-            previous = task
+        _chain_tasks(arguments, execution_timeout)
     return dag
+
+
+def _chain_tasks(arguments: dict[str, str], execution_timeout: timedelta | None) -> None:
+    """The DAG's tasks (inside its ``with DAG``), in MAINTENANCE_TASKS order, each after
+    the one before."""
+    previous = None
+    for task_id in MAINTENANCE_TASKS:
+        run, doc = _TASKS[task_id]
+        task = PythonOperator(
+            task_id=task_id,
+            python_callable=run,
+            op_kwargs=arguments,
+            execution_timeout=execution_timeout,
+            doc_md=doc,
+        )
+        if previous is not None:
+            previous >> task
+        previous = task
 
 
 def _retention_param(hours: int) -> Param:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from lakestate.assign.balance import balanced_target
 from lakestate.assign.movement import can_run_on, holder, under_way, warmups
@@ -44,6 +44,48 @@ def _check(
         raise ValueError(f"config must be an AssignorConfig, not {type(config).__name__}")
 
 
+def _lag_views(
+    clients: Mapping[str, ClientState], acceptable_recovery_lag: int
+) -> tuple[Callable[[TaskId, str], int | None], Callable[[TaskId, str], bool]]:
+    """A client's lag for a task (None: no state), and whether that lag is caught up."""
+
+    def lag(t: TaskId, c: str) -> int | None:
+        return clients[c].lag(t)
+
+    def caught_up(t: TaskId, c: str) -> bool:
+        held = lag(t, c)
+        return held is not None and held <= acceptable_recovery_lag
+
+    return lag, caught_up
+
+
+def _actives(
+    task_list: list[TaskId],
+    names: list[str],
+    clients: Mapping[str, ClientState],
+    previous: Assignment,
+    config: AssignorConfig,
+    lag: Callable[[TaskId, str], int | None],
+    caught_up: Callable[[TaskId, str], bool],
+) -> tuple[dict[TaskId, str], dict[TaskId, str], dict[TaskId, str]]:
+    """Steps 1-3 of ``assign``: each task's active and target, and the warmups under way."""
+    held = {t: holder(t, names, previous.active.get(t), lag, caught_up) for t in task_list}
+    going = under_way(task_list, names, previous.warmup, config.max_warmup_replicas)
+    target = balanced_target(
+        task_list,
+        names,
+        [clients[c].capacity for c in names],
+        caught_up,
+        lambda t, c: lag(t, c) is not None,
+        lambda t, c: c == held[t] or c == going.get(t),
+    )
+    active = {
+        t: target[t] if can_run_on(t, target[t], names, lag, caught_up) else held[t]
+        for t in task_list
+    }
+    return active, target, going
+
+
 def assign(
     tasks: Iterable[TaskId],
     clients: Mapping[str, ClientState],
@@ -78,27 +120,8 @@ def assign(
     names = sorted(clients)
     previous = previous or Assignment(active={})
 
-    def lag(t: TaskId, c: str) -> int | None:
-        return clients[c].lag(t)
-
-    def caught_up(t: TaskId, c: str) -> bool:
-        held = lag(t, c)
-        return held is not None and held <= config.acceptable_recovery_lag
-
-    held = {t: holder(t, names, previous.active.get(t), lag, caught_up) for t in task_list}
-    going = under_way(task_list, names, previous.warmup, config.max_warmup_replicas)
-    target = balanced_target(
-        task_list,
-        names,
-        [clients[c].capacity for c in names],
-        caught_up,
-        lambda t, c: lag(t, c) is not None,
-        lambda t, c: c == held[t] or c == going.get(t),
-    )
-    active = {
-        t: target[t] if can_run_on(t, target[t], names, lag, caught_up) else held[t]
-        for t in task_list
-    }
+    lag, caught_up = _lag_views(clients, config.acceptable_recovery_lag)
+    active, target, going = _actives(task_list, names, clients, previous, config, lag, caught_up)
     pending = [t for t in task_list if active[t] != target[t]]
     warm = warmups(
         pending,

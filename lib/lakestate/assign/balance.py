@@ -42,6 +42,101 @@ def is_balanced(counts: Sequence[int], capacities: Sequence[int]) -> bool:
     return all(lo <= n <= hi for n, (lo, hi) in zip(counts, bounds, strict=True))
 
 
+class _Flow:
+    """The residual graph of _place's min-cost flow, the task nodes folded away."""
+
+    def __init__(
+        self, n: int, k: int, cost: Callable[[int, int], int], bounds: Sequence[tuple[int, int]]
+    ) -> None:
+        self.k, self.cost, self.bounds = k, cost, bounds
+        # a unit over a lower bound costs more than any whole placement
+        self.over = 1 + sum(max(cost(i, j) for j in range(k)) for i in range(n))
+        self.at = [-1] * n  # client of each task; -1: not placed yet
+        self.count = [0] * k
+        self.source, self.sink = k, k + 1
+        self.potential = [0] * (k + 2)
+        self.unplaced = [[(cost(i, j), i) for i in range(n)] for j in range(k)]
+        for heap in self.unplaced:
+            heapq.heapify(heap)
+        self.movable: list[list[list[tuple[int, int]]]] = [[[] for _ in range(k)] for _ in range(k)]
+
+    def settle(self, i: int, j: int) -> None:
+        """Task i now on client j: it may move from there to any other client."""
+        self.at[i] = j
+        here = self.cost(i, j)
+        for other in range(self.k):
+            if other != j:
+                heapq.heappush(self.movable[j][other], (self.cost(i, other) - here, i))
+
+    @staticmethod
+    def _top(heap: list[tuple[int, int]], valid: Callable[[int], bool]) -> tuple[int, int] | None:
+        while heap and not valid(heap[0][1]):
+            heapq.heappop(heap)  # stale: the task was placed or moved since
+        return heap[0] if heap else None
+
+    def arcs(self, u: int) -> list[tuple[int, int, int]]:
+        """The residual arcs out of node u, as (node, cost, task or -1)."""
+        k, count, bounds, at = self.k, self.count, self.bounds, self.at
+        steps: list[tuple[int, int, int]] = []
+        if u == self.source:
+            for j in range(k):
+                head = self._top(self.unplaced[j], lambda i: at[i] < 0)
+                if head:
+                    steps.append((j, head[0], head[1]))
+        elif u == self.sink:
+            for j in range(k):
+                if count[j]:
+                    steps.append((j, -self.over if count[j] > bounds[j][0] else 0, -1))
+        else:
+            for j in range(k):
+                if j != u:
+                    head = self._top(self.movable[u][j], lambda i, u=u: at[i] == u)
+                    if head:
+                        steps.append((j, head[0], head[1]))
+            if count[u] < bounds[u][1]:
+                steps.append((self.sink, self.over if count[u] >= bounds[u][0] else 0, -1))
+        return steps
+
+    def shortest_paths(self) -> tuple[list[int | None], list[tuple[int, int] | None]]:
+        """Dijkstra from the source on reduced costs: distances and (previous node, task)."""
+        k = self.k
+        dist: list[int | None] = [None] * (k + 2)
+        via: list[tuple[int, int] | None] = [None] * (k + 2)  # (previous node, task or -1)
+        done = [False] * (k + 2)
+        dist[self.source] = 0
+        while True:
+            u = min(
+                (v for v in range(k + 2) if not done[v] and dist[v] is not None),
+                default=None,
+                key=lambda v: dist[v],
+            )
+            if u is None:
+                break
+            done[u] = True
+            du = dist[u] + self.potential[u]
+            for v, c, task in self.arcs(u):
+                nd = du + c - self.potential[v]
+                if not done[v] and (dist[v] is None or nd < dist[v]):
+                    dist[v], via[v] = nd, (u, task)
+        return dist, via
+
+    def augment(self) -> None:
+        """Send one more task along the cheapest path from the source to the sink."""
+        dist, via = self.shortest_paths()
+        if dist[self.sink] is None:
+            raise AssertionError("the quotas leave no room for every task")
+        for v in range(self.k + 2):
+            if dist[v] is not None:
+                self.potential[v] += dist[v]
+        # walk the path back from the sink: the last client takes one more task
+        node, task = via[self.sink]
+        self.count[node] += 1
+        while node != self.source:
+            previous, task = via[node]
+            self.settle(task, node)
+            node = previous
+
+
 def _place(
     n: int, k: int, cost: Callable[[int, int], int], bounds: Sequence[tuple[int, int]]
 ) -> list[int]:
@@ -55,79 +150,10 @@ def _place(
     the k clients alone (k + 2 nodes) and each client pair keeps a heap of its movable tasks,
     keyed by what moving them costs (potentials shift whole heaps alike). n paths of O(k^2).
     """
-    # a unit over a lower bound costs more than any whole placement
-    over = 1 + sum(max(cost(i, j) for j in range(k)) for i in range(n))
-    at = [-1] * n  # client of each task; -1: not placed yet
-    count = [0] * k
-    source, sink = k, k + 1
-    potential = [0] * (k + 2)
-    unplaced = [[(cost(i, j), i) for i in range(n)] for j in range(k)]
-    for heap in unplaced:
-        heapq.heapify(heap)
-    movable: list[list[list[tuple[int, int]]]] = [[[] for _ in range(k)] for _ in range(k)]
-
-    def settle(i: int, j: int) -> None:
-        at[i] = j
-        here = cost(i, j)
-        for other in range(k):
-            if other != j:
-                heapq.heappush(movable[j][other], (cost(i, other) - here, i))
-
-    def top(heap: list[tuple[int, int]], valid: Callable[[int], bool]) -> tuple[int, int] | None:
-        while heap and not valid(heap[0][1]):
-            heapq.heappop(heap)  # stale: the task was placed or moved since
-        return heap[0] if heap else None
-
+    flow = _Flow(n, k, cost, bounds)
     for _ in range(n):
-        dist: list[int | None] = [None] * (k + 2)
-        via: list[tuple[int, int] | None] = [None] * (k + 2)  # (previous node, task or -1)
-        done = [False] * (k + 2)
-        dist[source] = 0
-        while True:
-            u = min(
-                (v for v in range(k + 2) if not done[v] and dist[v] is not None),
-                default=None,
-                key=lambda v: dist[v],
-            )
-            if u is None:
-                break
-            done[u] = True
-            du = dist[u] + potential[u]
-            steps: list[tuple[int, int, int]] = []  # (node, cost, task)
-            if u == source:
-                for j in range(k):
-                    head = top(unplaced[j], lambda i: at[i] < 0)
-                    if head:
-                        steps.append((j, head[0], head[1]))
-            elif u == sink:
-                for j in range(k):
-                    if count[j]:
-                        steps.append((j, -over if count[j] > bounds[j][0] else 0, -1))
-            else:
-                for j in range(k):
-                    if j != u:
-                        head = top(movable[u][j], lambda i, u=u: at[i] == u)
-                        if head:
-                            steps.append((j, head[0], head[1]))
-                if count[u] < bounds[u][1]:
-                    steps.append((sink, over if count[u] >= bounds[u][0] else 0, -1))
-            for v, c, task in steps:
-                nd = du + c - potential[v]
-                if not done[v] and (dist[v] is None or nd < dist[v]):
-                    dist[v], via[v] = nd, (u, task)
-        if dist[sink] is None:
-            raise AssertionError("the quotas leave no room for every task")
-        for v in range(k + 2):
-            if dist[v] is not None:
-                potential[v] += dist[v]
-        # walk the path back from the sink: the last client takes one more task
-        node, task = via[sink]
-        count[node] += 1
-        while node != source:
-            previous, task = via[node]
-            settle(task, node)
-            node = previous
-    return at
+        flow.augment()
+    return flow.at
 
 
 def balanced_target(

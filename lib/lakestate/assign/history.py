@@ -119,6 +119,36 @@ def _instances_json(instances: Iterable[Any]) -> str:
     return json.dumps(found, sort_keys=True)
 
 
+def _generation_table(
+    number: int,
+    assignment: Assignment,
+    described: str,
+    reason: str,
+    at_ms: int,
+    lags: Mapping[str, Mapping[TaskId, int | None]] | None,
+) -> pa.Table:
+    """Generation ``number``'s rows: one per task, in task order."""
+    rows = [
+        {
+            "generation": number,
+            "task": str(t),
+            "active": assignment.active[t],
+            "standby": sorted(assignment.standby.get(t, ())),
+            "warmup": sorted(assignment.warmup.get(t, ())),
+            "probing_rebalance_needed": bool(assignment.probing_rebalance_needed),
+            "instances": described,
+            "reason": reason,
+            "at_ms": at_ms,
+            "lags": json.dumps(
+                {i: by_task.get(t) for i, by_task in sorted((lags or {}).items())},
+                sort_keys=True,
+            ),
+        }
+        for t in sorted(assignment.active)
+    ]
+    return pa.Table.from_pylist(rows, schema=SCHEMA)
+
+
 def write_generation(
     warehouse: Warehouse,
     app: str,
@@ -154,26 +184,7 @@ def write_generation(
         )
     number = latest_number + 1
     at_ms = int(time.time() * 1000) if at_ms is None else at_ms
-    described = _instances_json(instances)
-    rows = [
-        {
-            "generation": number,
-            "task": str(t),
-            "active": assignment.active[t],
-            "standby": sorted(assignment.standby.get(t, ())),
-            "warmup": sorted(assignment.warmup.get(t, ())),
-            "probing_rebalance_needed": bool(assignment.probing_rebalance_needed),
-            "instances": described,
-            "reason": reason,
-            "at_ms": at_ms,
-            "lags": json.dumps(
-                {i: by_task.get(t) for i, by_task in sorted((lags or {}).items())},
-                sort_keys=True,
-            ),
-        }
-        for t in sorted(assignment.active)
-    ]
-    data = pa.Table.from_pylist(rows, schema=SCHEMA)
+    data = _generation_table(number, assignment, _instances_json(instances), reason, at_ms, lags)
     metadata = {"app": app, "generation": number, "reason": reason}
     try:
         delta_commits.append(table, data, app, {}, metadata, {assignment_txn_id(app): number})

@@ -141,6 +141,33 @@ def commit_batch(
     faults.maybe_fail("after_progress", first)
 
     # 3. Commit the tables, at once.
+    _run_all(_table_writes(layout, results, rows, batches, identity), first)
+    faults.maybe_fail("after_tables", first)
+
+    # 4. Complete: the local stores commit.
+    for index, r in enumerate(sorted(results, key=lambda r: r.task)):
+        local = TaskDir(state_dir, app, r.task)
+        store = local.open(isolation)
+        try:
+            local.apply_staged(store, r.batch_id)
+        finally:
+            store.close()
+        if index == 0:
+            faults.maybe_fail("mid_local_commit", first)
+
+    # After the commit: the offsets mirrored to Kafka for the usual lag tools.
+    _mirror_offsets(layout, results)
+
+
+def _table_writes(
+    layout: AppLayout,
+    results: list[TaskResult],
+    rows: pa.Table,
+    batches: dict[TaskId, int],
+    identity: dict,
+) -> list[tuple[str, Callable[[], None] | None]]:
+    """Step 3's writes, each with the fault point after it: one per output topic (None: no
+    task wrote to it) and one per store, in name order."""
     writes: list[tuple[str, Callable[[], None] | None]] = []
     out = rows.filter(pc.equal(rows.column("kind"), "out"))
     for topic in sorted(layout.outputs):
@@ -158,22 +185,7 @@ def commit_batch(
         store_rows = state.filter(pc.equal(state.column("store"), store))
         write = _bind(_append_changelog, layout, store, store_rows, store_tasks, identity)
         writes.append((f"after_changelog:{store}", write))
-    _run_all(writes, first)
-    faults.maybe_fail("after_tables", first)
-
-    # 4. Complete: the local stores commit.
-    for index, r in enumerate(sorted(results, key=lambda r: r.task)):
-        local = TaskDir(state_dir, app, r.task)
-        store = local.open(isolation)
-        try:
-            local.apply_staged(store, r.batch_id)
-        finally:
-            store.close()
-        if index == 0:
-            faults.maybe_fail("mid_local_commit", first)
-
-    # After the commit: the offsets mirrored to Kafka for the usual lag tools.
-    _mirror_offsets(layout, results)
+    return writes
 
 
 def _mirror_offsets(layout: AppLayout, results: list[TaskResult]) -> None:

@@ -144,12 +144,7 @@ def stream_stream_join(
 
     graph: GraphBuilder = this._graph
     left_outer, right_outer = how in ("left", "outer"), how == "outer"
-    if not isinstance(other, KStream) or other._graph is not graph:
-        raise TopologyException("a stream-stream join takes a KStream of the same StreamsBuilder")
-    if not isinstance(windows, JoinWindows):
-        raise TopologyException(f"a stream-stream join takes JoinWindows, got {windows!r}")
-    if stream_joined is not None and not isinstance(stream_joined, StreamJoined):
-        raise TopologyException(f"stream_joined must be a StreamJoined, got {stream_joined!r}")
+    _check_arguments(graph, other, windows, stream_joined)
     named = stream_joined or StreamJoined()
     # Kafka's repartition topics: <name>-left/-right with a name, else <the stream's node>.
     this_topic = f"{named.name}-left" if named.name else this.node_name
@@ -160,20 +155,7 @@ def stream_stream_join(
     operator = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
     check_function(joiner, names["this"], f"KStream.{operator}", "joiner(value, other_value)")
     this_store, other_store, waiting = _stores(graph, named, names, left_outer, right_outer)
-    retention = windows.retention_ms
-    graph.add_processor(
-        names["this_windowed"], this_parent, lambda: JoinBuffer(this_store, retention), [this_store]
-    )
-    graph.add_processor(
-        names["other_windowed"],
-        other_parent,
-        lambda: JoinBuffer(other_store, retention),
-        [other_store],
-    )
-    graph.add_store(StoreSpec(this_store, JoinBufferStore.kind), names["this_windowed"])
-    graph.add_store(StoreSpec(other_store, JoinBufferStore.kind), names["other_windowed"])
-    if waiting is not None:
-        graph.add_store(StoreSpec(waiting, WaitingRecordsStore.kind), names["this"])
+    _add_buffers(graph, names, this_parent, other_parent, this_store, other_store, waiting, windows)
     tracker = names["this"]
 
     def side(is_left: bool) -> Callable[[], StreamStreamJoin]:
@@ -197,6 +179,46 @@ def stream_stream_join(
         (names["this"], graph.source_nodes(this_parent), graph.source_nodes(other_parent))
     )
     return KStream(graph, names["merge"], repartition_required=False)
+
+
+def _check_arguments(graph: GraphBuilder, other: Any, windows: Any, stream_joined: Any) -> None:
+    """TopologyException for an argument of the wrong kind."""
+    from lakestate.dsl.kstream import KStream
+
+    if not isinstance(other, KStream) or other._graph is not graph:
+        raise TopologyException("a stream-stream join takes a KStream of the same StreamsBuilder")
+    if not isinstance(windows, JoinWindows):
+        raise TopologyException(f"a stream-stream join takes JoinWindows, got {windows!r}")
+    if stream_joined is not None and not isinstance(stream_joined, StreamJoined):
+        raise TopologyException(f"stream_joined must be a StreamJoined, got {stream_joined!r}")
+
+
+def _add_buffers(
+    graph: GraphBuilder,
+    names: dict[str, str],
+    this_parent: str,
+    other_parent: str,
+    this_store: str,
+    other_store: str,
+    waiting: str | None,
+    windows: JoinWindows,
+) -> None:
+    """Each side's windowed node, which buffers its records in its store for the other
+    side to join, and the stores (the waiting records' on this side's join node)."""
+    retention = windows.retention_ms
+    graph.add_processor(
+        names["this_windowed"], this_parent, lambda: JoinBuffer(this_store, retention), [this_store]
+    )
+    graph.add_processor(
+        names["other_windowed"],
+        other_parent,
+        lambda: JoinBuffer(other_store, retention),
+        [other_store],
+    )
+    graph.add_store(StoreSpec(this_store, JoinBufferStore.kind), names["this_windowed"])
+    graph.add_store(StoreSpec(other_store, JoinBufferStore.kind), names["other_windowed"])
+    if waiting is not None:
+        graph.add_store(StoreSpec(waiting, WaitingRecordsStore.kind), names["this"])
 
 
 def _merge(graph: GraphBuilder, names: dict[str, str]) -> None:

@@ -8,9 +8,8 @@ neither state changes nor output behind.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors import exception_handlers as handlers
@@ -19,6 +18,13 @@ from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.processors.metrics import NODES, TaskMetrics
 from lakestate.processors.node_context import FORWARD_TOTAL, NodeContext
+from lakestate.processors.output import (
+    Output,
+    PreparedCommit,
+    dead_letter_text,
+    sink_key_json,
+    text_value,
+)
 from lakestate.processors.punctuation import Cancellable, PunctuationQueue, first_time
 from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
@@ -41,62 +47,6 @@ NO_STREAM_TIME = -1
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
-
-
-def _text(value: Any) -> str | None:
-    """A value's JSON text for a dead letter; one JSON cannot encode becomes its repr, as a
-    JSON string (the driver takes any Python value)."""
-    if value is None:
-        return None
-    try:
-        return checked_json_text(value, "value")
-    except SerializationException:
-        return checked_json_text(repr(value), "value")
-
-
-def _decoded(text: str | None) -> Any:
-    """The value of a JSON text, or the text itself when it is not JSON."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _json_form(serdes: TopicSerdes, key: Any) -> Any:
-    """A sink's key in its key serde's JSON form (a windowed key's inner key)."""
-    if type(key) is Windowed:
-        return Windowed(serdes.key.to_json(key.key), key.window)
-    return serdes.key.to_json(key)
-
-
-class PreparedCommit(NamedTuple):
-    """What a task hands over to be committed (Kafka's ``Task.prepareCommit``): its open
-    transaction (state changes, stream time included), the offsets they reflect, and the
-    output it emitted since its last commit, in emission order."""
-
-    transaction: Transaction
-    offsets: Mapping[TopicPartition, int]
-    output: list[Output]
-
-    def writes(self) -> list:
-        """The transaction's writes, by namespace then key (what committing applies)."""
-        return list(self.transaction.changes())
-
-
-class Output(NamedTuple):
-    """A record a sink emitted, with its key, value and headers as canonical JSON text.
-    ``partition_text`` is the text its partition is computed from: the key's, except for a
-    windowed key, whose windows all go where its inner key goes (Kafka's
-    ``WindowedStreamPartitioner``)."""
-
-    topic: str
-    record: Record
-    key_text: str | None
-    value_text: str | None
-    headers_text: str | None
-    partition_text: str | None
 
 
 class Task:
@@ -143,6 +93,19 @@ class Task:
         self._contexts: dict[str, NodeContext] = {}
         self.punctuation = PunctuationQueue()
         self._opening = True
+        self._create_processors()
+        for name in self.subtopology.nodes:
+            self._processors[name].init(self._contexts[name])
+        self._opening = False
+        self._plans = {} if self.punctuation else self._chunk_plans()
+        self._committed_punctuation = self.punctuation.snapshot()
+        # Processors may set metrics at init (e.g. a store's size): they count as committed.
+        self._committed_metrics = self.metrics.copy()
+
+    def _create_processors(self) -> None:
+        """Each node's processor and context (not initialized yet), the source topics'
+        nodes by real topic name, and the serdes of sinks that are not JSON."""
+        topology, application_id = self.topology, self.application_id
         for name in self.subtopology.nodes:
             node = topology.nodes[name]
             processor = node.factory()
@@ -158,13 +121,6 @@ class Task:
                     self._sources[real] = name
             self._processors[name] = processor
             self._contexts[name] = NodeContext(self, name, node.children)
-        for name in self.subtopology.nodes:
-            self._processors[name].init(self._contexts[name])
-        self._opening = False
-        self._plans = {} if self.punctuation else self._chunk_plans()
-        self._committed_punctuation = self.punctuation.snapshot()
-        # Processors may set metrics at init (e.g. a store's size): they count as committed.
-        self._committed_metrics = self.metrics.copy()
 
     # -- processing -----------------------------------------------------------------------
 
@@ -324,7 +280,11 @@ class Task:
         """The failure ``error``, raised by ``process(topic, offset, record)``; ``texts``:
         the record's key, value and headers as read (the engine's), else encoded here."""
         if texts is None:
-            texts = (_text(record.key), _text(record.value), _text(record.headers))
+            texts = (
+                dead_letter_text(record.key),
+                dead_letter_text(record.value),
+                dead_letter_text(record.headers),
+            )
         return handlers.RecordFailure(
             handlers.PROCESSING,
             error.node or self._sources.get(topic, "?"),
@@ -397,7 +357,7 @@ class Task:
         )
         headers_text = checked_json_text(headers, "headers")
         record = Record(
-            _decoded(failure.key_text), _decoded(failure.value_text), failure.timestamp, headers
+            text_value(failure.key_text), text_value(failure.value_text), failure.timestamp, headers
         )
         self._output.append(
             Output(
@@ -418,7 +378,7 @@ class Task:
             headers = record.headers
             key, value = record.key, record.value
             if serdes is not None:  # the JSON form of the serdes' types (lakestate/serdes.py)
-                key, value = _json_form(serdes, key), serdes.value.to_json(value)
+                key, value = sink_key_json(serdes, key), serdes.value.to_json(value)
             if type(key) is Windowed:
                 key_text = checked_json_text(key.as_fields(), "key")
                 partition_text = checked_json_text(key.key, "key")

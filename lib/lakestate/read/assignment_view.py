@@ -116,6 +116,19 @@ def _warmup_since(
     return since
 
 
+def _task_ids(
+    by_task: Mapping[TaskId, TaskStatus],
+    assignment: Assignment | None,
+    newest: dict[str, dict[TaskId, reports_table.Report]],
+) -> list[TaskId]:
+    """Every task known to the progress rows, the latest generation or a report, sorted."""
+    return sorted(
+        set(by_task)
+        | (set(assignment.active) if assignment else set())
+        | {t for by in newest.values() for t in by}
+    )
+
+
 def assignment_view(
     warehouse: Warehouse,
     app: str,
@@ -150,11 +163,7 @@ def assignment_view(
 
     global_topics = _global_topics(topology, status.tasks)
     by_task = {t.task: t for t in status.tasks}
-    task_ids = sorted(
-        set(by_task)
-        | (set(assignment.active) if assignment else set())
-        | {t for by in newest.values() for t in by}
-    )
+    task_ids = _task_ids(by_task, assignment, newest)
     configured = latest.instance_names if latest is not None else []
     names = configured + sorted(set(newest) - set(configured))
     tasks = []
@@ -162,18 +171,9 @@ def assignment_view(
         found = by_task.get(task)
         committed = _committed(found, global_topics) if found is not None else {}
         roles = _Roles.of(assignment, task)
-        per_instance = []
-        for name in names:
-            report = newest.get(name, {}).get(task)
-            role = roles.role_of(name)
-            if role == "none" and report is None:
-                continue
-            entry = _instance_on_task(name, role, report, committed, acceptable_recovery_lag)
-            if role == "warmup":
-                since = _warmup_since(history, task, name)
-                entry["warmup_since"] = since.number
-                entry["lag_at_assignment"] = since.lags.get(name, {}).get(task)
-            per_instance.append(entry)
+        per_instance = _instances_on_task(
+            task, roles, names, newest, committed, history, acceptable_recovery_lag
+        )
         tasks.append(_task_entry(task, roles, found, committed, per_instance))
     summaries = [_summary(g, history[i - 1] if i else None) for i, g in enumerate(history)]
     return {
@@ -238,6 +238,31 @@ def _instance_on_task(
         "reported_generation": report.generation if report else None,
         "reported_role": report.role if report else None,
     }
+
+
+def _instances_on_task(
+    task: TaskId,
+    roles: _Roles,
+    names: list[str],
+    newest: dict[str, dict[TaskId, reports_table.Report]],
+    committed: dict[str, int],
+    history: list[generations_table.Generation],
+    acceptable_recovery_lag: int,
+) -> list[dict[str, Any]]:
+    """The entries of the instances assigned ``task`` or reporting on it, in ``names`` order."""
+    per_instance = []
+    for name in names:
+        report = newest.get(name, {}).get(task)
+        role = roles.role_of(name)
+        if role == "none" and report is None:
+            continue
+        entry = _instance_on_task(name, role, report, committed, acceptable_recovery_lag)
+        if role == "warmup":
+            since = _warmup_since(history, task, name)
+            entry["warmup_since"] = since.number
+            entry["lag_at_assignment"] = since.lags.get(name, {}).get(task)
+        per_instance.append(entry)
+    return per_instance
 
 
 def _task_entry(

@@ -146,14 +146,7 @@ def app_status(
             pending = rows[0].batch_id
             rows = rows[1:]
         row = rows[0] if rows else None
-        keys = [(t, task.partition) for t in inputs.get(task.subtopology, [])]
-        keys += [(t, p) for t in global_topics for p in range(partitions.get(t, 0))]
-        if row is not None:  # inputs a topology left out (not given, or changed since)
-            for key in row.offsets:
-                topic, partition = _key_parts(key)
-                where = (topic, task.partition if partition is None else partition)
-                if where not in keys:
-                    keys.append(where)
+        keys = _input_keys(task, row, inputs, global_topics, partitions)
         offsets = {} if row is None else row.offsets
         held, local_batch, keys_held = _local(state_dir, app, task, stores)
         found.append(
@@ -180,6 +173,26 @@ def app_status(
         )
     unresolved = sorted(sub for sub, ts in inputs.items() if _count(ts, partitions) == 0)
     return AppStatus(app, found, unresolved)
+
+
+def _input_keys(
+    task: TaskId,
+    row: progress.TaskProgress | None,
+    inputs: Mapping[int, list[str]],
+    global_topics: list[str],
+    partitions: Mapping[str, int],
+) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs ``task`` reads: its inputs', the global topics', and
+    those its last complete progress ``row`` names."""
+    keys = [(t, task.partition) for t in inputs.get(task.subtopology, [])]
+    keys += [(t, p) for t in global_topics for p in range(partitions.get(t, 0))]
+    if row is not None:  # inputs a topology left out (not given, or changed since)
+        for key in row.offsets:
+            topic, partition = _key_parts(key)
+            where = (topic, task.partition if partition is None else partition)
+            if where not in keys:
+                keys.append(where)
+    return keys
 
 
 def _inputs(

@@ -22,7 +22,7 @@ from lakestate.checkpoint import changelog
 from lakestate.errors import StreamsException
 from lakestate.io.partitioner import partition_of_bytes, partitions_of_texts
 from lakestate.io.topic_records import RECORD_SCHEMA
-from lakestate.processors.task import Output
+from lakestate.processors.output import Output
 from lakestate.runtime.outcome import OUTCOME_TYPE
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import view_class

@@ -320,10 +320,7 @@ def _process_records(
             # A chunk is a run of one topic's records (the inputs interleave by timestamp).
             end = min(position + _chunk_length(task), len(order))
             if not single_topic:
-                run = position + 1
-                while run < end and topics[order[run]] == topic:
-                    run += 1
-                end = run
+                end = _run_end(topics, order, position, end)
             rows = order[position:end]
             good, records = decode.good(rows)
             chunk_offsets = [offsets[i] for i in good]
@@ -335,10 +332,7 @@ def _process_records(
                     break
                 continue
             # A record of the chunk failed: one by one, up to it, raises its error.
-            todo = zip(good, records, strict=True)
-            done = set(good)
-            # Rows of the chunk that were skipped are passed over on the way.
-            steps = [(i, None) if i not in done else next(todo) for i in rows]
+            steps = _one_by_one(rows, good, records)
         else:
             i = order[position]
             good, records = decode.good([i])
@@ -349,12 +343,7 @@ def _process_records(
                 try:
                     task.process(topic, offset, record)
                 except (ProcessingException, SerializationException) as exc:
-                    codec = decode.codec(i)
-                    failure = processing_failure(task, exc, columns, i, record, codec)
-                    if not task.continues(failure):
-                        # The one line a person reads also says what to do about it.
-                        exc.args = (f"{exc}; {task.handlers.advice(failure.kind)}",)
-                        raise
+                    failure = _handled(task, exc, columns, i, record, decode)
                     return reached, processed, (i, failure)
             reached[topic] = offset + 1
             processed += 1
@@ -362,6 +351,41 @@ def _process_records(
             if record is not None and task.commit_needed():
                 return reached, processed, None
     return reached, processed, None
+
+
+def _run_end(topics: list, order: list[int], position: int, end: int) -> int:
+    """Where the run of one topic's records starting at ``position`` ends (at most ``end``)."""
+    topic = topics[order[position]]
+    run = position + 1
+    while run < end and topics[order[run]] == topic:
+        run += 1
+    return run
+
+
+def _one_by_one(rows: list[int], good: list[int], records: list) -> list[tuple[int, Any]]:
+    """A failed chunk's rows with their decoded records, to be taken one by one; the rows
+    that were skipped go with None (passed over on the way)."""
+    todo = zip(good, records, strict=True)
+    done = set(good)
+    return [(i, None) if i not in done else next(todo) for i in rows]
+
+
+def _handled(
+    task: Task,
+    exc: ProcessingException | SerializationException,
+    columns: dict[str, list],
+    i: int,
+    record: Any,
+    decode: Decoder,
+) -> RecordFailure:
+    """Row ``i``'s processing failure when the task's handler continues; else ``exc``
+    raised again."""
+    failure = processing_failure(task, exc, columns, i, record, decode.codec(i))
+    if not task.continues(failure):
+        # The one line a person reads also says what to do about it.
+        exc.args = (f"{exc}; {task.handlers.advice(failure.kind)}",)
+        raise exc
+    return failure
 
 
 def _chunk_length(task: Task) -> int:

@@ -48,36 +48,30 @@ def run_app(
     instance: str | None = None,
     transport: str | None = None,
 ) -> RunResult:
-    """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``,
-    or until no input is left (``until_caught_up``); no new batch starts once
-    ``time_budget_s`` has passed since the call (waiting for the lock included; a run
-    that gets the lock always does its first batch). ``tasks``: the tasks this run owns
-    (default: all); runs of disjoint task sets may run side by side, each with its own
-    state directory. ``inprocess_max_records``: overrides the app's
-    ``lakestate.inprocess.max.records`` (a run with at most that many pending records runs
+    """Run micro-batches of the app in ``app_path``: one by default, up to ``max_batches``, or until
+    no input is left (``until_caught_up``); no new batch starts once ``time_budget_s`` has passed
+    since the call (waiting for the lock included; a run that gets the lock always does its first
+    batch). ``tasks``: the tasks this run owns (default: all); runs of disjoint task sets may run
+    side by side, each with its own state directory. ``inprocess_max_records``: overrides the
+    app's ``lakestate.inprocess.max.records`` (a run with at most that many pending records runs
     without Spark; 0: always Spark). ``transport``: ``auto``, ``inprocess`` or ``spark``
-    (``--transport``; None: the app's ``lakestate.transport``, default ``auto``: in
-    process when the pending records are at most that threshold, else Spark); the run's
-    first ``transport:`` line says which it used and why.
+    (``--transport``; None: the app's ``lakestate.transport``, default ``auto``: in process when
+    the pending records are at most that threshold, else Spark); the run's first ``transport:``
+    line says which it used and why.
 
     Another run of the app on this instance (its lock held): this run waits for it up to
-    ``lock_wait_s`` seconds (None: ``time_budget_s``, else no wait; ``math.inf``: as long
-    as it takes), then processes what is new; if the other run still holds the lock, this
-    one returns ``RunResult(busy=True)`` having done nothing: never an error.
-
-    ``until_timestamp`` (epoch ms, exclusive): process each input partition, in offset
-    order, up to its first record stamped at or after it (``runtime/cutoff.py``), until
-    caught up to that cut unless ``max_batches`` says otherwise: what a backfill of an
-    interval ending there processes.
-
+    ``lock_wait_s`` seconds (None: ``time_budget_s``, else no wait; ``math.inf``: as long as it
+    takes), then processes what is new; if the other run still holds the lock, this one returns
+    ``RunResult(busy=True)`` having done nothing: never an error.
+    ``until_timestamp`` (epoch ms, exclusive): process each input partition, in offset order, up
+    to its first record stamped at or after it (``runtime/cutoff.py``), until caught up to that
+    cut unless ``max_batches`` says otherwise (a backfill's interval).
     ``instance``: the app's instance this run is (``scaleout/instances.py``; None: the first
-    configured, or the implicit ``default``). Its state dir (an explicit ``state_dir``
-    wins) and Spark master (an explicit ``master`` wins); it processes the tasks it owns
-    in force (``tasks`` restricts them further), then brings its warmup and standby tasks
-    up to date and reports its stores' lags (``scaleout/task_roles.py``). A rebalance that
-    moves one of its tasks before a batch's progress commit stops the run with
-    TaskMigratedException, nothing of the batch committed."""
-    started = time.monotonic()
+    configured, or the implicit ``default``), with its state dir and Spark master unless
+    ``state_dir``, ``master`` say otherwise; it runs as the module's docstring says, on its tasks
+    in force (``tasks`` restricts them further). A rebalance moving one of them before a batch's
+    progress commit stops the run (TaskMigratedException, nothing committed)."""
+    deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
     app = _load(app_path, transport)
     wh = Warehouse(warehouse)
     member = instance_of(app, instance)
@@ -85,30 +79,44 @@ def run_app(
     master = member.master if master is None else master
     scaled = task_roles.scaled_out(app, wh)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if lock_wait_s is None:
-        lock_wait_s = time_budget_s or 0.0
-    if until_timestamp is not None and max_batches is None:
-        until_caught_up = True
-
-    with instance_lock(sdir, app.name, lock_wait_s, say) as held:
+    wait = (time_budget_s or 0.0) if lock_wait_s is None else lock_wait_s
+    with instance_lock(sdir, app.name, wait, say) as held:
         if not held:
-            if scaled:
-                _report_busy(app, wh, member, tasks, sdir)
-            return RunResult(busy=True, instance=member.name)
+            return _busy(app, wh, member, tasks, sdir, scaled)
         runner = Runner(app, os.path.abspath(app_path), wh, sdir, max_records, say, master)
         try:
-            runner.transport_option = transport
-            if inprocess_max_records is not None:
-                runner.inprocess_max_records = transports.max_records(
-                    {transports.MAX_RECORDS_CONFIG: inprocess_max_records}
-                )
-            if until_timestamp is not None:
-                runner.cutoff = Cutoff(wh, until_timestamp)
-            limit = max_batches if max_batches is not None else (None if until_caught_up else 1)
-            deadline = None if time_budget_s is None else started + time_budget_s
+            _set_options(runner, transport, inprocess_max_records, until_timestamp, wh)
+            limit = _batch_limit(max_batches, until_caught_up, until_timestamp)
             return _run(runner, member, tasks, limit, deadline, scaled)
         finally:
             runner.close()
+
+
+def _set_options(
+    runner: Runner,
+    transport: str | None,
+    inprocess_max_records: int | None,
+    until_timestamp: int | None,
+    wh: Warehouse,
+) -> None:
+    """The run's options that override the app's config, set on its runner."""
+    runner.transport_option = transport
+    if inprocess_max_records is not None:
+        runner.inprocess_max_records = transports.max_records(
+            {transports.MAX_RECORDS_CONFIG: inprocess_max_records}
+        )
+    if until_timestamp is not None:
+        runner.cutoff = Cutoff(wh, until_timestamp)
+
+
+def _batch_limit(
+    max_batches: int | None, until_caught_up: bool, until_timestamp: int | None
+) -> int | None:
+    """The most batches the run does (None: until caught up); a cut runs until caught up
+    to it unless ``max_batches`` says otherwise."""
+    if until_timestamp is not None and max_batches is None:
+        until_caught_up = True
+    return max_batches if max_batches is not None else (None if until_caught_up else 1)
 
 
 def _load(app_path: str, transport: str | None) -> App:
@@ -156,18 +164,26 @@ def _run(
     return result
 
 
-def _report_busy(
-    app: App, wh: Warehouse, member: Instance, tasks: list[TaskId] | list[str] | None, sdir: str
-) -> None:
-    """A busy run's lag report: what the last run that held the lock saw of the stores.
-    Never an error (a busy run is not one): e.g. a rewind holding the lock leaves the app
-    mid-rewind, unreadable until it ends; the report is then logged as not written."""
-    try:
-        layout = ensure_layout(app, wh)
-        roles = task_roles.roles_of(layout, member, tasks)
-        task_roles.report(layout, roles, sdir, None, new_run_id())
-    except Exception:
-        log.warning("the lag report of a busy run was not written", exc_info=True)
+def _busy(
+    app: App,
+    wh: Warehouse,
+    member: Instance,
+    tasks: list[TaskId] | list[str] | None,
+    sdir: str,
+    scaled: bool,
+) -> RunResult:
+    """A busy run's result; scaled out, with its lag report: what the last run that held
+    the lock saw of the stores. Never an error (a busy run is not one): e.g. a rewind
+    holding the lock leaves the app mid-rewind, unreadable until it ends; the report is
+    then logged as not written."""
+    if scaled:
+        try:
+            layout = ensure_layout(app, wh)
+            roles = task_roles.roles_of(layout, member, tasks)
+            task_roles.report(layout, roles, sdir, None, new_run_id())
+        except Exception:
+            log.warning("the lag report of a busy run was not written", exc_info=True)
+    return RunResult(busy=True, instance=member.name)
 
 
 def _report(runner: Runner, roles: task_roles.Roles, ended: bool, deleted: list[TaskId]) -> None:

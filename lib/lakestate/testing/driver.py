@@ -297,21 +297,7 @@ class TopologyTestDriver:
     ) -> None:
         if self._closed:
             raise StreamsException("the driver is closed")
-        clock = self._clock
-        if timestamp is None:
-            ts = clock.get(topic, 0)
-        elif type(timestamp) is int and timestamp >= 0:
-            ts = timestamp  # what to_millis gives for epoch ms
-        else:
-            try:
-                ts = to_millis(timestamp)
-            except (TypeError, ValueError) as exc:
-                raise StreamsException(
-                    f"record for topic {topic!r} (key={key!r}) rejected: {exc}"
-                ) from None
-        if ts > clock.get(topic, 0) or topic not in clock:
-            clock[topic] = ts
-        record = Record(key, value, ts, headers)
+        record = Record(key, value, self._stamp(topic, key, timestamp), headers)
         if topic in self._global_topics:
             self._update_global(topic, record)
             return
@@ -350,6 +336,25 @@ class TopologyTestDriver:
             if not pending:
                 return
             current_topic, current = pending.popleft()
+
+    def _stamp(self, topic: str, key: Any, timestamp: int | datetime | None) -> int:
+        """A piped record's timestamp in epoch ms (None: the topic's latest), the topic's
+        clock moved up to it."""
+        clock = self._clock
+        if timestamp is None:
+            ts = clock.get(topic, 0)
+        elif type(timestamp) is int and timestamp >= 0:
+            ts = timestamp  # what to_millis gives for epoch ms
+        else:
+            try:
+                ts = to_millis(timestamp)
+            except (TypeError, ValueError) as exc:
+                raise StreamsException(
+                    f"record for topic {topic!r} (key={key!r}) rejected: {exc}"
+                ) from None
+        if ts > clock.get(topic, 0) or topic not in clock:
+            clock[topic] = ts
+        return ts
 
     def _pipe_many(self, topic: str, items: list[tuple[Any, Any, Any, Any]]) -> None:
         """``_pipe`` of each (key, value, timestamp, headers). A topology of one straight

@@ -25,6 +25,19 @@ def build_topology(
     """Check the graph and cut it at repartition topics into sub-topologies.
     ``copartition``: per join, (join node, source nodes of one side, of the other)."""
     _validate(nodes, stores, store_owners, global_tables)
+    subtopologies = [
+        _subtopology(index, members, nodes, stores)
+        for index, members in enumerate(_task_groups(nodes, stores, global_tables))
+    ]
+    groups = _copartition_groups(nodes, subtopologies, copartition or [])
+    return Topology(nodes, stores, subtopologies, list(global_tables), groups)
+
+
+def _task_groups(
+    nodes: dict[str, Node], stores: dict[str, StoreSpec], global_tables: list[GlobalTableSpec]
+) -> list[list[str]]:
+    """The nodes of each sub-topology, in creation order: nodes joined by an edge or by a
+    store they share are in one; a global table's source node is in none."""
     order = {name: i for i, name in enumerate(nodes)}
     global_nodes = {g.source_node for g in global_tables}
     parent = {name: name for name in nodes if name not in global_nodes}
@@ -59,28 +72,29 @@ def build_topology(
     groups: dict[str, list[str]] = {}
     for name in parent:
         groups.setdefault(find(name), []).append(name)
-    subtopologies = []
-    for index, root in enumerate(sorted(groups, key=order.__getitem__)):
-        members = sorted(groups[root], key=order.__getitem__)
-        sources = [nodes[n] for n in members if nodes[n].kind == SOURCE]
-        sinks = [nodes[n] for n in members if nodes[n].kind == SINK]
-        subtopologies.append(
-            SubTopology(
-                id=index,
-                nodes=tuple(members),
-                source_topics=tuple(t for s in sources if not s.internal_topic for t in s.topics),
-                repartition_sources=tuple(t for s in sources if s.internal_topic for t in s.topics),
-                sink_topics=tuple(s.topics[0] for s in sinks if not s.internal_topic),
-                repartition_sinks=tuple(s.topics[0] for s in sinks if s.internal_topic),
-                stores=tuple(
-                    sorted(
-                        {st for n in members for st in nodes[n].stores if not stores[st].is_global}
-                    )
-                ),
-            )
-        )
-    groups = _copartition_groups(nodes, subtopologies, copartition or [])
-    return Topology(nodes, stores, subtopologies, list(global_tables), groups)
+    return [
+        sorted(groups[root], key=order.__getitem__)
+        for root in sorted(groups, key=order.__getitem__)
+    ]
+
+
+def _subtopology(
+    index: int, members: list[str], nodes: dict[str, Node], stores: dict[str, StoreSpec]
+) -> SubTopology:
+    """Sub-topology ``index`` of the nodes ``members``: its topics by role and its stores."""
+    sources = [nodes[n] for n in members if nodes[n].kind == SOURCE]
+    sinks = [nodes[n] for n in members if nodes[n].kind == SINK]
+    return SubTopology(
+        id=index,
+        nodes=tuple(members),
+        source_topics=tuple(t for s in sources if not s.internal_topic for t in s.topics),
+        repartition_sources=tuple(t for s in sources if s.internal_topic for t in s.topics),
+        sink_topics=tuple(s.topics[0] for s in sinks if not s.internal_topic),
+        repartition_sinks=tuple(s.topics[0] for s in sinks if s.internal_topic),
+        stores=tuple(
+            sorted({st for n in members for st in nodes[n].stores if not stores[st].is_global})
+        ),
+    )
 
 
 def _copartition_groups(

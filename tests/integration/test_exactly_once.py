@@ -106,8 +106,14 @@ def _results(spark, wh: Warehouse):
     )
 
 
-# The transports of a batch's processing (runtime/inprocess.py): inprocess_max_records.
-TRANSPORTS = {"spark": 0, "in_process": 10**9}
+# The transports of a batch's processing: inprocess_max_records and the app (the same
+# topology; counts_in_workers.py's tasks are processed in two worker processes,
+# runtime/worker_pool.py).
+TRANSPORTS = {
+    "spark": (0, "counts.py"),
+    "in_process": (10**9, "counts.py"),
+    "in_process_workers": (10**9, "counts_in_workers.py"),
+}
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
@@ -124,12 +130,12 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(
     # One chain of runs: each is killed at the next step of batch 2's commit (the replay of
     # the same batch), then the last run finishes the input.
     said = []
-    limit = TRANSPORTS[transport]
+    limit, app = TRANSPORTS[transport]
     for point in FAULT_POINTS:
-        proc = _run_in_subprocess(wh, state, point, inprocess_max_records=limit)
+        proc = _run_in_subprocess(wh, state, point, app=app, inprocess_max_records=limit)
         assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
         said.append(proc.stdout)
-    proc = _run_in_subprocess(wh, state, None, inprocess_max_records=limit)
+    proc = _run_in_subprocess(wh, state, None, app=app, inprocess_max_records=limit)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said.append(proc.stdout)
     # Every run, replays included, went through the transport under test.
@@ -140,9 +146,10 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(
     # Killed between the table commits and the local commit, the next run applied the
     # staged transactions instead of replaying or restoring.
     for point, batch in (("after_changelog:sums@2", 2), ("after_tables@3", 3)):
-        assert f"applied the staged transaction of batch {batch}" in said[
-            FAULT_POINTS.index(point) + 1
-        ]
+        assert (
+            f"applied the staged transaction of batch {batch}"
+            in said[FAULT_POINTS.index(point) + 1]
+        )
     assert "applied the staged transaction of batch 4" in said[-1]
     assert _results(spark, wh) == expected
 

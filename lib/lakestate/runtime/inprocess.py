@@ -1,25 +1,32 @@
-"""The in-process transport: a batch read with delta-rs and processed in the driver.
+"""The in-process transport: a batch read with delta-rs and processed without Spark.
 
 A small run does not need Spark: starting the JVM, Spark's Delta reader and one Spark job
 cost seconds whatever the batch's size. Here each task's share of the batch's reads
 (``transport.input_reads``) is read through its topics' readers (``Topic.reader``: for a
 log table, delta-rs reading only the files of the task's partitions and offset ranges),
-in the input rows' columns
-(``batch_rows.INPUT_SCHEMA``), and each task is processed by the very function the Spark
-workers run (``task_executor.process_task``), one task after another, its input freed
-before the next is read. Only the transport differs, so the chosen transport cannot
-change what a batch commits (docs/architecture.md, "A batch, step by step").
+in the input rows' columns (``batch_rows.INPUT_SCHEMA``), and each task is processed by
+the very function the Spark workers run (``task_executor.process_task``): one task after
+another in this process, its input freed before the next is read, or, for a big batch of
+several tasks, in worker processes (``worker_pool``), both cores busy. Only the transport
+differs, so the chosen transport cannot change what a batch commits
+(docs/architecture.md, "A batch, step by step").
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+
 import pyarrow as pa
 from lakestate import console
+from lakestate.checkpoint.batch import TaskPlan
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.io.topics import TopicReader
 from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_arrow_schema
 from lakestate.runtime.task_executor import BatchContext, process_task
 from lakestate.runtime.transport import BatchInput, BatchOutput, InputRead
+from lakestate.runtime.worker_pool import WorkerPool, result_of, workers_wanted
 from lakestate.task_id import TaskId
 
 
@@ -30,28 +37,80 @@ class InProcessTransport:
 
     def __init__(self, layout: AppLayout) -> None:
         self.layout = layout
+        self._pool: WorkerPool | None = None
 
     def start(self) -> None:
         """Nothing to start."""
 
     def close(self) -> None:
-        """Nothing to wait for."""
+        """Stop the worker processes, if a batch started them."""
+        if self._pool is not None:
+            self._pool.close()
 
     def run_batch(self, batch: BatchInput) -> BatchOutput:
-        """Step 1 for every task of ``batch``, one task after another, in task order."""
+        """Step 1 for every task of ``batch``, in task order: one after another in this
+        process, or, for a batch ``worker_pool.workers_wanted`` deems big enough, in
+        worker processes while this one reads the next task's input."""
         tables = BatchReads(self.layout)
-        outputs = []
         plans = sorted(batch.plans, key=lambda p: p.task)
+        busy = sum(1 for p in plans if p.records)
+        workers = workers_wanted(self.layout.app.config, busy, batch.records)
         with console.progress(f"batch of {len(plans)} task(s): records", batch.records) as bar:
-            for plan in plans:
-                records = read_inputs(batch.reads, plan.task, tables)
-                if records.num_rows == 0:
-                    continue  # as on Spark, where a task without rows gets no partition
-                outputs.append(process_inputs(records, batch.ctx))
-                bar.advance(records.num_rows)
-                del records
+            if workers:
+                outputs = self._in_workers(workers, plans, batch, tables, bar)
+            else:
+                outputs = []
+                for records in _task_inputs(plans, batch, tables):
+                    outputs.append(process_inputs(records, batch.ctx))
+                    bar.advance(records.num_rows)
         rows = pa.concat_tables(outputs) if outputs else None
         return BatchOutput.of(rows or out_arrow_schema(batch.store_kinds).empty_table())
+
+    def _in_workers(
+        self,
+        workers: int,
+        plans: list[TaskPlan],
+        batch: BatchInput,
+        tables: BatchReads,
+        bar: console.Bar,
+    ) -> list[pa.Table]:
+        # At most two tasks per worker in flight: the driver reads ahead, but a batch's
+        # whole input is never held at once.
+        if self._pool is None:
+            self._pool = WorkerPool()
+        outputs: list[pa.Table] = []
+        waiting: deque[tuple[Future[pa.Table], str, int]] = deque()
+        for records in _task_inputs(plans, batch, tables):
+            if len(waiting) >= 2 * workers:
+                outputs.append(_collect(waiting.popleft(), bar))
+            task = _task_of(records)
+            future = self._pool.submit(workers, records, batch.ctx)
+            waiting.append((future, task, records.num_rows))
+            del records
+        outputs.extend(_collect(w, bar) for w in list(waiting))
+        return outputs
+
+
+def _task_inputs(
+    plans: list[TaskPlan], batch: BatchInput, tables: BatchReads
+) -> Iterator[pa.Table]:
+    """Each planned task's input rows, one task at a time, tasks without rows skipped (as
+    on Spark, where a task without rows gets no partition)."""
+    for plan in plans:
+        records = read_inputs(batch.reads, plan.task, tables)
+        if records.num_rows:
+            yield records
+
+
+def _task_of(records: pa.Table) -> str:
+    return str(TaskId(records.column("sub")[0].as_py(), records.column("task")[0].as_py()))
+
+
+def _collect(waiting: tuple[Future[pa.Table], str, int], bar: console.Bar) -> pa.Table:
+    future, task, count = waiting
+    rows = result_of(future, task)
+    bar.advance(count)
+    return rows
 
 
 def process_inputs(records: pa.Table, ctx: BatchContext) -> pa.Table:
@@ -77,6 +136,7 @@ class BatchReads:
 
     def __init__(self, layout: AppLayout) -> None:
         self.layout = layout
+        self._pool: WorkerPool | None = None
         self.opened: dict[str, TopicReader] = {}
         self.global_reads: dict[int, pa.Table] = {}  # id of the InputRead -> its rows
 

@@ -78,13 +78,14 @@ class InProcessTransport:
         # whole input is never held at once.
         if self._pool is None:
             self._pool = WorkerPool()
+        self._pool.start(workers, batch.ctx.app_path)
         outputs: list[pa.Table] = []
         waiting: deque[tuple[Future[pa.Table], str, int]] = deque()
         for records in _task_inputs(plans, batch, tables):
             if len(waiting) >= 2 * workers:
                 outputs.append(_collect(waiting.popleft(), bar))
             task = _task_of(records)
-            future = self._pool.submit(workers, records, batch.ctx)
+            future = self._pool.submit(records, batch.ctx)
             waiting.append((future, task, records.num_rows))
             del records
         outputs.extend(_collect(w, bar) for w in list(waiting))

@@ -74,8 +74,9 @@ class BatchContext:
     run_ids: dict[str, str] = field(default_factory=dict)
 
 
-def _app(path: str) -> App:
-    # Load the app module in the worker itself: its lambdas need not be picklable.
+def loaded_app(path: str) -> App:
+    """The app at ``path``, loaded once per process (in the worker itself: its lambdas
+    need not be picklable)."""
     app = _apps.get(path)
     if app is None:
         app = _apps[path] = load_app(path)
@@ -141,7 +142,7 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     columns = {name: records.column(name).to_pylist() for name in INPUT_COLUMNS[2:]}
     del records  # the columns above are what is needed: free the Arrow buffers early
     task_id = str(TaskId(sub, partition))
-    app = _app(ctx.app_path)
+    app = loaded_app(ctx.app_path)
     store = TaskDir(ctx.state_dir, ctx.app_name, task_id).open(ctx.isolation)
     try:
         _check_starts(store, ctx, app, task_id, partition)

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 from lakestate.errors import StreamsException
-from lakestate.runtime.task_executor import BatchContext, process_task
+from lakestate.runtime.task_executor import BatchContext, loaded_app, process_task
 
 #: App config key: worker processes of a run in process (0 or 1: the tasks run in the
 #: driver, one after another). Default: the cores available to the run.
@@ -88,9 +88,9 @@ class WorkerPool:
         self._pool: ProcessPoolExecutor | None = None
         self._size = 0
 
-    def submit(self, workers: int, records: pa.Table, ctx: BatchContext) -> Future[pa.Table]:
-        """Process one task's ``records`` (``process_task``) in a worker; the pool grows
-        to ``workers`` processes if it is smaller."""
+    def start(self, workers: int, app_path: str) -> None:
+        """Have ``workers`` processes start (the pool grows if it is smaller), each
+        loading the app at ``app_path``, while the driver reads the batch's input."""
         if self._pool is None or self._size < workers:
             self.close()
             self._pool = ProcessPoolExecutor(
@@ -100,6 +100,13 @@ class WorkerPool:
                 initargs=(os.getpid(),),
             )
             self._size = workers
+            # One process starts per submit that finds none idle: ask for all of them now.
+            for _ in range(workers):
+                self._pool.submit(_load, app_path)
+
+    def submit(self, records: pa.Table, ctx: BatchContext) -> Future[pa.Table]:
+        """Process one task's ``records`` (``process_task``) in a worker (after ``start``)."""
+        assert self._pool is not None, "WorkerPool.start first"
         return self._pool.submit(process_task, records, ctx)
 
     def close(self) -> None:
@@ -108,6 +115,10 @@ class WorkerPool:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
             self._size = 0
+
+
+def _load(app_path: str) -> None:
+    loaded_app(app_path)
 
 
 def result_of(future: Future[pa.Table], task: str) -> pa.Table:

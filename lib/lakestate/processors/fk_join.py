@@ -32,7 +32,7 @@ from lakestate.processors.join import table_row
 from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Change, Record
 from lakestate.state.keys import encode_key
-from lakestate.state.serde import encode_value
+from lakestate.state.serde import json_text
 
 # Kafka's SubscriptionWrapper.Instruction
 DELETE_KEY_AND_PROPAGATE = "delete_key_and_propagate"
@@ -49,10 +49,12 @@ _INSTRUCTIONS = (
 
 def value_hash(value: Any) -> str | None:
     """The hash a subscription carries of its row's value (None for none): 128 bits of
-    the value's JSON, as Kafka hashes the serialized value (Murmur3 128)."""
+    the value's canonical JSON (sorted keys: the bytes its topic holds), as Kafka hashes
+    the serialized value (Murmur3 128), so equal values hash alike whatever their dicts'
+    key order."""
     if value is None:
         return None
-    return hashlib.blake2b(encode_value(value), digest_size=16).hexdigest()
+    return hashlib.blake2b(json_text(value).encode(), digest_size=16).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 engine, with each transport: many small batches with the local state wiped before every
 other batch (the store restored from its changelog, the punctuator resumed past the
 committed stream time) give what the test driver gives, record by record, and the store's
-SQL view shows what the driver's store holds; a SIGKILL at each commit step, then a
-rerun, gives what an uninterrupted run gives."""
+SQL view shows what the driver's store holds. (The SIGKILLs at each commit step are
+test_new_operators_exactly_once.py's, with the other new operators.)"""
 
 from __future__ import annotations
 
@@ -79,53 +79,5 @@ def test_punctuated_app_matches_the_driver_in_small_batches_with_state_wiped(
     got = _per_partition(spark, wh)
     assert got == expected["totals-out"]
     assert sum(1 for _, _, v, _ in got if "total" in v) > 10  # the punctuator fired often
-    for store in ("totals", "lifetime"):
-        assert state_rows(spark, wh, "punctuated", store) == _driver_store(records, store)
-
-
-def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path):
-    """SIGKILL after the progress commit, after the sink, after each store's changelog,
-    after all tables and in the middle of the local commits, in the in-process transport;
-    a rerun gives what one uninterrupted run gives, which is the driver's."""
-    from test_exactly_once import _run_in_subprocess
-
-    records = events(N, seed=6)
-    inprocess = TRANSPORTS["in_process"]
-    reference = Warehouse(tmp_path / "reference")
-    _produce(reference, records)
-    proc = _run_in_subprocess(
-        reference,
-        tmp_path / "ref-state",
-        None,
-        app="punctuated.py",
-        max_records=10,
-        inprocess_max_records=inprocess,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    wh = Warehouse(tmp_path / "wh")
-    _produce(wh, records)
-    state = tmp_path / "state"
-    for point in (
-        "after_progress@2",
-        "after_sink:totals-out@2",
-        "after_changelog:lifetime@2",
-        "after_changelog:totals@2",
-        "after_tables@3",
-        "mid_local_commit@4",
-    ):
-        proc = _run_in_subprocess(
-            wh, state, point, app="punctuated.py", max_records=10, inprocess_max_records=inprocess
-        )
-        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
-    proc = _run_in_subprocess(
-        wh, state, None, app="punctuated.py", max_records=10, inprocess_max_records=inprocess
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = _per_partition(spark, wh)
-    assert got == _per_partition(spark, reference)
-    expected = driver_outputs(
-        "punctuated.py", records, PARTITIONS, ["totals-out"], with_partition=True
-    )
-    assert got == expected["totals-out"]
     for store in ("totals", "lifetime"):
         assert state_rows(spark, wh, "punctuated", store) == _driver_store(records, store)

@@ -1,8 +1,8 @@
 """A stream-stream outer join through the engine, with each transport: many small batches
 with the local state wiped before every other batch (the buffers and the waiting records
 restored from their changelogs) give what the test driver gives, record by record, and
-the SQL view of the waiting records shows what the driver's store holds; a SIGKILL at each
-commit step, then a rerun, gives what an uninterrupted run gives.
+the SQL view of the waiting records shows what the driver's store holds. (The SIGKILLs at
+each commit step are test_new_operators_exactly_once.py's, with the other new operators.)
 
 Records of two inputs of one task interleave by timestamp within a batch, so a join's
 output would depend on where batches end; each phase here feeds one side and the engine
@@ -55,19 +55,6 @@ def _phases(seed: int) -> list[tuple[str, list[dict]]]:
         ("views", [{"key": f"u{k}", "value": "end", "timestamp": now + 500} for k in range(4)])
     )
     return phases
-
-
-def _mixed(seed: int) -> list[tuple[str, list[dict]]]:
-    """Both sides over the same time span: 30 clicks, then 50 views, interleaved by
-    timestamp, so with 10 records a batch, most batches change all three stores."""
-    rng = random.Random(seed)
-    records: dict[str, list[dict]] = {"clicks": [], "views": []}
-    for i in range(80):
-        topic = "clicks" if i % 8 in (0, 3, 5) else "views"
-        value = None if rng.random() < 0.1 else f"{topic[0]}{i}"
-        ts = 1_000 + 8 * i - rng.randrange(60)
-        records[topic].append({"key": rng.choice(KEYS), "value": value, "timestamp": ts})
-    return list(records.items())
 
 
 def _driver_model(phases) -> tuple[dict[int, list[tuple]], list[tuple]]:
@@ -133,44 +120,3 @@ def test_outer_join_matches_the_driver_in_small_batches_with_state_wiped(
     assert any("/v" in v for rows in got.values() for _, v, _ in rows)  # pairs
     assert _waiting_view(spark, wh) == waiting
     assert waiting  # the last records still wait
-
-
-def test_kill_at_each_commit_step_gives_the_uninterrupted_result(spark, tmp_path):
-    """SIGKILL after the progress commit, after the sink, after each store's changelog (in
-    the commit's order: by name), after all tables and in the middle of the local commits; a rerun gives what one
-    uninterrupted run gives (every input is written before the first run)."""
-    from test_exactly_once import _run_in_subprocess
-
-    def produce(wh: Warehouse) -> None:
-        for topic in ("clicks", "views"):
-            io_topics.topic(wh, topic).create(PARTITIONS)
-        for topic, records in _mixed(seed=9):
-            io_topics.topic(wh, topic).append(records)
-
-    def results(wh: Warehouse) -> tuple:
-        return topic_rows(spark, wh, "paired"), _waiting_view(spark, wh)
-
-    reference = Warehouse(tmp_path / "reference")
-    produce(reference)
-    proc = _run_in_subprocess(
-        reference, tmp_path / "ref-state", None, app="stream_joins.py", max_records=10
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    wh = Warehouse(tmp_path / "wh")
-    produce(wh)
-    state = tmp_path / "state"
-    for point in (
-        "after_progress@2",
-        "after_sink:paired@2",
-        "after_changelog:pairs-outer-other-join-store@2",
-        "after_changelog:pairs-outer-shared-join-store@2",
-        "after_changelog:pairs-outer-this-join-store@2",
-        "after_tables@3",
-        "mid_local_commit@4",
-    ):
-        proc = _run_in_subprocess(wh, state, point, app="stream_joins.py", max_records=10)
-        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
-    proc = _run_in_subprocess(wh, state, None, app="stream_joins.py", max_records=10)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert results(wh) == results(reference)
-    assert results(wh)[0] and results(wh)[1]

@@ -5,10 +5,7 @@ commit (the offsets a batch read are committed with it in the progress table).""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,9 +17,9 @@ from lakestate import run_app
 from lakestate.io import topics
 from lakestate.io.topic_records import records_of
 from lakestate.warehouse import Warehouse
+from test_exactly_once import FAULT_POINTS, _run_in_subprocess
 
 MAX_RECORDS = 15
-REPO = Path(__file__).resolve().parents[2]
 SINKS = ["counts-out", "sums-out"]
 
 
@@ -129,30 +126,9 @@ def test_a_spark_run_over_a_table_appended_to_by_spark(spark, tmp_path, monkeypa
     assert _sinks(wh) == _expected(rows, table, monkeypatch)
 
 
-# Every step of a batch's commit (test_exactly_once.py's FAULT_POINTS), the rest of the
-# rows appended to the table between two of the killed runs.
-FAULT_POINTS = [
-    "after_progress@2",
-    "after_sink:counts-out@2",
-    "after_sink:sums-out@2",
-    "after_changelog:counts@2",
-    "after_changelog:sums@2",
-    "after_tables@3",
-    "mid_local_commit@4",
-]
-
-
 def _run_killed_at(app: str, wh: Warehouse, state: Path, fault: str | None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    if fault:
-        env["LAKESTATE_FAULT"] = fault
-    code = (
-        "from lakestate import run_app; "
-        f"run_app({app!r}, warehouse={wh.root!r}, state_dir={str(state)!r}, "
-        f"max_records={MAX_RECORDS}, until_caught_up=True, inprocess_max_records=10**9)"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=REPO
+    return _run_in_subprocess(
+        wh, state, fault, app=app, max_records=MAX_RECORDS, inprocess_max_records=10**9
     )
 
 
@@ -162,6 +138,7 @@ def test_kill_at_every_commit_step_then_rerun_reads_each_row_once(tmp_path, monk
     rows = _orders(120, seed=7)
     _append(table, rows[:60])
     said = []
+    # Every step of a batch's commit, the rest of the rows appended between two killed runs.
     for point in FAULT_POINTS:
         if point == "after_tables@3":
             _append(table, rows[60:])

@@ -134,3 +134,35 @@ def test_describe_shows_the_fk_join_nodes():
         "-topic",
     ):
         assert node in described, node
+
+
+def test_tables_with_other_partition_counts_join_as_in_the_driver(tmp_path):
+    """The subscription topic takes the other table's partition count and the response
+    topic this table's, as Kafka sizes them, whichever sub-topology the run resolves
+    first."""
+    phases = _phases(seed=4)
+    wh = Warehouse(tmp_path / "wh")
+    counts = {"orders": 2, "customers": 3}
+    for topic, n in counts.items():
+        io_topics.topic(wh, topic).create(n)
+    for topic, records in phases:
+        io_topics.topic(wh, topic).append(records)
+        run_app(
+            str(APP),
+            warehouse=wh.root,
+            state_dir=str(tmp_path / "state"),
+            inprocess_max_records=TRANSPORTS["in_process"],
+            say=lambda _: None,
+            max_records=5,
+            until_caught_up=True,
+        )
+    internal = {t: io_topics.topic(wh, t).partitions() for t in wh.list_topics() if "-FK-" in t}
+    assert sorted(n for t, n in internal.items() if "REGISTRATION" in t) == [3], internal
+    assert sorted(n for t, n in internal.items() if "RESPONSE" in t) == [2], internal
+    last, _, _ = _driver_model(phases)
+    got = {}
+    for part in io_topics.topic(wh, "enriched-orders").read_partitions():
+        for row in part.to_pylist():
+            assert row["partition"] == partition_for(json.loads(row["key"]), 2)
+            got[json.loads(row["key"])] = None if row["value"] is None else json.loads(row["value"])
+    assert got == last and last

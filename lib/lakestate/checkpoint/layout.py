@@ -166,6 +166,13 @@ class _TopicsFound:
         }
         for group in self.groups:
             copartition.check(group, known, self.real)
+        # The external topics' counts size the repartition topics of their groups, which
+        # a writer may create before the sub-topology reading them is resolved (a
+        # foreign-key join's subscriptions go to the other table's partitions).
+        for group in self.groups:
+            for t in group.topics:
+                if t not in group.internal and self.real(t) in known:
+                    self.partitions[self.real(t)] = known[self.real(t)]
 
     def add_inputs(self, sub: SubTopology) -> None:
         """The sub-topology's inputs and its task count (the most partitions of them)."""

@@ -148,8 +148,9 @@ def test_kill_at_every_commit_step_then_rerun_reads_each_row_once(tmp_path, monk
     proc = _run_killed_at(app, wh, state, None)
     assert proc.returncode == 0, proc.stderr[-3000:]
     said.append(proc.stdout)
-    assert "replaying the recorded batches" in said[FAULT_POINTS.index("after_progress@2") + 1]
     assert _sinks(wh) == _expected(rows, table, monkeypatch)
+    after = said[FAULT_POINTS.index("after_progress@2") + 1]
+    assert "replaying the recorded batches" in after, said
 
 
 @pytest.mark.parametrize("skip", [False, True])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from lakestate.app import App
 from lakestate.checkpoint import changelog, progress, recorded_layout
@@ -30,6 +30,8 @@ class AppLayout:
     ``cluster``: the Kafka cluster of the app's config (``bootstrap.servers``), holding
     ``kafka_topics``: its source, global and sink topics (repartition topics, changelogs
     and the dead-letter topic stay in the warehouse).
+    ``kinds``: the kind of each of its warehouse topics (``topics.kind_of``, asked once
+    here rather than at every use; a topic not in it is asked then).
     """
 
     app: App
@@ -41,6 +43,7 @@ class AppLayout:
     global_topics: tuple[str, ...] = ()
     cluster: KafkaCluster | None = None
     kafka_topics: frozenset[str] = frozenset()
+    kinds: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def progress_path(self) -> str:
@@ -52,7 +55,8 @@ class AppLayout:
     def topic(self, name: str) -> topics.Topic:
         """One of the app's topics (its partition count as the layout read it)."""
         if name not in self.kafka_topics:
-            return topics.topic(self.warehouse, name, self.partitions.get(name))
+            kind = self.kinds.get(name) or topics.kind_of(self.warehouse, name)
+            return topics.KINDS[kind].topic(self.warehouse, name, self.partitions.get(name))
         serdes = self.app.topology.serdes_of(name)
         return topics.topic(self.warehouse, name, self.partitions.get(name), self.cluster, serdes)
 
@@ -127,6 +131,7 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
         global_topics,
         found.cluster,
         found.kafka_topics,
+        {t: topics.kind_of(warehouse, t) for t in found.partitions if t not in found.kafka_topics},
     )
 
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
@@ -53,9 +55,27 @@ def table_exists(path: str) -> bool:
     return True
 
 
-def open_table(path: str) -> DeltaTable:
-    """The table's newest snapshot."""
-    return DeltaTable(_uri(path))
+class _Table(DeltaTable):
+    """A ``DeltaTable`` whose pyarrow reads of a local table go through Arrow's own file
+    system. deltalake's default is a file-system handler written in Python: Arrow's I/O
+    threads then hold Python buffers, and one freed just as the interpreter exits (the
+    last read's clean-up, late on a busy machine) takes the GIL during finalization and
+    aborts the process with "terminate called without an active exception" (exit -6
+    after a run that succeeded; apache/arrow#34314)."""
+
+    def to_pyarrow_dataset(self, *args: Any, **kwargs: Any) -> ds.Dataset:
+        root = self.table_uri.removeprefix("file://")
+        # Paths that need percent-decoding (a space in a folder or a partition value) are
+        # left to deltalake's handler, which decodes them.
+        plain = "://" not in root and not any("%" in uri for uri in self.file_uris())
+        if not kwargs.get("filesystem") and plain:
+            kwargs["filesystem"] = pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())
+        return super().to_pyarrow_dataset(*args, **kwargs)
+
+
+def open_table(path: str, version: int | None = None) -> DeltaTable:
+    """The table's newest snapshot (or ``version``'s)."""
+    return _Table(_uri(path), version=version)
 
 
 def create_table(

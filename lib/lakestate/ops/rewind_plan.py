@@ -346,7 +346,7 @@ def _readable_version(name: str, path: str, version: int) -> DeltaTable:
     """The table at ``version``; RewindRefused when it cannot be read or its files were
     vacuumed."""
     try:
-        old = DeltaTable(path.removeprefix("file://"), version=version)
+        old = delta_commits.open_table(path, version)
     except Exception as exc:
         raise RewindRefused(f"{name}: version {version} cannot be read ({exc})") from None
     missing = [u for u in old.file_uris() if not os.path.exists(u.removeprefix("file://"))]

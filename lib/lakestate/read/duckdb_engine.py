@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 
 import duckdb
-from deltalake import DeltaTable
+from lakestate.io import delta_commits
 from lakestate.read import catalog, spark_dialect
 from lakestate.read.result import Result
 from lakestate.read.views import View, pinned_app, views, views_named
@@ -43,7 +43,7 @@ def register(con: duckdb.DuckDBPyConnection, found: Iterable[View]) -> list[str]
     for i, view in enumerate(found):
         sources, columns = [], None
         for j, version in enumerate(view.versions()):
-            dataset = DeltaTable(view.path.removeprefix("file://"), version=version)
+            dataset = delta_commits.open_table(view.path, version)
             dataset = dataset.to_pyarrow_dataset()
             sources.append(f"_lakestate_source_{i}_{j}")
             con.register(sources[-1], dataset)

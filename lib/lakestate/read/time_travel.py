@@ -107,7 +107,7 @@ def _first_past(
 
 def _load(path: str, version: int, task: TaskId, batch: int, first: _Compaction) -> DeltaTable:
     try:
-        return DeltaTable(path.removeprefix("file://"), version=version)
+        return delta_commits.open_table(path, version)
     except Exception as exc:  # delta-rs raises several kinds for a version it cannot load
         raise ValueError(
             f"{path}: task {task}'s state as of batch {batch} is in table version {version}, "

@@ -49,6 +49,8 @@ def _run_in_subprocess(
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     env["LAKESTATE_SPARK_MASTER"] = "local[2]"
     env["LAKESTATE_SPARK_CONF"] = json.dumps(FAST_TEST_CONF)
+    # A SIGKILLed run's output is what it printed before the kill, none lost in a buffer.
+    env["PYTHONUNBUFFERED"] = "1"
     if fault:
         env["LAKESTATE_FAULT"] = fault
     code = (

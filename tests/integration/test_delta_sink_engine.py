@@ -1,0 +1,146 @@
+"""An app writing typed Delta tables (``ls.DeltaSink``): the tables read back as records
+equal the test driver's outputs, every record once; their columns are typed, read by
+delta-rs and DuckDB without JSON parsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from engine_helpers import APPS, driver_outputs, events
+from lakestate import run_app
+from lakestate.errors import StreamsException
+from lakestate.io import topics
+from lakestate.io.topic_records import records_of
+from lakestate.warehouse import Warehouse
+
+MAX_RECORDS = 15
+SINKS = ["counts-typed", "events-typed", "sums-out"]
+
+
+def _order(row: tuple) -> str:
+    return json.dumps(row, sort_keys=True)
+
+
+def _baked_app(folder: Path) -> str:
+    """typed_counts.py with its tables' folder written in (a subprocess or Spark's Python
+    workers import the app without this process's environment)."""
+    source = (APPS / "typed_counts.py").read_text()
+    path = folder / "typed_counts.py"
+    tables = repr(str(folder / "tables"))
+    path.write_text(source.replace('os.environ["TYPED_SINK_DIR"]', tables))
+    return str(path)
+
+
+def _expected(records: list[dict], tmp_path: Path, monkeypatch) -> dict[str, list[tuple]]:
+    monkeypatch.setenv("TYPED_SINK_DIR", str(tmp_path / "driver-tables"))
+    out = driver_outputs("typed_counts.py", records, 2, SINKS, with_partition=True)
+    return {t: sorted(rs, key=_order) for t, rs in out.items()}
+
+
+def _sinks(wh: Warehouse) -> dict[str, list[tuple]]:
+    found = {}
+    for t in SINKS:
+        rows = [r for part in topics.topic(wh, t).read_partitions() for r in records_of(part)]
+        found[t] = sorted(((r.partition, r.key, r.value, r.timestamp) for r in rows), key=_order)
+    return found
+
+
+def _run(app: str, wh: Warehouse, state: Path, inprocess: int = 10**9) -> object:
+    return run_app(
+        app,
+        warehouse=wh.root,
+        state_dir=str(state),
+        max_records=MAX_RECORDS,
+        until_caught_up=True,
+        inprocess_max_records=inprocess,
+        say=lambda _: None,
+    )
+
+
+def _produce(wh: Warehouse, records: list[dict]) -> None:
+    events_topic = topics.topic(wh, "events")
+    if not events_topic.exists():
+        events_topic.create(2)
+    events_topic.append(records)
+
+
+def test_typed_tables_equal_the_test_driver_and_read_without_json(tmp_path, monkeypatch):
+    wh, state = Warehouse(tmp_path / "wh"), tmp_path / "state"
+    app = _baked_app(tmp_path)
+    records = events(80, seed=3)
+    _produce(wh, records[:50])
+    first = _run(app, wh, state)
+    assert first.transport == "in_process" and first.records == 50
+    _produce(wh, records[50:])
+    assert _run(app, wh, state).records == 30
+    expected = _expected(records, tmp_path, monkeypatch)
+    assert _sinks(wh) == expected
+    assert topics.topic(wh, "counts-typed").describe().kind == "delta_sink"
+
+    # delta-rs: typed columns, the declared ones as declared, partitioned as asked.
+    counts = DeltaTable(str(tmp_path / "tables" / "counts"))
+    assert counts.metadata().partition_columns == ["big"]
+    schema = pa.schema(counts.schema().to_arrow())
+    assert {f.name: f.type for f in schema} == {
+        "key": pa.string(),
+        "count": pa.int64(),
+        "big": pa.bool_(),
+        "_timestamp": pa.timestamp("us", "UTC"),
+        "_partition": pa.int32(),
+        "_offset": pa.int64(),
+    }
+    got = sorted(
+        (r["_partition"], r["key"], r["count"], r["big"], r["_timestamp"])
+        for r in counts.to_pyarrow_table().to_pylist()
+    )
+    want = sorted(
+        (p, k, v["count"], v["big"], pa.scalar(ts * 1000, pa.timestamp("us", "UTC")).as_py())
+        for p, k, v, ts in expected["counts-typed"]
+    )
+    assert got == want
+    table = DeltaTable(str(tmp_path / "tables" / "events"))
+    assert [f.type for f in pa.schema(table.schema().to_arrow())][:3] == [
+        pa.string(),
+        pa.string(),
+        pa.int64(),
+    ]
+
+    # DuckDB over delta-rs' Arrow dataset: plain SQL on the typed columns.
+    con = duckdb.connect()
+    con.register("events_typed", table.to_pyarrow_dataset())
+    con.register("counts_typed", counts.to_pyarrow_dataset())
+    final_sums: dict[str, int] = {}
+    for _, k, v, _ in expected["sums-out"]:
+        final_sums[k] = max(final_sums.get(k, 0), v)
+    query = "select key, sum(amount) from events_typed group by key"
+    assert dict(con.sql(query).fetchall()) == final_sums
+    # The latest row per key (README's view): a key's rows are in one partition, in offset order.
+    final_counts: dict[str, int] = {}
+    for _, k, v, _ in expected["counts-typed"]:
+        final_counts[k] = max(final_counts.get(k, 0), v["count"])
+    latest = (
+        "select key, count from counts_typed"
+        " qualify row_number() over (partition by key order by _offset desc) = 1"
+    )
+    assert dict(con.sql(latest).fetchall()) == final_counts
+
+
+def test_a_value_that_does_not_fit_the_declared_schema_fails_the_batch(tmp_path):
+    wh, state = Warehouse(tmp_path / "wh"), tmp_path / "state"
+    app = _baked_app(tmp_path)
+    _produce(wh, [{"key": "k1", "value": {"user": "u1", "amount": 2}, "timestamp": 1000}])
+    assert _run(app, wh, state).records == 1
+    _produce(wh, [{"key": "k1", "value": {"user": 7, "amount": 3}, "timestamp": 2000}])
+    with pytest.raises(StreamsException) as failed:
+        _run(app, wh, state)
+    message = str(failed.value)
+    for part in ("events-typed", "'user'", "k1", "string", "processing.exception.handler"):
+        assert part in message, message
+    # Nothing of the failed batch anywhere: each table holds the first record's rows only.
+    found = _sinks(wh)
+    assert [len(found[t]) for t in SINKS] == [1, 1, 1]

@@ -1,10 +1,12 @@
 """An app writing typed Delta tables (``ls.DeltaSink``): the tables read back as records
-equal the test driver's outputs, every record once; their columns are typed, read by
-delta-rs and DuckDB without JSON parsing."""
+equal the test driver's outputs, every record once, also through a SIGKILL at every step
+of a batch's commit (in process: step 3 runs in the driver for both transports); their
+columns are typed, read by delta-rs and DuckDB without JSON parsing."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -17,9 +19,19 @@ from lakestate.errors import StreamsException
 from lakestate.io import topics
 from lakestate.io.topic_records import records_of
 from lakestate.warehouse import Warehouse
+from test_exactly_once import _run_in_subprocess
 
 MAX_RECORDS = 15
 SINKS = ["counts-typed", "events-typed", "sums-out"]
+FAULT_POINTS = [
+    "after_progress@2",
+    "after_sink:counts-typed@2",
+    "after_sink:events-typed@2",
+    "after_sink:sums-out@2",
+    "after_changelog:counts@2",
+    "after_tables@3",
+    "mid_local_commit@4",
+]
 
 
 def _order(row: tuple) -> str:
@@ -144,3 +156,42 @@ def test_a_value_that_does_not_fit_the_declared_schema_fails_the_batch(tmp_path)
     # Nothing of the failed batch anywhere: each table holds the first record's rows only.
     found = _sinks(wh)
     assert [len(found[t]) for t in SINKS] == [1, 1, 1]
+
+
+def _killed_at(app: str, wh: Warehouse, state: Path, fault: str | None):
+    return _run_in_subprocess(
+        wh, state, fault, app=app, max_records=MAX_RECORDS, inprocess_max_records=10**9
+    )
+
+
+def test_kill_at_every_commit_step_then_rerun_writes_each_row_once(tmp_path, monkeypatch):
+    wh, state = Warehouse(tmp_path / "wh"), tmp_path / "state"
+    app = _baked_app(tmp_path)
+    records = events(120, seed=7)
+    _produce(wh, records[:60])
+    said = []
+    for point in FAULT_POINTS:
+        if point == "after_tables@3":
+            _produce(wh, records[60:])
+        proc = _killed_at(app, wh, state, point)
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+        said.append(proc.stdout)
+    proc = _killed_at(app, wh, state, None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    killed = _sinks(wh)
+    assert "replaying the recorded batches" in said[FAULT_POINTS.index("after_progress@2") + 1]
+    assert killed == _expected(records, tmp_path, monkeypatch)
+
+    # An uninterrupted run over the same records writes the same typed rows.
+    calm = tmp_path / "calm"
+    calm.mkdir()
+    calm_app = _baked_app(calm)
+    calm_wh = Warehouse(calm / "wh")
+    _produce(calm_wh, records)
+    _run(calm_app, calm_wh, calm / "state")
+    for name in ("counts", "events"):
+        a = DeltaTable(str(tmp_path / "tables" / name)).to_pyarrow_table()
+        b = DeltaTable(str(calm / "tables" / name)).to_pyarrow_table()
+        order = [("_partition", "ascending"), ("_offset", "ascending")]
+        assert a.sort_by(order).select(b.column_names).equals(b.sort_by(order)), name
+    shutil.rmtree(calm)

@@ -1,7 +1,8 @@
 """An app writing typed Delta tables (``ls.DeltaSink``): the tables read back as records
 equal the test driver's outputs, every record once, also through a SIGKILL at every step
 of a batch's commit (in process: step 3 runs in the driver for both transports); their
-columns are typed, read by delta-rs and DuckDB without JSON parsing."""
+columns are typed, read by delta-rs, DuckDB and Spark (after a Spark-transport run) without
+JSON parsing."""
 
 from __future__ import annotations
 
@@ -195,3 +196,36 @@ def test_kill_at_every_commit_step_then_rerun_writes_each_row_once(tmp_path, mon
         order = [("_partition", "ascending"), ("_offset", "ascending")]
         assert a.sort_by(order).select(b.column_names).equals(b.sort_by(order)), name
     shutil.rmtree(calm)
+
+
+def test_a_spark_run_writes_the_typed_tables_spark_reads(spark, tmp_path, monkeypatch):
+    wh, state = Warehouse(tmp_path / "wh"), tmp_path / "state"
+    app = _baked_app(tmp_path)
+    records = events(40, seed=5)
+    _produce(wh, records)
+    result = _run(app, wh, state, inprocess=0)
+    assert result.transport == "spark" and result.records == 40
+    expected = _expected(records, tmp_path, monkeypatch)
+    assert _sinks(wh) == expected
+    frame = spark.read.format("delta").load(str(tmp_path / "tables" / "counts"))
+    assert dict(frame.dtypes) == {
+        "key": "string",
+        "count": "bigint",
+        "big": "boolean",
+        "_timestamp": "timestamp",
+        "_partition": "int",
+        "_offset": "bigint",
+    }
+    got = sorted(
+        (r["_partition"], r["key"], r["count"], r["big"], r["_offset"]) for r in frame.collect()
+    )
+    want = [(p, k, v["count"], v["big"]) for p, k, v, _ in expected["counts-typed"]]
+    assert [g[:4] for g in got] == sorted(want)
+    latest = spark.sql(
+        f"select key, max_by(count, _offset) as count from delta.`{tmp_path}/tables/counts`"
+        " group by key"
+    ).collect()
+    assert {r["key"]: r["count"] for r in latest} == {
+        k: max(v["count"] for _, kk, v, _ in expected["counts-typed"] if kk == k)
+        for _, k, _, _ in expected["counts-typed"]
+    }

@@ -142,6 +142,10 @@ class Warehouse:
         declaration (``lakestate.io.deltasink``)."""
         return self._join("sinks", validate_name("topic", name))
 
+    def list_sinks(self) -> list[str]:
+        """Names of the declared Delta sinks, sorted."""
+        return [s for s in self._folders("sinks") if self._is_table("sinks", s, "declaration")]
+
     def list_topics(self) -> list[str]:
         """Names of the topics that exist (a ``_delta_log`` directory), sorted."""
         return [t for t in self._folders("topics") if self._is_table("topics", t)]

@@ -19,6 +19,7 @@ from lakestate import run_app
 from lakestate.errors import StreamsException
 from lakestate.io import topics
 from lakestate.io.topic_records import records_of
+from lakestate.read import duckdb_engine, spark_engine, views
 from lakestate.warehouse import Warehouse
 from test_exactly_once import _run_in_subprocess
 
@@ -141,6 +142,12 @@ def test_typed_tables_equal_the_test_driver_and_read_without_json(tmp_path, monk
         " qualify row_number() over (partition by key order by _offset desc) = 1"
     )
     assert dict(con.sql(latest).fetchall()) == final_counts
+    # The same as `lakestate sql`'s views: the table, and its latest row per key.
+    listed = {(v.name, v.kind) for v in views.list_views(wh)}
+    assert {("counts_typed", "delta_sink"), ("counts_typed__latest", "latest")} <= listed
+    query = "select key, count from counts_typed__latest"
+    assert dict(duckdb_engine.sql(wh, query).rows) == final_counts
+    assert len(duckdb_engine.sql(wh, "select * from counts_typed").rows) == len(got)
 
 
 def test_a_value_that_does_not_fit_the_declared_schema_fails_the_batch(tmp_path):
@@ -225,7 +232,10 @@ def test_a_spark_run_writes_the_typed_tables_spark_reads(spark, tmp_path, monkey
         f"select key, max_by(count, _offset) as count from delta.`{tmp_path}/tables/counts`"
         " group by key"
     ).collect()
-    assert {r["key"]: r["count"] for r in latest} == {
+    final = {
         k: max(v["count"] for _, kk, v, _ in expected["counts-typed"] if kk == k)
         for _, k, _, _ in expected["counts-typed"]
     }
+    assert {r["key"]: r["count"] for r in latest} == final
+    view = spark_engine.sql(spark, wh, "select key, count from counts_typed__latest").collect()
+    assert {r["key"]: r["count"] for r in view} == final

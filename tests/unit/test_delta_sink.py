@@ -148,3 +148,22 @@ def test_appends_carry_txns_evolve_the_schema_and_a_replay_writes_nothing(tmp_pa
         topic.append([{"key": "k", "value": 1}])
     with pytest.raises(StreamsException, match="they never change"):
         deltasink.declare(wh, ls.DeltaSink("typed", str(tmp_path / "other")))
+
+
+def test_the_latest_view_keeps_each_keys_last_row_and_drops_tombstones():
+    import duckdb
+    from lakestate.read.views import latest_sql
+
+    rows_ = pa.table(
+        {
+            "key": ["a", "b", "a", "b", "c"],
+            "n": [1, 1, 2, None, 5],
+            "_timestamp": pa.array([1, 2, 3, 4, 5], pa.timestamp("us", "UTC")),
+            "_partition": pa.array([0, 1, 0, 1, 0], pa.int32()),
+            "_offset": pa.array([0, 0, 1, 1, 2], pa.int64()),
+        }
+    )
+    con = duckdb.connect()
+    con.register("src", rows_)
+    select = latest_sql("src", ("key",), rows_.column_names, lambda c: f'"{c}"')
+    assert sorted(con.sql(f"select key, n from ({select})").fetchall()) == [("a", 2), ("c", 5)]

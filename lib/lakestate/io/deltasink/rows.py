@@ -50,7 +50,7 @@ def typed(sink: DeltaSink, records: pa.Table, existing: pa.Schema | None) -> pa.
         got = [row.get(name) for row in rows]
         type_ = known.get(name)
         if type_ is None:
-            type_ = _inferred(sink, name, got, keys)
+            type_ = _inferred(sink, name, got)
             if type_ is None:
                 continue
         arrays.append(_column(sink, name, got, type_, keys))
@@ -75,7 +75,7 @@ def _known_types(sink: DeltaSink, existing: pa.Schema | None) -> dict[str, pa.Da
     return known
 
 
-def _inferred(sink: DeltaSink, name: str, got: list[Any], keys: list[Any]) -> pa.DataType | None:
+def _inferred(sink: DeltaSink, name: str, got: list[Any]) -> pa.DataType | None:
     try:
         type_ = pa.array(got).type
     except (pa.ArrowException, TypeError, ValueError) as exc:

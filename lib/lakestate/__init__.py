@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 from lakestate.app import App
+from lakestate.delta_sink import DeltaSink
 from lakestate.delta_source import DeltaSource
 from lakestate.dsl.branched import Branched, BranchedKStream, Named
 from lakestate.dsl.builder import StreamsBuilder
@@ -55,6 +56,7 @@ __all__ = [
     "CogroupedKStream",
     "Consumed",
     "Deduplicated",
+    "DeltaSink",
     "DeltaSource",
     "GlobalKTable",
     "InvalidStateStoreException",

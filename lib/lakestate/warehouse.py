@@ -137,6 +137,15 @@ class Warehouse:
         declaration and offset index (``lakestate.io.deltasource``)."""
         return self._join("sources", validate_name("topic", name))
 
+    def sink_path(self, name: str) -> str:
+        """The folder of Delta sink ``name`` (a typed Delta table written as a topic): its
+        declaration (``lakestate.io.deltasink``)."""
+        return self._join("sinks", validate_name("topic", name))
+
+    def list_sinks(self) -> list[str]:
+        """Names of the declared Delta sinks, sorted."""
+        return [s for s in self._folders("sinks") if self._is_table("sinks", s, "declaration")]
+
     def list_topics(self) -> list[str]:
         """Names of the topics that exist (a ``_delta_log`` directory), sorted."""
         return [t for t in self._folders("topics") if self._is_table("topics", t)]

@@ -33,6 +33,7 @@ CORE = {"dsl", "topology", "processors", "state", "testing"}
 SHARED = {
     "app",
     "delta_source",
+    "delta_sink",
     "errors",
     "records",
     "serdes",

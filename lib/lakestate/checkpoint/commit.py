@@ -48,6 +48,7 @@ from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException, TaskMigratedException
 from lakestate.io import delta_commits
+from lakestate.io.deltasink import DeltaSinkTopic
 from lakestate.io.kafka import KafkaTopic
 from lakestate.io.kafka import admin as kafka_admin
 from lakestate.io.topic_records import RECORD_SCHEMA
@@ -97,9 +98,12 @@ def tables_of(layout: AppLayout, result: TaskResult) -> tuple[str, ...]:
 
 def _table_name(layout: AppLayout, topic: str) -> str:
     """How a progress row names a topic its batch writes: a log table by its path, a Kafka
-    topic by its location (``kafka://<bootstrap servers>/<topic>``)."""
+    topic by its location (``kafka://<bootstrap servers>/<topic>``), a Delta sink by its
+    table's."""
     found = layout.topic(topic)
-    return found.location if isinstance(found, KafkaTopic) else layout.warehouse.topic_path(topic)
+    if isinstance(found, KafkaTopic | DeltaSinkTopic):
+        return found.location
+    return layout.warehouse.topic_path(topic)
 
 
 def commit_batch(

@@ -10,7 +10,7 @@ from lakestate.app import App
 from lakestate.checkpoint import changelog, progress, recorded_layout
 from lakestate.checkpoint.recorded_layout import RecordedLayout
 from lakestate.errors import StreamsException
-from lakestate.io import deltasource, topics
+from lakestate.io import deltasink, deltasource, topics
 from lakestate.io.kafka import KafkaCluster, KafkaTopic
 from lakestate.processors.exception_handlers import DEAD_LETTER_QUEUE_TOPIC, ExceptionHandlers
 from lakestate.task_id import TaskId
@@ -92,6 +92,8 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
     check_format(warehouse, app.name)
     for source in app.topology.delta_sources().values():
         deltasource.declare(warehouse, source)  # fixed on the first run, checked after
+    for sink in app.topology.delta_sinks().values():
+        deltasink.declare(warehouse, sink)
     dead_letters = _dead_letter_topic_name(app)  # refused before anything is created
     topology = app.topology
     found = _TopicsFound(app, warehouse)
@@ -222,14 +224,14 @@ class _TopicsFound:
 def kafka_topic_names(app: App) -> frozenset[str]:
     """The topics of an app with a Kafka cluster that are the cluster's: its sources, its
     global tables' topics and its sinks (as in Kafka Streams, where the app's internal
-    topics are its own), its Delta sources aside; none without a cluster."""
+    topics are its own), its Delta sources and sinks aside; none without a cluster."""
     if KafkaCluster.from_config(app.config) is None:
         return frozenset()
     topology = app.topology
     names = {t for sub in topology.subtopologies for t in sub.source_topics}
     names |= {t for sub in topology.subtopologies for t in sub.sink_topics}
     names |= {g.topic for g in topology.global_tables}
-    return frozenset(names - set(topology.delta_sources()))
+    return frozenset(names - set(topology.delta_sources()) - set(topology.delta_sinks()))
 
 
 def _dead_letter_topic_name(app: App) -> str | None:

@@ -6,6 +6,7 @@ import copy
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lakestate.delta_sink import DeltaSink
 from lakestate.delta_source import DeltaSource
 from lakestate.dsl.consumed import Consumed, serdes_of
 from lakestate.dsl.materialized import Materialized
@@ -145,9 +146,11 @@ class GraphBuilder:
         encode: Callable[[Any], Any] | None = None,
         keep_null_keys: bool = False,
         serdes: TopicSerdes = DEFAULT_SERDES,
+        delta_sink: DeltaSink | None = None,
     ) -> Node:
         """``encode``: writes values of an internal topic's own type as JSON;
-        ``keep_null_keys``: an internal topic whose reader takes null keys (partition 0)."""
+        ``keep_null_keys``: an internal topic whose reader takes null keys (partition 0);
+        ``delta_sink``: the typed Delta table the topic is (``to(DeltaSink)``)."""
         self._check_new(name)
         drop_null_keys = internal and not keep_null_keys
 
@@ -157,6 +160,7 @@ class GraphBuilder:
                 drop_null_keys=drop_null_keys,
                 encode_changes=carries_changes,
                 encode=encode,
+                check=delta_sink.check if delta_sink is not None else None,
             )
 
         node = Node(
@@ -169,6 +173,7 @@ class GraphBuilder:
             carries_changes=carries_changes,
             num_partitions=num_partitions,
             serdes=serdes,
+            delta_sink=delta_sink,
         )
         self.nodes[name] = node
         self.nodes[parent].children.append(name)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from lakestate.delta_sink import DeltaSink
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder, check_topic
 from lakestate.dsl.consumed import Produced, serdes_of
@@ -248,10 +249,18 @@ class KStream:
             operator="peek",
         )
 
-    def to(self, topic: str, produced: Produced | None = None) -> None:
+    def to(self, topic: str | DeltaSink, produced: Produced | None = None) -> None:
         """Writes the stream to ``topic``; ``produced``: its serdes
-        (``Produced.with_(key_serde, value_serde)``; default Json)."""
+        (``Produced.with_(key_serde, value_serde)``; default Json). A ``DeltaSink``
+        writes it to a Delta table with typed columns (``lakestate.delta_sink``)."""
         name = self._graph.new_name("KSTREAM-SINK-")
+        if isinstance(topic, DeltaSink):
+            if produced is not None:
+                raise TopologyException(
+                    f"node {name}: a DeltaSink's columns are typed, it takes no Produced serdes"
+                )
+            self._graph.add_sink(name, self._node, topic.name, delta_sink=topic)
+            return
         check_topic(topic, name)
         self._graph.add_sink(name, self._node, topic, serdes=serdes_of(produced, Produced, name))
 

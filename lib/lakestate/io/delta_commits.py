@@ -121,17 +121,19 @@ def txn_versions(table: DeltaTable, app: str, tasks: list[TaskId]) -> dict[TaskI
 
 
 def append(
-    table: DeltaTable,
+    table: DeltaTable | str,
     data: pa.Table,
     app: str,
     batches: Mapping[TaskId, int],
     metadata: Mapping[str, Any],
     extra_txns: Mapping[str, int] | None = None,
+    **options: Any,
 ) -> int:
     """Append ``data`` (possibly no rows) in one commit with a ``txn`` per task (version:
     the task's batch), ``extra_txns`` (app id -> version) and ``metadata``; returns the new
     table version. A concurrent commit of one of the same txn ids raises
-    TaskMigratedException (nothing is committed)."""
+    TaskMigratedException (nothing is committed). ``table``: a path creates the table if
+    missing; ``options``: more of ``write_deltalake``'s (``schema_mode``, ``partition_by``)."""
     txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
     txns += [Transaction(i, v) for i, v in sorted((extra_txns or {}).items())]
     properties = CommitProperties(
@@ -139,13 +141,17 @@ def append(
         app_transactions=txns,
     )
     try:
-        write_deltalake(table, data, mode="append", commit_properties=properties)
+        target = _uri(table) if isinstance(table, str) else table
+        write_deltalake(target, data, mode="append", commit_properties=properties, **options)
     except CommitFailedError as exc:
         if "oncurrent" in str(exc):
+            where = table if isinstance(table, str) else table.table_uri
             raise TaskMigratedException(
-                f"{table.table_uri}: another writer committed at the same time for "
+                f"{where}: another writer committed at the same time for "
                 f"{', '.join(str(t) for t in sorted(batches)) or 'the same table'}: {exc}"
             ) from exc
         raise
+    if isinstance(table, str):
+        return open_table(table).version()
     table.update_incremental()
     return table.version()

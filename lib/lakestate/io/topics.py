@@ -12,7 +12,8 @@ A topic is a log table (``lakestate.io.logtable``) unless it is given a Kafka cl
 (``lakestate.io.kafka``): an app whose config has ``bootstrap.servers`` reads and writes
 its source and sink topics there (``AppLayout.topic`` says which), or the warehouse
 declares it a Delta source (``lakestate.io.deltasource``: an existing Delta table read
-as a topic), which ``kind_of`` finds; ``KINDS`` is where kinds are added, without
+as a topic) or a Delta sink (``lakestate.io.deltasink``: a typed Delta table an app
+writes), which ``kind_of`` finds; ``KINDS`` is where kinds are added, without
 touching the runtime. Spark reads a
 topic through ``lakestate.runtime.spark_topics``.
 """
@@ -25,7 +26,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from lakestate.io import deltasource
+from lakestate.io import deltasink, deltasource
+from lakestate.io.deltasink import DeltaSinkKind
 from lakestate.io.deltasource import DeltaSourceKind
 from lakestate.io.kafka import KafkaCluster, KafkaTopic
 from lakestate.io.logtable import LogTableKind
@@ -168,15 +170,19 @@ class TopicKind(Protocol):
 
 LOG_TABLES = LogTableKind()
 DELTA_SOURCES = DeltaSourceKind()
+DELTA_SINKS = DeltaSinkKind()
 #: The topic kinds, by name.
-KINDS: dict[str, TopicKind] = {LOG_TABLES.name: LOG_TABLES, DELTA_SOURCES.name: DELTA_SOURCES}
+KINDS: dict[str, TopicKind] = {k.name: k for k in (LOG_TABLES, DELTA_SOURCES, DELTA_SINKS)}
 
 
 def kind_of(warehouse: Warehouse, name: str) -> str:
-    """The kind of topic ``name`` of ``warehouse``: a Delta source if the warehouse
-    declares one of that name (``lakestate.io.deltasource.declare``), else a log table."""
+    """The kind of topic ``name`` of ``warehouse``: a Delta source or a Delta sink if the
+    warehouse declares one of that name (``lakestate.io.deltasource.declare``,
+    ``lakestate.io.deltasink.declare``), else a log table."""
     if deltasource.is_declared(warehouse, name):
         return DELTA_SOURCES.name
+    if deltasink.is_declared(warehouse, name):
+        return DELTA_SINKS.name
     return LOG_TABLES.name
 
 

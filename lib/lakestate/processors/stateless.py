@@ -245,8 +245,12 @@ class Sink(Processor):
         drop_null_keys: bool = False,
         encode_changes: bool = False,
         encode: Callable[[Any], Any] | None = None,
+        check: Callable[[Any, Any], None] | None = None,
     ):
         self.topic = topic
+        # A typed sink's check of each record's key and value (``DeltaSink.check``): a
+        # record that does not fit fails here, in processing, before anything is committed.
+        self.check = check
         self.drop_null_keys = drop_null_keys
         self.encode_changes = encode_changes
         # An internal topic's own value type (a foreign-key join's subscriptions) as JSON.
@@ -273,4 +277,7 @@ class Sink(Processor):
         if self.encode is not None:
             encode = self.encode
             records = [r.with_value(encode(r.value)) for r in records]
+        if self.check is not None:
+            for r in records:
+                self.check(r.key, r.value)
         return records

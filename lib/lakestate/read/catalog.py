@@ -101,7 +101,7 @@ def spelled_as_tables(warehouse: Warehouse, query: str) -> str:
     ``demo__event-counts-store``), else ""."""
     spellings = {}
     for view in list_views(warehouse):
-        if view.kind == "topic":
+        if view.kind in ("topic", "delta_sink"):
             spellings[view.of] = view.name
         elif view.kind == "state":
             spellings[view.of.replace("/", "__", 1)] = view.name

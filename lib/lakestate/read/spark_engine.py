@@ -27,7 +27,7 @@ def _spark_frame(spark: SparkSession, view: View) -> DataFrame:
         if version is not None:
             reader = reader.option("versionAsOf", version)
         tables.append(reader.load(view.path))
-    if view.pin is None:
+    if view.pin is None and view.latest_of is None:
         return tables[0]
     # The tables are handed to spark.sql as DataFrame arguments, named {source<i>} in the text.
     sources = {f"source{i}": t for i, t in enumerate(tables)}

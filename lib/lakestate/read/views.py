@@ -27,7 +27,9 @@ from deltalake import DeltaTable
 from lakestate.assign.history import assignment_path
 from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.checkpoint.standing import AppPin, app_pin
+from lakestate.delta_sink import META_COLUMNS, OFFSET
 from lakestate.io import delta_commits, delta_log
+from lakestate.io.deltasink import declaration as sink_declaration
 from lakestate.read import time_travel
 from lakestate.read.status import format_time
 from lakestate.scaleout.lag_reports import reports_path
@@ -35,6 +37,8 @@ from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
 
 CHANGELOG_SUFFIX = "__changelog"
+#: A Delta sink's current state: its latest row per key (``<sink>__latest``).
+LATEST_SUFFIX = "__latest"
 # An app's scale-out tables, as views <app>__<suffix>.
 ASSIGNMENT_VIEW = "assignment"
 INSTANCES_VIEW = "instances"
@@ -177,6 +181,8 @@ class View:
     path: str
     version: int | None = None
     pin: _StorePin | None = None
+    # A Delta sink's latest row per key: its key columns.
+    latest_of: tuple[str, ...] | None = None
 
     def versions(self) -> list[int | None]:
         """The table versions the view reads, one source each: a store pin's parts'
@@ -191,6 +197,8 @@ class View:
         """The view as one SELECT over ``sources``, the table read at each of
         ``versions()`` (with ``columns``); ``quote`` quotes a column name for the engine
         running it."""
+        if self.latest_of is not None:
+            return latest_sql(sources[0], self.latest_of, columns, quote)
         if self.pin is None:
             return f"SELECT * FROM {sources[0]}"
         parts = self.pin.parts()
@@ -201,6 +209,40 @@ class View:
             f"SELECT {listed} FROM ({state_sql(source, part, columns, quote)}) AS _part{i}"
             for i, (source, part) in enumerate(zip(sources, parts, strict=True))
         )
+
+
+def latest_sql(
+    source: str, keys: Sequence[str], columns: Sequence[str], quote: Callable[[str], str]
+) -> str:
+    """A Delta sink's current state as one SELECT over ``source`` (its table, with
+    ``columns``): per key, its row with the highest ``_offset`` (a key's rows are in one
+    partition, in append order), unless that row's value columns are all null (a tombstone:
+    the key is deleted). Spark and DuckDB both run it."""
+    listed = ", ".join(quote(c) for c in columns)
+    by = ", ".join(quote(k) for k in keys if k in columns) or "1"
+    values = [c for c in columns if c not in keys and c not in META_COLUMNS]
+    live = " OR ".join(f"_latest.{quote(c)} IS NOT NULL" for c in values) or "true"
+    ranked = (
+        f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {by} ORDER BY {quote(OFFSET)} DESC) "
+        f"AS _lakestate_rank FROM {source}"
+    )
+    return f"SELECT {listed} FROM ({ranked}) AS _latest WHERE _lakestate_rank = 1 AND ({live})"
+
+
+def _sink_views(warehouse: Warehouse, registers: Callable[[str], bool]) -> list[View]:
+    """Each Delta sink whose table exists: the table (``<sink>``) and its latest row per
+    key (``<sink>__latest``)."""
+    found = []
+    for name in warehouse.list_sinks():
+        declared = sink_declaration.read(warehouse, name)
+        if declared is None or not delta_commits.table_exists(declared.sink.table):
+            continue
+        table, keys = declared.sink.table, declared.sink.key_columns
+        if registers(view_name(name)):
+            found.append(View(view_name(name), table))
+        if registers(view_name(name) + LATEST_SUFFIX):
+            found.append(View(view_name(name) + LATEST_SUFFIX, table, latest_of=keys))
+    return found
 
 
 def views(
@@ -223,6 +265,7 @@ def views(
     for topic in warehouse.list_topics():
         if registers(view_name(topic)):
             found.append(View(view_name(topic), warehouse.topic_path(topic)))
+    found += _sink_views(warehouse, registers)
     for app in warehouse.list_apps():
         tables = [(t, view_name(f"{app}__{t.store}")) for t in warehouse.list_state_tables(app)]
         states = [(t, n) for t, n in tables if registers(n)]
@@ -265,8 +308,9 @@ def pinned_app(warehouse: Warehouse, query: str, batch: int | None) -> str | Non
 @dataclass(frozen=True)
 class ViewInfo:
     """One view of the warehouse: its SQL ``name``, its ``kind`` (``topic``, ``state``: a
-    store's current state, ``changelog``: a store's raw changelog, ``assignment``,
-    ``instances``) and what it shows (``of``: the topic, ``<app>/<store>``, or the app)."""
+    store's current state, ``changelog``: a store's raw changelog, ``delta_sink``: a Delta
+    sink's table, ``latest``: its latest row per key, ``assignment``, ``instances``) and
+    what it shows (``of``: the topic, ``<app>/<store>``, or the app)."""
 
     name: str
     kind: str
@@ -278,6 +322,11 @@ def list_views(warehouse: Warehouse) -> list[ViewInfo]:
     without opening a table: topics, then per app its stores' state and changelog views
     and its scale-out tables."""
     found = [ViewInfo(view_name(t), "topic", t) for t in warehouse.list_topics()]
+    for sink in warehouse.list_sinks():
+        found += [
+            ViewInfo(view_name(sink), "delta_sink", sink),
+            ViewInfo(view_name(sink) + LATEST_SUFFIX, "latest", sink),
+        ]
     for app in warehouse.list_apps():
         for table in warehouse.list_state_tables(app):
             name, of = view_name(f"{app}__{table.store}"), f"{app}/{table.store}"

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakestate.delta_sink import DeltaSink
 from lakestate.delta_source import DeltaSource
 from lakestate.errors import StreamsException, TopologyException
 from lakestate.processors.api import Processor
@@ -58,6 +59,8 @@ class Node:
     serdes: TopicSerdes = DEFAULT_SERDES
     # A source reading an existing Delta table (``builder.stream(DeltaSource(...))``).
     delta_source: DeltaSource | None = None
+    # A sink writing a typed Delta table (``stream.to(DeltaSink(...))``).
+    delta_sink: DeltaSink | None = None
 
     def describe(self) -> str:
         if self.kind == SOURCE:
@@ -142,6 +145,26 @@ class Topology:
                 raise TopologyException(
                     f"node {node.name}: Delta source {source.name!r} is given twice, "
                     f"differently ({found[source.name]} and {source}); give it once"
+                )
+        return found
+
+    def delta_sinks(self) -> dict[str, DeltaSink]:
+        """The typed Delta tables the topology writes (``to(DeltaSink)``), by topic name; a
+        run declares them in its warehouse. Two different ones under one name, or one that
+        is also a plain sink's topic, are a TopologyException."""
+        found: dict[str, DeltaSink] = {}
+        for node in self.nodes.values():
+            sink = node.delta_sink
+            if sink is not None and found.setdefault(sink.name, sink) != sink:
+                raise TopologyException(
+                    f"node {node.name}: Delta sink {sink.name!r} is given twice, "
+                    f"differently ({found[sink.name]} and {sink}); give it once"
+                )
+        for node in self.nodes.values():
+            if node.kind == SINK and node.delta_sink is None and node.topics[0] in found:
+                raise TopologyException(
+                    f"node {node.name}: topic {node.topics[0]!r} is a DeltaSink elsewhere in "
+                    "the topology; write to it with the same DeltaSink"
                 )
         return found
 

@@ -1,0 +1,248 @@
+"""Delta sinks: a typed Delta table an app writes as a sink topic (a kind of
+``lakestate.io.topics``; the columns: ``lakestate.delta_sink``).
+
+A warehouse declares the sink (``declaration``: the ``DeltaSink`` and, once the layout
+created the topic, its partition count); the table itself is created by the first batch's
+append (its columns then known, or declared). A batch's append (step 3 of the commit
+protocol) converts the batch's records to typed rows (``rows``), numbers them on from the
+table's end offsets like a log table's and commits them in one Delta commit carrying the
+txn of each task batch it holds, with schema evolution (delta-rs ``schema_mode="merge"``):
+a replay finds its txns held and writes nothing. The table reads back as records
+(``read_partitions``, ``reader``), so the CLI and tests read it as any topic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from lakestate.delta_sink import META_SCHEMA, OFFSET, PARTITION, DeltaSink
+from lakestate.errors import StreamsException
+from lakestate.io import delta_commits
+from lakestate.io.deltasink import declaration, rows
+from lakestate.io.deltasink.declaration import Declared
+from lakestate.io.logtable import appends as logtable_appends
+from lakestate.io.topic_records import AppendResult, Ranges, TopicDescription, check_ranges
+from lakestate.task_id import TaskId
+from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from lakestate.io.topics import BatchRows
+
+__all__ = ["KIND", "DeltaSinkKind", "DeltaSinkTopic", "declare", "is_declared"]
+
+#: The kind's name, as ``TopicDescription.kind`` gives it.
+KIND = "delta_sink"
+
+
+def declare(warehouse: Warehouse, sink: DeltaSink) -> Declared:
+    """Declare ``sink`` in ``warehouse`` (see ``declaration.declare``)."""
+    return declaration.declare(warehouse, sink)
+
+
+def is_declared(warehouse: Warehouse, name: str) -> bool:
+    """Whether ``warehouse`` declares a Delta sink ``name``."""
+    return declaration.read(warehouse, name) is not None
+
+
+class DeltaSinkReader:
+    """Reads of a Delta sink's offset ranges, as records, from one snapshot."""
+
+    def __init__(self, topic: DeltaSinkTopic) -> None:
+        self.topic = topic
+
+    def read_range(self, ranges: Ranges) -> pa.Table:
+        wanted = {p: r for p, r in check_ranges(self.topic.name, ranges).items() if r[1] > r[0]}
+        condition = None
+        for p, (s, e) in sorted(wanted.items()):
+            one = (ds.field(PARTITION) == p) & (ds.field(OFFSET) >= s) & (ds.field(OFFSET) < e)
+            condition = one if condition is None else condition | one
+        return self.topic.read_rows(condition)
+
+
+class DeltaSinkTopic:
+    """A Delta sink as a ``lakestate.io.topics.Topic``."""
+
+    kind = KIND
+
+    def __init__(self, warehouse: Warehouse, name: str, partitions: int | None = None) -> None:
+        self.warehouse = warehouse
+        self.name = name
+        self._declared = declaration.read(warehouse, name)
+        self._partitions = partitions
+
+    def __repr__(self) -> str:
+        return f"DeltaSinkTopic({self.name!r})"
+
+    @property
+    def declared(self) -> Declared:
+        if self._declared is None:
+            raise ValueError(f"no Delta sink {self.name!r} is declared in {self.warehouse.root}")
+        return self._declared
+
+    @property
+    def sink(self) -> DeltaSink:
+        return self.declared.sink
+
+    @property
+    def location(self) -> str:
+        return self.sink.table
+
+    def exists(self) -> bool:
+        return self._declared is not None and self._declared.partitions is not None
+
+    def create(self, partitions: int, *, exist_ok: bool = True) -> None:
+        with self.append_lock():
+            self._declared = declaration.read(self.warehouse, self.name)
+            if self.exists():
+                if self.declared.partitions != partitions or not exist_ok:
+                    raise ValueError(
+                        f"Delta sink {self.name!r} exists with {self.declared.partitions} "
+                        f"partitions (asked: {partitions})"
+                    )
+                return
+            table = self._table()
+            if table is not None:
+                names = pa.schema(table.schema().to_arrow()).names
+                if PARTITION not in names or OFFSET not in names:
+                    raise StreamsException(
+                        f"DeltaSink {self.name!r}: {self.location} is a Delta table that no "
+                        f"DeltaSink wrote (no {PARTITION}, {OFFSET} columns); give the sink a "
+                        "new table path"
+                    )
+            self._declared = Declared(self.sink, partitions)
+            declaration.write(self.warehouse, self._declared, "overwrite")
+
+    def partitions(self) -> int:
+        if self._partitions is None:
+            found = self.declared.partitions
+            if found is None:
+                raise ValueError(f"Delta sink {self.name!r} is declared but not created yet")
+            self._partitions = found
+        return self._partitions
+
+    def check_columns(self) -> None:
+        """Its records are the table's rows read back: nothing to check."""
+
+    def _table(self) -> Any:
+        if not delta_commits.table_exists(self.location):
+            return None
+        return delta_commits.open_table(self.location)
+
+    def end_offsets(self) -> dict[int, int]:
+        """``max(_offset) + 1`` per partition, by a scan of the two columns."""
+        return _ends(self._table(), self.partitions())
+
+    def describe(self) -> TopicDescription:
+        return TopicDescription(
+            self.name, KIND, self.location, self.partitions(), self.end_offsets()
+        )
+
+    def read_rows(self, condition: Any) -> pa.Table:
+        """The table's rows matching ``condition`` (an Arrow dataset expression; None:
+        every row) as records."""
+        table = self._table()
+        if table is None:
+            return rows.records(self.sink, META_SCHEMA.empty_table())
+        return rows.records(self.sink, table.to_pyarrow_dataset().to_table(filter=condition))
+
+    def reader(self) -> DeltaSinkReader:
+        return DeltaSinkReader(self)
+
+    def read_partitions(
+        self, partitions: Iterable[int] | None = None, limit: int | None = None
+    ) -> Iterator[pa.Table]:
+        left = limit
+        wanted = range(self.partitions()) if partitions is None else sorted(set(partitions))
+        for p in wanted:
+            if left is not None and left <= 0:
+                return
+            condition = ds.field(PARTITION) == p
+            if left is not None:
+                condition = condition & (ds.field(OFFSET) < left)
+            found = self.read_rows(condition).sort_by("offset")
+            if left is not None:
+                left -= found.num_rows
+            yield found
+
+    def append_lock(self) -> contextlib.AbstractContextManager[None]:
+        where = declaration.path(self.warehouse, self.name)
+        return logtable_appends.append_lock(self.warehouse, self.name, where)
+
+    def append(
+        self,
+        records: Sequence[Any],
+        *,
+        txn_app_id: str | None = None,
+        txn_version: int | None = None,
+        labels: Sequence[str] | None = None,
+    ) -> AppendResult:
+        raise StreamsException(
+            f"topic {self.name!r} is a Delta sink (the table {self.location}), written by the "
+            "app that declares it: produce to the app's input topics instead"
+        )
+
+    def append_batch(
+        self,
+        app: str,
+        batches: Mapping[TaskId, int],
+        build: BatchRows,
+        metadata: Mapping[str, Any],
+    ) -> AppendResult:
+        """Step 3 for this sink (``Topic.append_batch``): the batch's records as typed rows
+        (``rows.typed``), with schema evolution, in one commit with the txns."""
+        with self.append_lock():
+            table = self._table()
+            held = delta_commits.txn_versions(table, app, list(batches)) if table else {}
+            todo = {t: b for t, b in batches.items() if held.get(t, 0) < b}
+            if not todo:
+                return AppendResult(self.name, {}, skipped=True, version=table.version())
+            ends = _ends(table, self.partitions())
+            records = build(todo, dict(ends))
+            existing = table.schema().to_arrow() if table is not None else None
+            data = rows.typed(self.sink, records, pa.schema(existing) if existing else None)
+            options: dict[str, Any] = {"schema_mode": "merge"}
+            if table is None and self.sink.partition_by:
+                options["partition_by"] = list(self.sink.partition_by)
+            target = table if table is not None else self.location
+            version = delta_commits.append(target, data, app, todo, metadata, **options)
+        after = dict(ends)
+        for p in records.column("partition").to_pylist():
+            after[p] += 1
+        return AppendResult(
+            self.name,
+            {p: (ends[p], after[p]) for p in sorted(ends) if after[p] > ends[p]},
+            skipped=False,
+            version=version,
+        )
+
+
+def _ends(table: Any, partitions: int) -> dict[int, int]:
+    ends = dict.fromkeys(range(partitions), 0)
+    if table is None:
+        return ends
+    found = table.to_pyarrow_table(columns=[PARTITION, OFFSET])
+    if found.num_rows:
+        last = found.group_by(PARTITION).aggregate([(OFFSET, "max")])
+        for p, n in zip(
+            last.column(PARTITION).to_pylist(),
+            last.column(f"{OFFSET}_max").to_pylist(),
+            strict=True,
+        ):
+            ends[p] = n + 1
+    return ends
+
+
+class DeltaSinkKind:
+    """Delta sinks as a ``lakestate.io.topics.TopicKind``."""
+
+    name = KIND
+
+    def topic(
+        self, warehouse: Warehouse, name: str, partitions: int | None = None
+    ) -> DeltaSinkTopic:
+        return DeltaSinkTopic(warehouse, name, partitions)

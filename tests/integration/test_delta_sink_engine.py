@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from engine_helpers import APPS, driver_outputs, events
 from lakestate import run_app
+from lakestate.checkpoint import progress
 from lakestate.errors import StreamsException
 from lakestate.io import topics
 from lakestate.io.topic_records import records_of
@@ -164,6 +165,36 @@ def test_a_value_that_does_not_fit_the_declared_schema_fails_the_batch(tmp_path)
     # Nothing of the failed batch anywhere: each table holds the first record's rows only.
     found = _sinks(wh)
     assert [len(found[t]) for t in SINKS] == [1, 1, 1]
+
+
+def test_a_value_that_does_not_fit_a_column_taken_from_earlier_batches_fails_whole(tmp_path):
+    """No declared schema: the columns' types come from the first batch, and a later value
+    of another type fails its batch before the progress commit: no table holds any of it,
+    and the progress table does not record it."""
+    wh, state = Warehouse(tmp_path / "wh"), tmp_path / "state"
+    app = tmp_path / "loose.py"
+    app.write_text(
+        "import lakestate as ls\n"
+        f"sink = ls.DeltaSink('loose-typed', {str(tmp_path / 'loose')!r})\n"
+        "b = ls.StreamsBuilder()\n"
+        "events = b.stream('events')\n"
+        "events.to(sink)\n"
+        "events.group_by_key().count().to_stream().to('loose-counts')\n"
+        "app = ls.App('loose', b.build(), {})\n"
+    )
+    _produce(wh, [{"key": "k1", "value": {"amount": 2}, "timestamp": 1000}])
+    assert _run(str(app), wh, state).records == 1
+    _produce(wh, [{"key": "k2", "value": {"amount": "two"}, "timestamp": 2000}])
+    with pytest.raises(StreamsException, match="'amount'.*k2"):
+        _run(str(app), wh, state)
+    assert [len(list(records_of(p))) for p in _parts(wh, "loose-typed")] == [1]
+    assert sum(len(list(records_of(p))) for p in _parts(wh, "loose-counts")) == 1
+    history, _ = progress.read_all(wh, "loose")
+    assert sum(r.records for rows in history.rows.values() for r in rows) == 1
+
+
+def _parts(wh: Warehouse, topic: str) -> list[pa.Table]:
+    return [p for p in topics.topic(wh, topic).read_partitions() if p.num_rows]
 
 
 def _killed_at(app: str, wh: Warehouse, state: Path, fault: str | None):

@@ -131,6 +131,9 @@ def commit_batch(
     at = progress.now_ms()
 
     first = min(batches.values())
+    outputs = _outputs_by_topic(layout, results, rows)
+    for topic, (topic_rows, _) in outputs.items():
+        layout.topic(topic).check_append(_as_records(topic_rows, topic_rows.column("pseq")))
     faults.maybe_fail("before_progress", first)
 
     # 2. Record progress (the fence).
@@ -145,7 +148,7 @@ def commit_batch(
     faults.maybe_fail("after_progress", first)
 
     # 3. Commit the tables, at once.
-    _run_all(_table_writes(layout, results, rows, batches, identity), first)
+    _run_all(_table_writes(layout, results, outputs, rows, batches, identity), first)
     faults.maybe_fail("after_tables", first)
 
     # 4. Complete: the local stores commit.
@@ -163,9 +166,26 @@ def commit_batch(
     _mirror_offsets(layout, results)
 
 
+def _outputs_by_topic(
+    layout: AppLayout, results: list[TaskResult], rows: pa.Table
+) -> dict[str, tuple[pa.Table, dict[TaskId, dict[int, int]]]]:
+    """Each output topic some task wrote to: its ``out`` rows, and per task the records
+    written to each of its partitions."""
+    found = {}
+    out = rows.filter(pc.equal(rows.column("kind"), "out"))
+    for topic in sorted(layout.outputs):
+        counts = {
+            r.task: r.outputs[topic] for r in results if any(r.outputs.get(topic, {}).values())
+        }
+        if counts:
+            found[topic] = (out.filter(pc.equal(out.column("topic"), topic)), counts)
+    return found
+
+
 def _table_writes(
     layout: AppLayout,
     results: list[TaskResult],
+    outputs: dict[str, tuple[pa.Table, dict[TaskId, dict[int, int]]]],
     rows: pa.Table,
     batches: dict[TaskId, int],
     identity: dict,
@@ -173,14 +193,10 @@ def _table_writes(
     """Step 3's writes, each with the fault point after it: one per output topic (None: no
     task wrote to it) and one per store, in name order."""
     writes: list[tuple[str, Callable[[], None] | None]] = []
-    out = rows.filter(pc.equal(rows.column("kind"), "out"))
     for topic in sorted(layout.outputs):
-        counts = {
-            r.task: r.outputs[topic] for r in results if any(r.outputs.get(topic, {}).values())
-        }
         write = None
-        if counts:
-            topic_rows = out.filter(pc.equal(out.column("topic"), topic))
+        if topic in outputs:
+            topic_rows, counts = outputs[topic]
             write = _bind(_append_topic, layout, topic, topic_rows, counts, batches, identity)
         writes.append((f"after_sink:{topic}", write))
     state = rows.filter(pc.equal(rows.column("kind"), "state"))
@@ -308,20 +324,25 @@ def _append_topic(
             count=len(subs),
         )
         offsets = base + selected.column("pseq").to_numpy(zero_copy_only=False)
-        return pa.table(
-            {
-                "partition": selected.column("partition").cast(pa.int32()),
-                "offset": pa.array(offsets, pa.int64()),
-                "timestamp": selected.column("timestamp").cast(pa.int64()),
-                "key": selected.column("key"),
-                "value": selected.column("value"),
-                "headers": selected.column("headers"),
-            },
-            schema=RECORD_SCHEMA,
-        )
+        return _as_records(selected, pa.array(offsets, pa.int64()))
 
     tasks = {t: batches[t] for t in counts}
     layout.topic(topic).append_batch(layout.app.name, tasks, build, identity)
+
+
+def _as_records(out: pa.Table, offsets: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """A topic's ``out`` rows as records (``RECORD_SCHEMA``) at ``offsets``."""
+    return pa.table(
+        {
+            "partition": out.column("partition").cast(pa.int32()),
+            "offset": offsets.cast(pa.int64()),
+            "timestamp": out.column("timestamp").cast(pa.int64()),
+            "key": out.column("key"),
+            "value": out.column("value"),
+            "headers": out.column("headers"),
+        },
+        schema=RECORD_SCHEMA,
+    )
 
 
 def _run_all(writes: list[tuple[str, Callable[[], None] | None]], batch_id: int) -> None:

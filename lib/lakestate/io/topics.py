@@ -125,6 +125,13 @@ class Topic(Protocol):
         another (reentrant within a thread)."""
         ...
 
+    def check_append(self, records: pa.Table) -> None:
+        """Before anything of a batch is committed: ``StreamsException`` if the batch's
+        ``records`` of this topic (``RECORD_SCHEMA``'s columns; their offsets are not
+        numbered yet) could not be appended, so that such a batch fails whole rather than
+        in step 3, after its progress (a typed Delta table checks their types)."""
+        ...
+
     def append(
         self,
         records: Sequence[Any],

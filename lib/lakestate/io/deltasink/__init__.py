@@ -173,6 +173,16 @@ class DeltaSinkTopic:
         where = declaration.path(self.warehouse, self.name)
         return logtable_appends.append_lock(self.warehouse, self.name, where)
 
+    def check_append(self, records: pa.Table) -> None:
+        """The records typed as the table's columns now (``rows.typed``): a value that
+        does not fit a column's type, declared or taken from earlier batches, fails the
+        batch before its progress is recorded."""
+        if not records.num_rows:
+            return
+        table = self._table()
+        existing = table.schema().to_arrow() if table is not None else None
+        rows.typed(self.sink, records, pa.schema(existing) if existing else None)
+
     def append(
         self,
         records: Sequence[Any],

@@ -150,6 +150,9 @@ class DeltaSourceTopic:
     def append_lock(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def check_append(self, records: pa.Table) -> None:
+        pass  # any records a producer or a batch gives are appendable here
+
     def append(
         self,
         records: Sequence[Any],

@@ -97,6 +97,9 @@ class LogTableTopic:
     def append_lock(self) -> contextlib.AbstractContextManager[None]:
         return appends.append_lock(self.warehouse, self.name, self.path)
 
+    def check_append(self, records: pa.Table) -> None:
+        pass  # any records a producer or a batch gives are appendable here
+
     def append(
         self,
         records: Sequence[Any],

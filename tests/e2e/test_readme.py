@@ -13,6 +13,10 @@ Whatever fenced blocks README.md has when the test runs are run, none listed her
 A block that cannot run inside the test suite says so in the README, on the line before it:
 ``<!-- readme-test: skip (the reason) -->``.
 
+A Kafka broker is started as the integration tests start theirs
+(tests/integration/kafka_broker.py), its address in ``KAFKA_BOOTSTRAP`` for the README's
+Kafka section.
+
 The fresh copy is the checkout's files that git does not ignore (a clone of the working tree,
 uncommitted edits included), with no warehouse, state or Airflow home. Its ``.venv`` is a new
 virtualenv that imports the copy's own ``lib/`` and reuses the installed dependencies of the
@@ -38,6 +42,7 @@ import symtable
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -408,12 +413,30 @@ def run_python_blocks(repo: Path, blocks: list[Block], env: dict[str, str]) -> l
     return report
 
 
+def start_kafka(directory: Path) -> Any:
+    """The tests' Kafka broker (tests/integration/kafka_broker.py), started the same way;
+    fails the test (never skips) when its jars are not cached."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    try:
+        from kafka_broker import BrokerJarsMissing, start_broker
+    finally:
+        sys.path.pop(0)
+    try:
+        return start_broker(directory)
+    except BrokerJarsMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.mark.e2e
 def test_readme_runs_as_written(tmp_path):
     blocks = readme_blocks(README.read_text())
     repo = fresh_copy(tmp_path / "lakestate")
-    env = session_env()
-    report = run_shell_blocks(repo, blocks, env, tmp_path)
-    report += check_sql(repo, blocks, env)
-    report += run_python_blocks(repo, blocks, env)
+    broker = start_kafka(tmp_path / "kafka")  # the README's Kafka section: $KAFKA_BOOTSTRAP
+    env = dict(session_env(), KAFKA_BOOTSTRAP=broker.bootstrap_servers)
+    try:
+        report = run_shell_blocks(repo, blocks, env, tmp_path)
+        report += check_sql(repo, blocks, env)
+        report += run_python_blocks(repo, blocks, env)
+    finally:
+        broker.stop()
     print("\n".join(report))

@@ -148,14 +148,7 @@ def start_broker(directory: Path, timeout: float = 90.0) -> KafkaBroker:
     properties.write_text(_server_properties(directory, port, controller_port))
     log_path = directory / "broker.log"
     (directory / "log4j2.properties").write_text(_log4j_properties(log_path))
-    java = [
-        "java",
-        *JVM_OPTIONS,
-        f"-Dlog4j2.configurationFile={directory / 'log4j2.properties'}",
-        f"-Djava.io.tmpdir={directory}",
-        "-cp",
-        classpath,
-    ]
+    java = _java(directory, classpath)
     started = time.monotonic()
     fmt = subprocess.run(
         [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(properties)],
@@ -166,13 +159,7 @@ def start_broker(directory: Path, timeout: float = 90.0) -> KafkaBroker:
         raise BrokerDidNotStart(
             f"kafka.tools.StorageTool format failed ({fmt.returncode}):\n{fmt.stdout}{fmt.stderr}"
         )
-    with open(directory / "broker.out", "wb") as out:
-        process = subprocess.Popen(
-            [*java, "kafka.Kafka", str(properties)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
-        )
+    process = _launch(directory, java)
     broker = KafkaBroker(f"127.0.0.1:{port}", directory, process, 0.0)
     try:
         _wait_ready(broker, started + timeout)
@@ -181,6 +168,37 @@ def start_broker(directory: Path, timeout: float = 90.0) -> KafkaBroker:
         raise
     broker.start_seconds = time.monotonic() - started
     return broker
+
+
+def restart_broker(broker: KafkaBroker, down_seconds: float = 0.0, timeout: float = 90.0) -> None:
+    """Stop ``broker`` (a controlled shutdown), wait ``down_seconds``, and start it again on
+    the same ports and data; returns once it answers a metadata request."""
+    broker.stop()
+    time.sleep(down_seconds)
+    started = time.monotonic()
+    broker.process = _launch(broker.directory, _java(broker.directory, broker_classpath()))
+    _wait_ready(broker, started + timeout)
+
+
+def _java(directory: Path, classpath: str) -> list[str]:
+    return [
+        "java",
+        *JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={directory / 'log4j2.properties'}",
+        f"-Djava.io.tmpdir={directory}",
+        "-cp",
+        classpath,
+    ]
+
+
+def _launch(directory: Path, java: list[str]) -> subprocess.Popen:
+    with open(directory / "broker.out", "ab") as out:
+        return subprocess.Popen(
+            [*java, "kafka.Kafka", str(directory / "server.properties")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
 
 
 def _die_with_parent() -> None:

@@ -1,11 +1,14 @@
 """``lakestate consume``: print a topic's records as JSON lines, partition by partition in
-offset order (through delta-rs, or ``--engine spark``)."""
+offset order (through delta-rs, or ``--engine spark``); with ``--bootstrap-servers`` a Kafka
+topic's, as a read_committed consumer sees them."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from typing import TYPE_CHECKING, Any
+
+from lakestate.cli import kafka_arg
 
 if TYPE_CHECKING:
     from lakestate.cli.main import Context
@@ -32,15 +35,16 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="arrow (default): read through delta-rs in this process, no JVM; spark: read "
         "with Spark",
     )
+    kafka_arg.configure(p)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
     """Print the topic's records as JSON lines, partition by partition in offset order."""
     from lakestate.io import topics
 
-    topic = topics.topic(ctx.warehouse, args.topic)
+    topic = kafka_arg.topic_of(args, ctx, args.topic)
     if not topic.exists():
-        raise ValueError(f"topic {args.topic!r} does not exist in {ctx.warehouse.root}")
+        raise ValueError(f"topic {args.topic!r} does not exist in {kafka_arg.where(args, ctx)}")
     n = topic.partitions()
     wrong = sorted({p for p in args.partition or () if not 0 <= p < n})
     if wrong:

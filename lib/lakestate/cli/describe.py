@@ -7,10 +7,12 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from lakestate.cli import kafka_arg
 from lakestate.cli.table import print_table
 
 if TYPE_CHECKING:
     from lakestate.cli.main import Context
+    from lakestate.read.describe import TopicSummary
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -19,6 +21,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="an app's module (jobs/demo.py), an app's name (defined by a module in ./jobs), "
         "or a topic",
     )
+    kafka_arg.configure(p)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -26,20 +29,21 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ``--json`` as one JSON document. No Spark."""
     from lakestate.read import describe as about
 
-    app = about.find_app(args.name)
+    app = None if args.bootstrap_servers else about.find_app(args.name)
     if app is None:
-        from lakestate.io import topics
-
-        if not topics.topic(ctx.warehouse, args.name).exists():
+        topic = kafka_arg.topic_of(args, ctx, args.name)
+        if not topic.exists():
             raise ValueError(
                 f"{args.name!r} is neither an app module, an app defined in ./jobs, nor a "
-                f"topic of {ctx.warehouse.root}"
+                f"topic of {kafka_arg.where(args, ctx)}"
+                if args.bootstrap_servers is None
+                else f"topic {args.name!r} does not exist in {kafka_arg.where(args, ctx)}"
             )
-        found = about.describe_topic(ctx.warehouse, args.name)
+        summary = about.describe_topic(topic)
         if ctx.json_output:
-            ctx.print(json.dumps(found, ensure_ascii=False))
+            ctx.print(json.dumps(summary.to_json(), ensure_ascii=False))
         else:
-            _print_topic(ctx, found)
+            _print_topic(ctx, summary)
         return 0
     found = about.describe_app(ctx.warehouse, app)
     if ctx.json_output:
@@ -88,12 +92,12 @@ def _topic_lines(topics: list[dict]) -> list[tuple[str, ...]]:
         ends = " ".join(f"{p}:{e}" for p, e in t["end_offsets"].items())
         lines.append(
             (
-                t["topic"],
+                t["topic"] + (" (Kafka)" if t["kind"] == "kafka" else ""),
                 t["role"],
                 "-" if t["partitions"] is None else str(t["partitions"]),
                 ends or ("(not created yet)" if not t["exists"] else "-"),
-                str(t["records"]),
-                t["sql_view"],
+                "-" if t["records"] is None else str(t["records"]),
+                t["sql_view"] or "-",
             )
         )
     return lines
@@ -111,10 +115,12 @@ def _store_lines(stores: list[dict]) -> list[tuple[str, ...]]:
     return lines
 
 
-def _print_topic(ctx: Context, t: dict) -> None:
-    ends = " ".join(f"{p}:{e}" for p, e in t["end_offsets"].items())
-    ctx.print(f"topic {t['topic']} ({t['path']})")
-    ctx.print(f"  partitions: {t['partitions']}")
+def _print_topic(ctx: Context, t: TopicSummary) -> None:
+    ends = " ".join(f"{p}:{e}" for p, e in t.end_offsets.items())
+    ctx.print(f"topic {t.topic} ({t.location})")
+    ctx.print(f"  partitions: {t.partitions}")
     ctx.print(f"  end offsets: {ends}")
-    ctx.print(f"  records: {t['records']}")
-    ctx.print(f"  SQL view: {t['sql_view']}")
+    if t.records is not None:
+        ctx.print(f"  records: {t.records}")
+    if t.sql_view is not None:
+        ctx.print(f"  SQL view: {t.sql_view}")

@@ -1,5 +1,5 @@
-"""``lakestate produce``: append JSON-lines records to a topic's log table (created if
-missing), through delta-rs: no JVM."""
+"""``lakestate produce``: append JSON-lines records to a topic (created if missing): its log
+table, through delta-rs, or with ``--bootstrap-servers`` a Kafka topic. No JVM."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 from typing import IO, TYPE_CHECKING, Any
+
+from lakestate.cli import kafka_arg
 
 if TYPE_CHECKING:
     from lakestate.cli.main import Context
@@ -26,6 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="partition count when the topic is created (default 1); if the topic exists "
         "it must have N partitions",
     )
+    kafka_arg.configure(p)
 
 
 def _read_jsonl(stream: IO[str]) -> tuple[list[Any], list[str]]:
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                 records, labels = _read_jsonl(f)
         except OSError as e:
             raise ValueError(f"cannot read {args.file}: {e.strerror}") from None
-    topic = topics.topic(ctx.warehouse, args.topic)  # read and written without a JVM
+    topic = kafka_arg.topic_of(args, ctx, args.topic)  # read and written without a JVM
     created = False
     if topic.exists():
         n = topic.partitions()
@@ -82,7 +85,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         topics.validate_records(records, n, labels)
         topic.create(n)
         created = True
-        ctx.say(f"created topic {args.topic} with {n} partition{'s' if n != 1 else ''}")
+        on = "" if topic.kind != "kafka" else f" in {kafka_arg.where(args, ctx)}"
+        ctx.say(f"created topic {args.topic}{on} with {n} partition{'s' if n != 1 else ''}")
     result = topic.append(records, labels=labels)
     if ctx.json_output:
         ranges = {str(p): {"start": s, "end": e} for p, (s, e) in sorted(result.ranges.items())}

@@ -42,16 +42,23 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     """Every task of an app: offsets, lag, stream time, last batch, metrics totals. No
     Spark: the progress rows and end offsets come through delta-rs and the Delta logs."""
     from lakestate.checkpoint.task_dir import state_dir_of
+    from lakestate.read.describe import app_cluster, find_app
     from lakestate.read.status import app_status, check_app
 
     name, topology = args.app, None
+    # The app's module, given or found in ./jobs by its name, says which topics are in a
+    # Kafka cluster (its bootstrap.servers); by name, the tasks are those it last ran.
     if name.endswith(".py"):
         from lakestate.app import load_app
 
-        loaded = load_app(name)
-        name, topology = loaded.name, loaded.topology
+        app = load_app(name)
+        name, topology = app.name, app.topology
+    else:
+        app = None if "/" in name else find_app(name)
     check_app(ctx.warehouse, name, topology)
-    found = app_status(ctx.warehouse, name, state_dir_of(args.state_dir), topology)
+    cluster, kafka_topics = app_cluster(app) if app is not None else (None, frozenset())
+    state_dir = state_dir_of(args.state_dir)
+    found = app_status(ctx.warehouse, name, state_dir, topology, cluster, kafka_topics)
     if ctx.json_output:
         ctx.print(json.dumps(found.to_json(), sort_keys=True))
         return 0

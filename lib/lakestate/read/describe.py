@@ -11,11 +11,15 @@ tasks). Every description is a JSON-able dict (``--json`` prints it as it is).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lakestate.app import App, load_app
+from lakestate.checkpoint.layout import kafka_topic_names
 from lakestate.io import delta_commits, topics
+from lakestate.io.kafka import KIND as KAFKA
+from lakestate.io.kafka import KafkaCluster, connect
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
 from lakestate.runtime.transport import (
     AUTO,
@@ -27,7 +31,7 @@ from lakestate.state import constants
 from lakestate.topology.graph import SubTopology, internal_topic_name
 from lakestate.warehouse import Warehouse
 
-__all__ = ["describe_app", "describe_topic", "find_app"]
+__all__ = ["TopicSummary", "app_cluster", "describe_app", "describe_topic", "find_app"]
 
 # The config keys that decide how an app runs, with their defaults (None: unset).
 _CONFIG_DEFAULTS: dict[str, Any] = {
@@ -40,6 +44,15 @@ _CONFIG_DEFAULTS: dict[str, Any] = {
     "deserialization.exception.handler": "log_and_fail",
     "errors.dead.letter.queue.topic.name": None,
 }
+
+
+def app_cluster(app: App) -> tuple[KafkaCluster | None, frozenset[str]]:
+    """The Kafka cluster of ``app``'s config (``bootstrap.servers``; checked to answer
+    within seconds, else ``StreamsException`` naming the setting) and the app's topics
+    that are that cluster's; None and none for an app without one."""
+    if KafkaCluster.from_config(app.config) is None:
+        return None, frozenset()
+    return connect(app.config, f"app {app.name}'s bootstrap.servers"), kafka_topic_names(app)
 
 
 def find_app(name: str, jobs: str | Path = "jobs") -> App | None:
@@ -61,48 +74,87 @@ def find_app(name: str, jobs: str | Path = "jobs") -> App | None:
     return None
 
 
-def describe_topic(warehouse: Warehouse, topic: str) -> dict[str, Any]:
-    """A topic's table, partition count, end offsets and record count (the sum of the end
-    offsets: offsets are dense from 0). ValueError if it does not exist."""
-    found = topics.topic(warehouse, topic)
+@dataclass(frozen=True)
+class TopicSummary:
+    """A topic as ``describe`` shows it: its kind and location, partition count (None: not
+    created yet), end offsets, record count (None for a Kafka topic, whose offsets are not
+    dense: commit markers take offsets), SQL view (None for a Kafka topic: ``lakestate
+    sql`` reads the warehouse), and for an app's topic its role."""
+
+    topic: str
+    kind: str
+    location: str
+    partitions: int | None
+    end_offsets: dict[int, int]
+    records: int | None
+    sql_view: str | None
+    role: str | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.partitions is not None
+
+    def to_json(self) -> dict[str, Any]:
+        app: dict[str, Any] = (
+            {} if self.role is None else {"role": self.role, "exists": self.exists}
+        )
+        return app | {
+            "topic": self.topic,
+            "kind": self.kind,
+            "path": self.location,
+            "partitions": self.partitions,
+            "end_offsets": {str(p): e for p, e in sorted(self.end_offsets.items())},
+            "records": self.records,
+            "sql_view": self.sql_view,
+        }
+
+
+def describe_topic(found: topics.Topic, role: str | None = None) -> TopicSummary:
+    """A topic's kind, location, partition count, end offsets and record count (the sum of
+    the end offsets where offsets are dense from 0). ``ValueError`` if it does not exist."""
     if not found.exists():
-        raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}")
+        raise ValueError(f"topic {found.name!r} does not exist")
     about = found.describe()
-    return {
-        "topic": topic,
-        "path": about.location,
-        "partitions": about.partitions,
-        "end_offsets": {str(p): e for p, e in sorted(about.end_offsets.items())},
-        "records": about.records,
-        "sql_view": view_name(topic),
-    }
+    kafka = about.kind == KAFKA
+    return TopicSummary(
+        found.name,
+        about.kind,
+        about.location,
+        about.partitions,
+        dict(sorted(about.end_offsets.items())),
+        None if kafka else about.records,
+        None if kafka else view_name(found.name),
+        role,
+    )
 
 
-def _topic(warehouse: Warehouse, topic: str, role: str) -> dict[str, Any]:
-    if topics.topic(warehouse, topic).exists():
-        return {"role": role, "exists": True, **describe_topic(warehouse, topic)}
-    return {
-        "topic": topic,
-        "role": role,
-        "exists": False,
-        "path": warehouse.topic_path(topic),
-        "partitions": None,
-        "end_offsets": {},
-        "records": 0,
-        "sql_view": view_name(topic),
-    }
+def _topic(warehouse: Warehouse, found: topics.Topic, role: str) -> TopicSummary:
+    if found.exists():
+        return describe_topic(found, role)
+    kafka = found.kind == KAFKA
+    location = found.location if kafka else warehouse.topic_path(found.name)
+    view = None if kafka else view_name(found.name)
+    return TopicSummary(found.name, found.kind, location, None, {}, 0, view, role)
 
 
 def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
     """The description of ``app`` (see the module's docstring)."""
     topology, name = app.topology, app.name
-    topics = {t: _topic(warehouse, t, role) for t, role in _topic_roles(app).items()}
+    cluster, kafka_topics = app_cluster(app)
+    found = {
+        t: _topic(
+            warehouse,
+            topics.topic(warehouse, t, cluster=cluster if t in kafka_topics else None),
+            role,
+        ).to_json()
+        for t, role in _topic_roles(app).items()
+    }
     inputs = {
         sub.id: list(sub.source_topics)
         + [internal_topic_name(name, s) for s in sub.repartition_sources]
         for sub in topology.subtopologies
     }
-    task_counts = _task_counts(app, topics, inputs)
+    task_counts = _task_counts(app, found, inputs)
     return {
         "app": name,
         "warehouse": warehouse.root,
@@ -115,7 +167,7 @@ def describe_app(warehouse: Warehouse, app: App) -> dict[str, Any]:
         ],
         "global_tables": [{"topic": g.topic, "store": g.store} for g in topology.global_tables],
         "tasks": _tasks(app, inputs, task_counts),
-        "topics": list(topics.values()),
+        "topics": list(found.values()),
         "stores": _stores(warehouse, app),
     }
 

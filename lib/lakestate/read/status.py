@@ -10,7 +10,8 @@ topic partition) the committed offset, the end offset, the lag and the offset th
 instance's local store holds, and its metrics' totals (``lakestate.processors.metrics``).
 
 Everything is read through delta-rs and the Delta logs (progress rows, end offsets from
-the log tables' commit metadata) and RocksDB: no Spark.
+the log tables' commit metadata), RocksDB and, for an app's Kafka topics, the cluster's
+read_committed end offsets: no Spark.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from lakestate.checkpoint.recorded_layout import RecordedLayout
 from lakestate.checkpoint.standing import is_complete
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.io import topics
+from lakestate.io.kafka import KafkaCluster
 from lakestate.processors.metrics import TASK, is_document, task_level
 from lakestate.state.base import IsolationLevel, TopicPartition
 from lakestate.task_id import TaskId
@@ -119,19 +121,23 @@ class AppStatus:
 
 
 def app_status(
-    warehouse: Warehouse, app: str, state_dir: str | None, topology: Topology | None = None
+    warehouse: Warehouse,
+    app: str,
+    state_dir: str | None,
+    topology: Topology | None = None,
+    cluster: KafkaCluster | None = None,
+    kafka_topics: frozenset[str] = frozenset(),
 ) -> AppStatus:
     """The status of every task of ``app`` (of ``topology``'s sub-topologies when given, and
     of those its progress rows name). ``state_dir``: this instance's local stores; None for a
-    reader that has none (the Airflow plugin on the api-server): no local figures."""
+    reader that has none (the Airflow plugin on the api-server): no local figures.
+    ``kafka_topics``: the app's topics that are Kafka ``cluster``'s (its end offsets are
+    read_committed ends, so a lag is the one its consumer group shows)."""
     history, _ = progress.read_all(warehouse, app)
     recorded = None if topology is not None else recorded_layout.read(warehouse.layout_path(app))
     inputs, global_topics = _inputs(app, topology, recorded, history)
-    partitions = {t: _partitions(warehouse, t) for ts in inputs.values() for t in ts}
-    partitions.update({t: _partitions(warehouse, t) for t in global_topics})
-    ends = {
-        t: topics.topic(warehouse, t, n).end_offsets() if n else {} for t, n in partitions.items()
-    }
+    read = [t for ts in inputs.values() for t in ts] + global_topics
+    partitions, ends = _topic_ends(warehouse, read, cluster, kafka_topics)
     tasks = sorted(
         {TaskId(sub, p) for sub, ts in inputs.items() for p in range(_count(ts, partitions))}
         | set(history.rows)
@@ -226,10 +232,26 @@ def _inputs(
     return inputs, global_topics
 
 
-def _partitions(warehouse: Warehouse, topic: str) -> int:
+def _topic_ends(
+    warehouse: Warehouse,
+    names: list[str],
+    cluster: KafkaCluster | None,
+    kafka_topics: frozenset[str],
+) -> tuple[dict[str, int], dict[str, dict[int, int]]]:
+    """Per topic its partition count (0: not created yet) and end offsets."""
+
+    def topic(name: str, partitions: int | None = None) -> topics.Topic:
+        on = cluster if name in kafka_topics else None
+        return topics.topic(warehouse, name, partitions, cluster=on)
+
+    partitions = {t: _partitions(topic(t)) for t in dict.fromkeys(names)}
+    ends = {t: topic(t, n).end_offsets() if n else {} for t, n in partitions.items()}
+    return partitions, ends
+
+
+def _partitions(found: topics.Topic) -> int:
     """A topic's partition count; 0 when it does not exist (yet: a repartition topic is
     created by the app's first run)."""
-    found = topics.topic(warehouse, topic)
     return found.partitions() if found.exists() else 0
 
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakestate.errors import StreamsException
+from lakestate.errors import SerializationException, StreamsException
 from lakestate.io.kafka import admin, appends
 from lakestate.io.kafka.cluster import BOOTSTRAP_SERVERS, KafkaCluster, admin_client
-from lakestate.io.kafka.reads import KafkaReader
+from lakestate.io.kafka.reads import KafkaReader, as_json
 from lakestate.io.topic_records import (
     AppendResult,
     TopicDescription,
@@ -43,6 +43,7 @@ __all__ = [
     "KafkaReader",
     "KafkaTopic",
     "close_clients",
+    "connect",
 ]
 
 #: The kind's name, as ``TopicDescription.kind`` gives it.
@@ -124,6 +125,8 @@ class KafkaTopic:
     def read_partitions(
         self, partitions: Iterable[int] | None = None, limit: int | None = None
     ) -> Iterator[pa.Table]:
+        """As a log table's: keys and values as JSON text, in their serdes' JSON form
+        (read_committed)."""
         count = self.partitions()
         starts = admin.offsets(self.cluster, self.name, count, earliest=True)
         ends = self.end_offsets()
@@ -131,7 +134,11 @@ class KafkaTopic:
         for p in sorted(set(range(count) if partitions is None else partitions)):
             if remaining is not None and remaining <= 0:
                 return
-            rows = self.reader().read_range({p: (starts[p], ends[p])}).sort_by("offset")
+            # Raw, then deserialized here: bytes that are not the serde's fail naming the
+            # record (Json's too), in a log table's form, each key and value's JSON form.
+            raw = KafkaReader(self.cluster, self.name, raw_bytes=True)
+            rows = as_json(raw.read_range({p: (starts[p], ends[p])}), self.name, self.serdes)
+            rows = rows.sort_by("offset")
             if remaining is not None:
                 rows = rows.slice(0, remaining)
                 remaining -= rows.num_rows
@@ -162,7 +169,7 @@ class KafkaTopic:
         # Kafka's default partitioner hashes the key's serialized bytes (with Json: its text).
         key_bytes = None if type(key_serde) is JsonSerde else partial(_key_bytes, key_serde)
         encoded = normalize_records(records, self.partitions(), labels, key_bytes)
-        return produce(self.cluster, self.name, encoded, self.serdes)
+        return produce(self.cluster, self.name, encoded, self.serdes, labels)
 
     def append_batch(
         self,
@@ -192,14 +199,27 @@ def produce(
     topic: str,
     encoded: Sequence[tuple[int, int, str | None, str | None, str | None]],
     serdes: TopicSerdes = DEFAULT_SERDES,
+    labels: Sequence[str] | None = None,
 ) -> AppendResult:
     """Produce ``(partition, timestamp, key, value, headers)`` rows (JSON text, serialized
     with ``serdes``) and wait for every acknowledgement; the offsets they got, per
-    partition."""
+    partition. Every row is serialized first: ``ValueError`` naming the first that its
+    serdes cannot write (``labels[i]``, default ``record i``), and nothing is produced."""
     import json
 
     from confluent_kafka import Producer
 
+    wire = []
+    for i, (partition, timestamp, key, value, headers) in enumerate(encoded):
+        try:
+            key_bytes = appends.wire_bytes(serdes.key, key)
+            value_bytes = appends.wire_bytes(serdes.value, value)
+        except SerializationException as exc:
+            label = labels[i] if labels is not None else f"record {i}"
+            raise ValueError(
+                f"{label}: {exc} (topic {topic!r}: {serdes}); nothing produced"
+            ) from None
+        wire.append((partition, timestamp, key_bytes, value_bytes, headers))
     producer = Producer(cluster.client_config(enable_idempotence=True, linger_ms=5))
     errors: list[str] = []
     ranges: dict[int, tuple[int, int]] = {}
@@ -212,14 +232,14 @@ def produce(
         start, end = ranges.get(p, (offset, offset + 1))
         ranges[p] = (min(start, offset), max(end, offset + 1))
 
-    for partition, timestamp, key, value, headers in encoded:
+    for partition, timestamp, key_bytes, value_bytes, headers in wire:
         header_list = None
         if headers is not None:
             header_list = [(k, json.dumps(v).encode()) for k, v in json.loads(headers).items()]
         producer.produce(
             topic,
-            value=appends.wire_bytes(serdes.value, value),
-            key=appends.wire_bytes(serdes.key, key),
+            value=value_bytes,
+            key=key_bytes,
             partition=partition,
             timestamp=timestamp,
             headers=header_list,
@@ -233,6 +253,17 @@ def produce(
             + (f"{errors[0]}" if errors else f"{left} records not acknowledged in 60 s")
         )
     return AppendResult(topic, dict(sorted(ranges.items())))
+
+
+def connect(config: Mapping[str, Any], setting: str, timeout: float = 5.0) -> KafkaCluster:
+    """The cluster ``config`` names (``bootstrap.servers`` and the client settings beside
+    it), checked to answer within ``timeout`` seconds; ``StreamsException`` naming
+    ``setting`` (where the address came from, e.g. ``--bootstrap-servers``) otherwise."""
+    cluster = KafkaCluster.from_config(config)
+    if cluster is None:
+        raise ValueError(f"{setting} is empty: give the Kafka cluster's HOST:PORT")
+    admin.check_reachable(cluster, setting, timeout)
+    return cluster
 
 
 def close_clients() -> None:

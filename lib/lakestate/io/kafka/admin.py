@@ -19,6 +19,22 @@ def _fail(cluster: KafkaCluster, what: str, exc: Exception) -> StreamsException:
     )
 
 
+def check_reachable(cluster: KafkaCluster, setting: str, timeout: float = 5.0) -> None:
+    """``StreamsException`` naming ``setting`` (where the address came from) unless the
+    cluster answers a metadata request within ``timeout`` seconds: a command given a wrong
+    address fails at once instead of waiting for every request's own timeout."""
+    from confluent_kafka import KafkaException
+
+    try:
+        admin_client(cluster).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise StreamsException(
+            f"Kafka cluster {cluster.bootstrap_servers} ({setting}) did not answer in "
+            f"{timeout:g} s: {exc.args[0].str() if exc.args else exc}; check that the cluster "
+            f"is up and {setting} names it"
+        ) from None
+
+
 def partition_count(cluster: KafkaCluster, topic: str) -> int | None:
     """The topic's partition count, None when it does not exist."""
     from confluent_kafka import KafkaError, KafkaException

@@ -20,10 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakestate.errors import StreamsException
+from lakestate.errors import SerializationException, StreamsException
 from lakestate.io.kafka.cluster import KafkaCluster
 from lakestate.io.partitioner import canonical_json
 from lakestate.io.topic_records import RECORD_SCHEMA, Ranges, check_ranges
+from lakestate.serdes import TopicSerdes
 
 # Seconds a range read may wait for records the broker said were there.
 READ_TIMEOUT = 120.0
@@ -137,3 +138,31 @@ class KafkaReader:
         columns["key"].append(text(message.key()))
         columns["value"].append(text(message.value()))
         columns["headers"].append(_headers(message.headers()))
+
+
+def as_json(rows: pa.Table, topic: str, serdes: TopicSerdes) -> pa.Table:
+    """``rows`` read as raw bytes (base64 text) turned into JSON text, as a log table holds
+    a record: each key and value deserialized by ``serdes`` and written in its JSON form
+    (``Serde.to_json``: a Bytes value as base64 text). ``StreamsException`` naming the
+    record and the serde for bytes that do not deserialize."""
+    columns = {name: rows.column(name).to_pylist() for name in ("key", "value")}
+    for name, serde in (("key", serdes.key), ("value", serdes.value)):
+        for i, text in enumerate(columns[name]):
+            if text is None:
+                continue
+            try:
+                columns[name][i] = canonical_json(
+                    serde.to_json(serde.deserialize(base64.b64decode(text)))
+                )
+            except SerializationException as exc:
+                partition = rows.column("partition")[i].as_py()
+                offset = rows.column("offset")[i].as_py()
+                raise StreamsException(
+                    f"Kafka topic {topic!r} partition {partition} offset {offset}: its {name} "
+                    f"is not {serde.name}: {exc}; give the topic's {name} serde"
+                ) from None
+    for name, values in columns.items():
+        rows = rows.set_column(
+            rows.schema.get_field_index(name), name, pa.array(values, pa.string())
+        )
+    return rows

@@ -86,6 +86,18 @@ def wh(spark, tmp_path_factory) -> Warehouse:
         )
     for app in ("alerts.py", "dedup.py", "windowed.py"):
         run(APPS / app, max_records=150)
+    # A typed Delta sink, as the README's order totals (its `__latest` view is queried).
+    typed = root / "order_totals_typed.py"
+    typed.write_text(
+        "import lakestate as ls\n"
+        f"totals = ls.DeltaSink('customer-totals-typed', {str(root / 'gold')!r}, "
+        "key='customer', schema={'customer': 'string', 'total': 'long'})\n"
+        "b = ls.StreamsBuilder()\n"
+        "b.stream('events').group_by_key().aggregate(lambda: 0, lambda k, v, t: t + v['amount'])"
+        ".to_stream().map_values(lambda t: {'total': t}).to(totals)\n"
+        "app = ls.App('order-totals-typed', b.build(), {})\n"
+    )
+    run(typed, max_records=150)
     produce(
         spark,
         wh,

@@ -27,6 +27,7 @@ from lakestate.io import txn_ids
 from lakestate.task_id import TaskId
 
 __all__ = [
+    "ConcurrentCommit",
     "append",
     "create_table",
     "open_table",
@@ -34,6 +35,11 @@ __all__ = [
     "txn_app_id",
     "txn_versions",
 ]
+
+
+class ConcurrentCommit(TaskMigratedException):
+    """Delta's conflict check failed a commit: a commit since its snapshot carried one of
+    its txn ids (or otherwise conflicted with it). Nothing of it was committed."""
 
 
 def txn_app_id(app: str, task: TaskId) -> str:
@@ -111,7 +117,7 @@ def append(
     """Append ``data`` (possibly no rows) in one commit with a ``txn`` per task (version:
     the task's batch), ``extra_txns`` (app id -> version) and ``metadata``; returns the new
     table version. A concurrent commit of one of the same txn ids raises
-    TaskMigratedException (nothing is committed)."""
+    ConcurrentCommit, a TaskMigratedException (nothing is committed)."""
     txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
     txns += [Transaction(i, v) for i, v in sorted((extra_txns or {}).items())]
     properties = CommitProperties(
@@ -122,7 +128,7 @@ def append(
         write_deltalake(table, data, mode="append", commit_properties=properties)
     except CommitFailedError as exc:
         if "oncurrent" in str(exc):
-            raise TaskMigratedException(
+            raise ConcurrentCommit(
                 f"{table.table_uri}: another writer committed at the same time for "
                 f"{', '.join(str(t) for t in sorted(batches)) or 'the same table'}: {exc}"
             ) from exc

@@ -29,6 +29,7 @@ from lakestate.io import txn_ids
 from lakestate.task_id import TaskId
 
 __all__ = [
+    "ConcurrentCommit",
     "append",
     "create_table",
     "open_table",
@@ -36,6 +37,11 @@ __all__ = [
     "txn_app_id",
     "txn_versions",
 ]
+
+
+class ConcurrentCommit(TaskMigratedException):
+    """Delta's conflict check failed a commit: a commit since its snapshot carried one of
+    its txn ids (or otherwise conflicted with it). Nothing of it was committed."""
 
 
 def txn_app_id(app: str, task: TaskId) -> str:
@@ -132,8 +138,9 @@ def append(
     """Append ``data`` (possibly no rows) in one commit with a ``txn`` per task (version:
     the task's batch), ``extra_txns`` (app id -> version) and ``metadata``; returns the new
     table version. A concurrent commit of one of the same txn ids raises
-    TaskMigratedException (nothing is committed). ``table``: a path creates the table if
-    missing; ``options``: more of ``write_deltalake``'s (``schema_mode``, ``partition_by``)."""
+    ConcurrentCommit, a TaskMigratedException (nothing is committed). ``table``: a path
+    creates the table if missing; ``options``: more of ``write_deltalake``'s
+    (``schema_mode``, ``partition_by``)."""
     txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
     txns += [Transaction(i, v) for i, v in sorted((extra_txns or {}).items())]
     properties = CommitProperties(
@@ -146,7 +153,7 @@ def append(
     except CommitFailedError as exc:
         if "oncurrent" in str(exc):
             where = table if isinstance(table, str) else table.table_uri
-            raise TaskMigratedException(
+            raise ConcurrentCommit(
                 f"{where}: another writer committed at the same time for "
                 f"{', '.join(str(t) for t in sorted(batches)) or 'the same table'}: {exc}"
             ) from exc

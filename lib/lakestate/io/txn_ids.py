@@ -7,7 +7,9 @@ how batches, compactions, rewinds, owners and generations fence each other.
 - ``compaction(app, task)``: in each changelog, version = the batch compacted through;
 - ``rewind(app, task)``: in ``_progress``, version = the batch of the task's latest rewind;
 - ``owner(app, task)``: in ``_progress``, version = the task's owner epoch (a generation);
-- ``assignment(app)``: in ``_assignment``, version = the latest generation.
+- ``assignment(app)``: in ``_assignment``, version = the latest generation;
+- ``topic_append(topic)``: in a topic's log table, version = the table version the append
+  numbered its offsets from, plus one (every append carries it, so two at once conflict).
 """
 
 from __future__ import annotations
@@ -47,3 +49,10 @@ def owner(app: str, task: TaskId | str) -> str:
 def assignment(app: str) -> str:
     """The txn id, in ``_assignment``, of the latest generation."""
     return f"lakestate-assignment/{app}"
+
+
+def topic_append(topic: str) -> str:
+    """The txn id every append to log table ``topic`` carries: two appends numbered from
+    one version both carry it, so Delta's conflict check fails the second
+    (ConcurrentTransaction), which renumbers from the winner's end offsets."""
+    return f"lakestate-append/{topic}"

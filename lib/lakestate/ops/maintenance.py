@@ -23,8 +23,8 @@ One table is rewritten by one maintainer at a time (``table_lock``): delta-rs 1.
 two commits that remove the same files with ``dataChange`` false both succeed (two OPTIMIZEs
 from one snapshot, or an OPTIMIZE and a compaction), and the table then holds the rewritten
 rows twice. ``optimize`` and ``compact_changelogs`` hold the lock of each table they rewrite
-(a ``flock`` on ``<table>/_lakestate_maintenance.lock``, local warehouses only: elsewhere,
-run one maintenance of a table at a time). The engine's batches take no such lock: appends
+(a ``flock`` on ``<table>/_lakestate_maintenance.lock`` on a local warehouse, a lease in
+``<table>/_lakestate_lease`` on object storage: ``ops.table_lease``). The engine's batches take no such lock: appends
 and these rewrites commit side by side.
 
 ``maintain`` runs ``compact_changelogs``, then ``optimize``, then ``vacuum``: what the

@@ -17,7 +17,7 @@ from lakestate.checkpoint import faults, progress, rewind_intent
 from lakestate.checkpoint.changelog import compaction_txn_id
 from lakestate.checkpoint.progress import TaskProgress, rewind_txn_id
 from lakestate.errors import TaskMigratedException
-from lakestate.io import delta_commits, delta_log, topics
+from lakestate.io import delta_commits, delta_log, topics, txn_ids
 from lakestate.io.logtable import ENDS_METADATA_KEY
 from lakestate.ops.rewind_history import RewindRefused
 from lakestate.ops.rewind_plan import RewindPlan, TableRestore, is_foreign
@@ -147,9 +147,12 @@ def _restore_table(
         if all(held[t] >= b for t, b in rewind_batches.items()):
             return  # restored before a crash
         _refuse_foreign_commits(path, app, restore, table.version())
+        # A topic's RESTORE carries its append txn: an append racing it (from another
+        # machine, where the append lock does not reach) conflicts and renumbers after it.
+        extra = {txn_ids.topic_append(topic): table.version() + 1} if topic else {}
         table.restore(
             restore.version,
-            commit_properties=_restore_commit(app, restore, rewind_batches),
+            commit_properties=_restore_commit(app, restore, rewind_batches, extra),
         )
     say(f"restored {restore.path} to version {restore.version}")
 
@@ -170,7 +173,7 @@ def _refuse_foreign_commits(path: str, app: str, restore: TableRestore, newest: 
 
 
 def _restore_commit(
-    app: str, restore: TableRestore, rewind_batches: dict[TaskId, int]
+    app: str, restore: TableRestore, rewind_batches: dict[TaskId, int], extra: dict[str, int]
 ) -> CommitProperties:
     """The RESTORE commit's txns and ``userMetadata``."""
     txns = [
@@ -180,6 +183,7 @@ def _restore_commit(
         Transaction(compaction_txn_id(app, TaskId.parse(t)), c)
         for t, c in sorted(restore.compaction.items())
     ]
+    txns += [Transaction(i, v) for i, v in sorted(extra.items())]
     metadata: dict[str, Any] = {
         METADATA_KEY: {"app": app, "version": restore.version},
         "app": app,

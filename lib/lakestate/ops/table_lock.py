@@ -1,6 +1,10 @@
 """The maintenance lock of a table: compaction, OPTIMIZE, VACUUM and a rewind's restore
-never rewrite one table at once (delta-rs lets two rewrites of the same files both commit).
-A file lock in the table's folder: one machine's processes only (docs/architecture.md)."""
+never rewrite one table at once (delta-rs lets two rewrites of the same files both commit,
+and its OPTIMIZE drops a commit's txns, so no txn can fence it). On the local file system a
+file lock in the table's folder (every process of the machine); on object storage a lease
+in the table's folder (``ops.table_lease``: a Delta table whose rows are taken with
+Delta's conflict check, every machine). docs/architecture.md, "A warehouse on object
+storage"."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from lakestate.io import delta_log
+from lakestate.ops import table_lease
 
 #: The maintenance lock's file in a table's folder (Delta readers and VACUUM skip ``_`` names).
 LOCK_FILE = "_lakestate_maintenance.lock"
@@ -23,13 +28,11 @@ _held = threading.local()  # per thread: {lock file: depth} of table_lock holds
 def table_lock(path: str) -> Iterator[None]:
     """Hold the maintenance lock of the table at ``path``: no other holder, in any thread or
     process of this machine, rewrites the table meanwhile (this waits for the current one).
-    Reentrant within a thread; a no-op for a table not on the local file system. Open the
-    table after taking it."""
+    Reentrant within a thread; on object storage, every machine's holders (a lease that
+    expires after ``table_lease.LEASE_SECONDS`` if its holder dies). Open the table after
+    taking it."""
     log = delta_log.local_log(path)
-    if log is None:
-        yield
-        return
-    lock_file = str(log.parent / LOCK_FILE)
+    lock_file = str(log.parent / LOCK_FILE) if log is not None else table_lease.lease_table(path)
     depth: dict[str, int] = getattr(_held, "depth", None) or {}
     _held.depth = depth
     if depth.get(lock_file):
@@ -38,6 +41,15 @@ def table_lock(path: str) -> Iterator[None]:
             yield
         finally:
             depth[lock_file] -= 1
+        return
+    if log is None:
+        lease = table_lease.take(path)
+        depth[lock_file] = 1
+        try:
+            yield
+        finally:
+            depth.pop(lock_file, None)
+            table_lease.give_back(lease)
         return
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -1,11 +1,17 @@
 """Appending to a log table through delta-rs: producers' records, and a batch's records
 with its tasks' txns (step 3 of the commit protocol for sink and repartition topics).
 
-Appends to one topic are serialized within a process (a lock per table) and, on a local
-warehouse, across processes (``fcntl`` lock on ``topics/.<topic>.lock``): each reads the
-partitions' end offsets, numbers its records on from there and writes them in one Delta
-commit, which records the end offsets it leaves (``ends.ENDS_METADATA_KEY``). A commit's
-Delta ``txn`` actions make it idempotent: a table holds version ``v`` of txn app id ``a``
+An append reads the partitions' end offsets at a snapshot of the table, numbers its records
+on from there and commits them on that snapshot in one Delta commit, which records the end
+offsets it leaves (``ends.ENDS_METADATA_KEY``). Every append carries the topic's append txn
+(``txn_ids.topic_append``): two appends numbered from one snapshot both carry it, so Delta's
+conflict check fails the second (ConcurrentTransaction, through the store's conditional put
+of the commit file on a bucket), which renumbers from the winner's end offsets and retries.
+That alone keeps offsets dense and unique across processes and machines. Within a process
+appends to a topic are serialized (a lock per table), and on a local warehouse across
+processes too (``fcntl`` lock on ``topics/.<topic>.lock``), so that they do not race at all.
+
+A commit's txns also make it idempotent: a table holds version ``v`` of txn app id ``a``
 once a commit carried it, and a replay of an append already held writes nothing.
 """
 
@@ -13,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakestate.io import delta_commits
-from lakestate.io.logtable.ends import ENDS_METADATA_KEY, ends_value, read_ends, remember_ends
+from lakestate.errors import StreamsException
+from lakestate.io import delta_commits, txn_ids
+from lakestate.io.logtable.ends import ENDS_METADATA_KEY, ends_at, ends_value, remember_ends
 from lakestate.io.topic_records import AppendResult, normalize_records
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -33,6 +42,8 @@ if TYPE_CHECKING:
 _process_locks: dict[str, threading.RLock] = {}
 _process_locks_guard = threading.Lock()
 _held = threading.local()  # per thread: {path: depth} of append_lock holds
+#: Races to other appends of the topic an append may lose in a row before it gives up.
+ATTEMPTS = 100
 
 
 @contextlib.contextmanager
@@ -82,37 +93,38 @@ def append_records(
     version) of a Delta txn that makes the append idempotent. The caller checked ``txn``."""
     rows = normalize_records(records, num_partitions, labels)
     with append_lock(warehouse, topic, path):
-        table = delta_commits.open_table(path)
-        if txn is not None and (table.transaction_version(txn[0]) or -1) >= txn[1]:
-            return AppendResult(topic, {}, skipped=True, version=table.version())
-        if not rows:
-            return AppendResult(topic, {}, skipped=False, version=table.version())
-        ends, _ = read_ends(warehouse, path, num_partitions)
-        next_offset = dict(ends)
-        offsets = []
-        for p, *_ in rows:
-            offsets.append(next_offset[p])
-            next_offset[p] += 1
-        data = pa.table(
-            {
-                "partition": pa.array([r[0] for r in rows], pa.int32()),
-                "offset": pa.array(offsets, pa.int64()),
-                "timestamp": pa.array([r[1] for r in rows], pa.int64()),
-                "key": pa.array([r[2] for r in rows], pa.string()),
-                "value": pa.array([r[3] for r in rows], pa.string()),
-                "headers": pa.array([r[4] for r in rows], pa.string()),
-            }
-        )
-        metadata = {ENDS_METADATA_KEY: ends_value(next_offset)}
-        txns = dict([txn]) if txn is not None else None
-        version = delta_commits.append(table, data, "", {}, metadata, extra_txns=txns)
-        remember_ends(warehouse, path, version, next_offset)
-    return AppendResult(
-        topic,
-        {p: (ends[p], next_offset[p]) for p in sorted(ends) if next_offset[p] > ends[p]},
-        skipped=False,
-        version=version,
-    )
+        for attempt in range(ATTEMPTS):
+            table = delta_commits.open_table(path)
+            if txn is not None and (table.transaction_version(txn[0]) or -1) >= txn[1]:
+                return AppendResult(topic, {}, skipped=True, version=table.version())
+            if not rows:
+                return AppendResult(topic, {}, skipped=False, version=table.version())
+            ends = ends_at(warehouse, path, table, num_partitions)
+            next_offset = dict(ends)
+            offsets = []
+            for p, *_ in rows:
+                offsets.append(next_offset[p])
+                next_offset[p] += 1
+            data = pa.table(
+                {
+                    "partition": pa.array([r[0] for r in rows], pa.int32()),
+                    "offset": pa.array(offsets, pa.int64()),
+                    "timestamp": pa.array([r[1] for r in rows], pa.int64()),
+                    "key": pa.array([r[2] for r in rows], pa.string()),
+                    "value": pa.array([r[3] for r in rows], pa.string()),
+                    "headers": pa.array([r[4] for r in rows], pa.string()),
+                }
+            )
+            txns = _topic_txn(topic, table) | (dict([txn]) if txn is not None else {})
+            metadata = {ENDS_METADATA_KEY: ends_value(next_offset)}
+            try:
+                version = delta_commits.append(table, data, "", {}, metadata, extra_txns=txns)
+            except delta_commits.ConcurrentCommit:
+                _back_off(attempt)
+                continue
+            remember_ends(warehouse, path, version, next_offset)
+            return _result(topic, ends, next_offset, version)
+    raise _gave_up(topic)
 
 
 def append_batch(
@@ -128,26 +140,68 @@ def append_batch(
     """Append a batch's records of ``topic`` in one commit carrying the txn of each task
     batch of ``batches`` the table does not hold yet (none: nothing is written, a replay).
     ``build(todo, ends)`` gives those tasks' rows numbered on from ``ends``; the commit's
-    metadata is ``metadata`` and the end offsets it leaves."""
+    metadata is ``metadata`` and the end offsets it leaves. TaskMigratedException when
+    another writer committed one of those task batches meanwhile."""
     with append_lock(warehouse, topic, path):
-        table = delta_commits.open_table(path)
-        held = delta_commits.txn_versions(table, app, list(batches))
-        todo = {t: b for t, b in batches.items() if held[t] < b}
-        if not todo:
-            return AppendResult(topic, {}, skipped=True, version=table.version())
-        ends, _ = read_ends(warehouse, path, num_partitions)
-        data = build(todo, dict(ends))
-        next_offset = dict(ends)
-        counts = pc.value_counts(data.column("partition")).to_pylist() if data.num_rows else []
-        for count in counts:
-            next_offset[count["values"]] += count["counts"]
-        version = delta_commits.append(
-            table, data, app, todo, {**metadata, ENDS_METADATA_KEY: ends_value(next_offset)}
-        )
-        remember_ends(warehouse, path, version, next_offset)
+        todo: dict[TaskId, int] | None = None
+        for attempt in range(ATTEMPTS):
+            table = delta_commits.open_table(path)
+            held = delta_commits.txn_versions(table, app, list(batches))
+            if todo is None:
+                todo = {t: b for t, b in batches.items() if held[t] < b}
+                if not todo:
+                    return AppendResult(topic, {}, skipped=True, version=table.version())
+            elif any(held[t] >= b for t, b in todo.items()):
+                raise delta_commits.ConcurrentCommit(
+                    f"{path}: another writer committed a batch of "
+                    f"{', '.join(str(t) for t in sorted(todo) if held[t] >= todo[t])} "
+                    "at the same time"
+                )
+            ends = ends_at(warehouse, path, table, num_partitions)
+            data = build(todo, dict(ends))
+            next_offset = dict(ends)
+            counts = pc.value_counts(data.column("partition")).to_pylist() if data.num_rows else []
+            for count in counts:
+                next_offset[count["values"]] += count["counts"]
+            metadata_ = {**metadata, ENDS_METADATA_KEY: ends_value(next_offset)}
+            try:
+                version = delta_commits.append(
+                    table, data, app, todo, metadata_, extra_txns=_topic_txn(topic, table)
+                )
+            except delta_commits.ConcurrentCommit:
+                _back_off(attempt)
+                continue  # renumber, unless the winner holds one of these batches
+            remember_ends(warehouse, path, version, next_offset)
+            return _result(topic, ends, next_offset, version)
+    raise _gave_up(topic)
+
+
+def _topic_txn(topic: str, table: Any) -> dict[str, int]:
+    """The topic's append txn for a commit numbered at ``table``'s snapshot (version: the
+    version it commits when nothing races it)."""
+    return {txn_ids.topic_append(topic): table.version() + 1}
+
+
+def _back_off(attempt: int) -> None:
+    """A short random pause after a lost race, growing with the attempts (up to ~0.5 s), so
+    that the writers racing do not collide again in step."""
+    time.sleep(random.uniform(0, min(0.5, 0.01 * 2**attempt)))
+
+
+def _result(
+    topic: str, ends: Mapping[int, int], next_offset: Mapping[int, int], version: int
+) -> AppendResult:
     return AppendResult(
         topic,
         {p: (ends[p], next_offset[p]) for p in sorted(ends) if next_offset[p] > ends[p]},
         skipped=False,
         version=version,
+    )
+
+
+def _gave_up(topic: str) -> StreamsException:
+    return StreamsException(
+        f"topic {topic!r}: an append lost {ATTEMPTS} races in a row to other writers' "
+        "appends of the topic; nothing of it was written. Retry it, or append from fewer "
+        "writers at once"
     )

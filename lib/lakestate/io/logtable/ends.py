@@ -16,10 +16,14 @@ import json
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakestate.io import delta_commits, delta_log
 from lakestate.io.logtable.table import Identity, first_commit_identity, local_log
 from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 #: The key, in an append's commit metadata (JSON), of the end offsets the append leaves.
 ENDS_METADATA_KEY = "lakestate.end_offsets"
@@ -65,11 +69,28 @@ def read_ends(
     return ends, None
 
 
+def ends_at(
+    warehouse: Warehouse, path: str, table: DeltaTable, num_partitions: int
+) -> dict[int, int]:
+    """The end offsets at the version of the snapshot ``table`` (an append numbers from
+    them and commits on that snapshot, so that a racing append conflicts): from the commit
+    files or the cache when they are of that version, else by a scan of the snapshot."""
+    if local_log(warehouse, path) is not None:
+        ends, seen = read_ends(warehouse, path, num_partitions)
+        if seen is not None and seen == table.version():
+            return ends
+    return scan_end_offsets(table, num_partitions)
+
+
 def _scan_end_offsets(path: str, num_partitions: int) -> dict[int, int]:
-    """End offsets by a scan of the table's two number columns (delta-rs and Arrow):
+    return scan_end_offsets(delta_commits.open_table(path), num_partitions)
+
+
+def scan_end_offsets(table: DeltaTable, num_partitions: int) -> dict[int, int]:
+    """End offsets by a scan of the snapshot's two number columns (delta-rs and Arrow):
     ``max(offset) + 1`` per partition."""
     ends = dict.fromkeys(range(num_partitions), 0)
-    columns = delta_commits.open_table(path).to_pyarrow_table(columns=["partition", "offset"])
+    columns = table.to_pyarrow_table(columns=["partition", "offset"])
     if columns.num_rows:
         found = columns.group_by("partition").aggregate([("offset", "max")])
         for p, last in zip(

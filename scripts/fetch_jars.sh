@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Resolves the Delta Lake jars (and their dependencies) from Maven Central into the project's
-# Ivy cache (.cache/ivy, or $LAKESTATE_IVY_DIR), once: later Spark starts need no network.
+# Resolves the Delta Lake jars and Spark's S3A connector (hadoop-aws and the AWS SDK's s3
+# modules, 13 MB; not the SDK's 686 MB bundle), with their dependencies, from Maven Central
+# into the project's Ivy cache (.cache/ivy, or $LAKESTATE_IVY_DIR), once: later Spark starts
+# need no network.
 # Idempotent: does nothing when the jars are already cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,9 +10,11 @@ exec .venv/bin/python - <<'PY'
 import time
 
 from lakestate import logfile
-from lakestate.runtime.spark_session import delta_maven_coordinates, get_spark, ivy_dir, jars_cached, stop_spark
+from lakestate.runtime.spark_session import (
+    S3A_PACKAGES, delta_maven_coordinates, get_spark, ivy_dir, jars_cached, stop_spark,
+)
 
-coords, ivy = delta_maven_coordinates(), ivy_dir()
+coords, ivy = ", ".join((delta_maven_coordinates(), *S3A_PACKAGES)), ivy_dir()
 if jars_cached():
     print(f"fetch_jars: {coords} already cached in {ivy}")
 else:
@@ -20,7 +24,7 @@ else:
     log = logfile.start("fetch-jars")
     print(f"fetch_jars: Ivy's and Spark's output: {log.path}")
     try:
-        get_spark(master="local[1]", app_name="lakestate-fetch-jars")
+        get_spark(master="local[1]", app_name="lakestate-fetch-jars", s3=True)
         stop_spark()
     except Exception as exc:
         raise SystemExit(f"fetch_jars: Spark did not start ({exc}); see {log.path}") from None

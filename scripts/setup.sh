@@ -91,7 +91,7 @@ if [ ! -x .venv/bin/lakestate ]; then
 fi
 
 if [ -x scripts/fetch_jars.sh ]; then
-  step "the Delta jars in .cache/ivy (resolved from Maven Central once)" scripts/fetch_jars.sh
+  step "the Delta and S3A jars in .cache/ivy (resolved from Maven Central once)" scripts/fetch_jars.sh
 fi
 # Kafka Streams itself, for the conformance suite (tests/conformance): built once into .cache.
 step "the conformance suite's Kafka Streams runner in .cache/kstreams (built once)" \

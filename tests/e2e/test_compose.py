@@ -9,7 +9,10 @@ CeleryExecutor with its Redis broker, the workers' command lines).
 
 The deployment it describes: Airflow's CeleryExecutor, and a Celery worker per instance of the
 demo app (jobs/demo.py's ``lakestate.instances``: the queues are read from the app, not written
-here), each with its own state volume, all sharing the warehouse.
+here), each with its own state volume, all sharing the warehouse on the object store (SeaweedFS's
+S3 API; its bucket made by a one-shot service, whose code runs here against the tests' S3
+server), with one set of ``AWS_*`` variables; a Spark master and two workers from the same image;
+a Kafka broker in KRaft mode.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -40,7 +44,29 @@ REQUIRED_SERVICES = {
     "airflow-triggerer",
     "airflow-worker-a",
     "airflow-worker-b",
+    "seaweedfs",
+    "seaweedfs-init",
+    "spark-master",
+    "spark-worker-1",
+    "spark-worker-2",
+    "kafka",
 }
+SPARK_SERVICES = ["spark-master", "spark-worker-1", "spark-worker-2"]
+#: Every service that runs lakestate (its image) and so reaches the warehouse.
+LAKESTATE_SERVICES = [
+    *sorted(s for s in REQUIRED_SERVICES if s.startswith("airflow-")),
+    *SPARK_SERVICES,
+    "seaweedfs-init",
+]
+#: The variables that say where the warehouse is and how to reach it.
+OBJECT_STORE_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_REGION",
+    "AWS_ALLOW_HTTP",
+    "LAKESTATE_WAREHOUSE",
+)
 AIRFLOW_SERVICES = sorted(s for s in REQUIRED_SERVICES if s.startswith("airflow-"))
 LONG_RUNNING_AIRFLOW = [s for s in AIRFLOW_SERVICES if s != "airflow-init"]
 WORKERS = ["airflow-worker-a", "airflow-worker-b"]
@@ -199,15 +225,172 @@ def test_project_folders_are_mounted_into_airflow(services, name):
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] == f"{REPO}/plugins"
 
 
-@pytest.mark.parametrize("name", AIRFLOW_SERVICES)
-def test_the_warehouse_is_shared(services, name):
-    """Delta tables, what the instances share, are at the same path in every container."""
-    service = services[name]
-    bind = mounts(service)
-    env = environment(service)
-    assert bind.get(f"{REPO}/warehouse") == "warehouse", f"{name} does not mount ./warehouse"
-    assert env["LAKESTATE_WAREHOUSE"] == f"{REPO}/warehouse"
-    assert bind.get(REPO) == ".", f"{name} does not mount the checkout (the editable lakestate)"
+def _store(services) -> dict[str, str]:
+    """The object-store variables (``OBJECT_STORE_ENV``) of airflow-scheduler."""
+    env = environment(services["airflow-scheduler"])
+    return {k: env[k] for k in OBJECT_STORE_ENV}
+
+
+def _published(service: dict) -> dict[int, str]:
+    """A service's published ports as {container port: host port (as written)}."""
+    found = {}
+    for port in service.get("ports") or []:
+        host, _, container = str(port).rpartition(":")
+        found[int(container)] = host
+    return found
+
+
+@pytest.mark.parametrize("name", [*LAKESTATE_SERVICES, "seaweedfs"])
+def test_every_service_reaches_one_warehouse_on_the_object_store(services, name):
+    """Delta tables, what the instances share, are in one bucket, which every service that
+    runs lakestate (and the store, for its identity) names with the same variables; nothing
+    mounts a warehouse folder."""
+    env = environment(services[name])
+    assert {k: env.get(k) for k in OBJECT_STORE_ENV} == _store(services), name
+    assert f"{REPO}/warehouse" not in mounts(services[name]), name
+
+
+def test_each_volume_entry_is_one_mount(services):
+    """(A list item indented wrongly is folded into the one before it, and Compose takes
+    the folded text as one mount.)"""
+    for name, service in services.items():
+        for volume in service.get("volumes") or []:
+            assert isinstance(volume, dict) or len(volume.split()) == 1, (name, volume)
+
+
+def test_the_endpoint_is_the_store_s_s3_port(services):
+    store = _store(services)
+    warehouse = urlsplit(store["LAKESTATE_WAREHOUSE"])
+    assert warehouse.scheme == "s3" and warehouse.netloc and warehouse.path.strip("/")
+    endpoint = urlsplit(store["AWS_ENDPOINT_URL"])
+    assert endpoint.scheme == "http" and store["AWS_ALLOW_HTTP"] == "true"
+    assert endpoint.hostname == "seaweedfs"
+    seaweedfs = services["seaweedfs"]
+    script = command(seaweedfs)
+    assert f"-s3.port={endpoint.port}" in script and " -s3 " in script and "-filer" in script
+    assert endpoint.port in _published(seaweedfs)
+    # Its one identity is the clients' keys, and its S3 API reads it.
+    assert "$$AWS_ACCESS_KEY_ID" in script and "$$AWS_SECRET_ACCESS_KEY" in script
+    (config,) = re.findall(r"-s3\.config=(\S+)", script)
+    assert f"> {config}" in script
+    assert named_volumes(seaweedfs).get("/data") == "seaweedfs-data"
+
+
+def test_the_one_shot_service_makes_the_warehouse_s_bucket(services, tmp_path):
+    """seaweedfs-init's code, run with its variables against the tests' S3 server: it makes
+    the warehouse's bucket, and run again it keeps it."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from s3_server import start_server
+
+    init = services["seaweedfs-init"]
+    args = init["command"]
+    assert args[:2] == ["python", "-c"], args
+    server = start_server(tmp_path / "s3")
+    try:
+        env = {**os.environ, **environment(init), **server.env()}
+        for _ in range(2):
+            proc = subprocess.run(
+                [sys.executable, "-c", args[2]],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            bucket = urlsplit(env["LAKESTATE_WAREHOUSE"]).netloc
+            assert f"bucket {bucket} is there" in proc.stdout
+        from pyarrow import fs
+
+        client = fs.S3FileSystem(
+            access_key=env["AWS_ACCESS_KEY_ID"],
+            secret_key=env["AWS_SECRET_ACCESS_KEY"],
+            region=env["AWS_REGION"],
+            scheme="http",
+            endpoint_override=server.endpoint.removeprefix("http://"),
+        )
+        assert client.get_file_info(bucket).type == fs.FileType.Directory
+    finally:
+        server.stop()
+
+
+def test_the_dags_keep_the_warehouse_uri(services):
+    """What a DAG's tasks get as --warehouse from the compose's LAKESTATE_WAREHOUSE: the URI
+    itself, not a path made of it (Airflow reads its configuration when imported: its own
+    interpreter)."""
+    warehouse = _store(services)["LAKESTATE_WAREHOUSE"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "_AIRFLOW"))}
+    code = (
+        "from pathlib import Path\n"
+        "from lakestate.airflow.dag_factory import warehouse_dir\n"
+        "print(warehouse_dir(Path('/opt/lakestate'), None))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "LAKESTATE_WAREHOUSE": warehouse},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == warehouse
+
+
+def test_a_spark_master_and_two_workers(services):
+    """The cluster runs the lakestate image's Spark (the same Spark, Python and lakestate as
+    the drivers in the Airflow workers); each worker registers with the master at its port,
+    with a work dir of its own, after the master is healthy."""
+    master = services["spark-master"]
+    args = command(master).split()
+    assert args[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    port = args[args.index("--port") + 1]
+    ui = int(args[args.index("--webui-port") + 1])
+    assert ui in _published(master)
+    work_dirs = set()
+    for name in ("spark-worker-1", "spark-worker-2"):
+        worker = services[name]
+        wargs = command(worker).split()
+        assert wargs[:3] == [
+            "spark-class",
+            "org.apache.spark.deploy.worker.Worker",
+            f"spark://spark-master:{port}",
+        ]
+        assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy"
+        work_dirs.add(environment(worker)["SPARK_WORKER_DIR"])
+    assert len(work_dirs) == 2, work_dirs
+    for name in SPARK_SERVICES:
+        deps = services[name]["depends_on"]
+        assert deps["seaweedfs-init"]["condition"] == "service_completed_successfully", name
+        env = environment(services[name])
+        assert env["PYTHONPATH"] == f"{REPO}/lib" and env["CONNECTION_CHECK_MAX_COUNT"] == "0"
+        assert mounts(services[name]).get(f"{REPO}/lib") == "lib", name
+    # The instances' runs stay on local[*] (see the file's header): no service points them
+    # at the cluster.
+    for name in AIRFLOW_SERVICES:
+        assert "LAKESTATE_SPARK_MASTER" not in environment(services[name]), name
+
+
+def test_kafka_in_kraft_mode(services):
+    """One node, broker and controller, its image the release of the tests' broker jars;
+    containers reach it at kafka:9092, the host at its published port."""
+    kafka = services["kafka"]
+    pom = (ROOT / "tests" / "integration" / "kafka_broker.pom.xml").read_text()
+    version = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom).group(1)
+    assert kafka["image"] == f"apache/kafka:${{KAFKA_VERSION:-{version}}}"
+    env = environment(kafka)
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    node = env["KAFKA_NODE_ID"]
+    listeners = {
+        item.split("://")[0]: int(item.rsplit(":", 1)[1])
+        for item in env["KAFKA_LISTENERS"].split(",")
+    }
+    controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"{node}@kafka:{listeners[controller]}"
+    advertised = env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    assert f"PLAINTEXT://kafka:{listeners['PLAINTEXT']}" in advertised
+    assert listeners["EXTERNAL"] in _published(kafka)
+    for name in listeners:
+        assert f"{name}:" in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], name
+    assert named_volumes(kafka).get(env["KAFKA_LOG_DIRS"]) == "kafka-data"
 
 
 def test_a_celery_worker_per_instance_of_the_demo_app(compose, services):
@@ -317,23 +500,29 @@ def test_airflow_3_commands(services):
 
 
 def test_healthchecks_and_startup_order(services):
-    for name in ["postgres", "redis", *LONG_RUNNING_AIRFLOW]:
+    healthy = ["postgres", "redis", "seaweedfs", "spark-master", "kafka", *LONG_RUNNING_AIRFLOW]
+    for name in healthy:
         assert services[name].get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
     for name in LONG_RUNNING_AIRFLOW:
         deps = services[name]["depends_on"]
         assert deps["postgres"]["condition"] == "service_healthy", name
         assert deps["redis"]["condition"] == "service_healthy", name
         assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
+    for name in AIRFLOW_SERVICES:  # the bucket is there before any lakestate command runs
+        deps = services[name]["depends_on"]
+        assert deps["seaweedfs-init"]["condition"] == "service_completed_successfully", name
+    assert services["seaweedfs-init"]["depends_on"]["seaweedfs"]["condition"] == "service_healthy"
     assert services["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     for name in WORKERS:  # tasks call the API server's Execution API
         assert services[name]["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
 
 
 def test_one_image_for_every_airflow_service(services):
-    """Scheduler, API server and workers run the same Airflow, lakestate and Spark."""
+    """Scheduler, API server, workers and the Spark cluster run the same Airflow, lakestate
+    and Spark."""
     image = services["airflow-scheduler"]["image"]
     build = services["airflow-scheduler"]["build"]
-    for name in AIRFLOW_SERVICES:
+    for name in LAKESTATE_SERVICES:
         assert services[name]["image"] == image, name
         assert services[name]["build"] == build, name
     assert build["dockerfile"] == "docker/airflow.Dockerfile"

@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-JARS_STEP = "setup: the Delta jars in .cache/ivy (resolved from Maven Central once)"
+JARS_STEP = "setup: the Delta and S3A jars in .cache/ivy (resolved from Maven Central once)"
 
 
 def _setup(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -64,7 +64,7 @@ def test_a_failing_step_shows_its_log_not_its_noise(tmp_path):
     failed, *tail = proc.stderr.splitlines()
     setup_log = tmp_path / "setup.log"
     assert failed == (
-        "setup: failed: the Delta jars in .cache/ivy (resolved from Maven Central once); "
+        "setup: failed: the Delta and S3A jars in .cache/ivy (resolved from Maven Central once); "
         f"its output is in {setup_log}, which ends:"
     )
     assert 0 < len(tail) <= 15 and all(line.startswith("  ") for line in tail), tail

@@ -100,6 +100,7 @@ from lakestate.airflow.operator import (
 )
 from lakestate.app import load_app
 from lakestate.runtime import spark_session as lakestate_spark
+from lakestate.warehouse import Warehouse
 
 __all__ = [
     "DEFAULT_MASTER",
@@ -142,10 +143,9 @@ def base_dir(app_path: Path) -> Path:
 
 
 def warehouse_dir(base: Path, warehouse: str | os.PathLike[str] | None) -> str:
-    """The ``warehouse`` argument, else env ``LAKESTATE_WAREHOUSE``, else ``<base>/warehouse``."""
-    return str(
-        Path(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or base / "warehouse").resolve()
-    )
+    """The ``warehouse`` argument, else env ``LAKESTATE_WAREHOUSE``, else ``<base>/warehouse``:
+    a folder as an absolute path, a URI (``s3://bucket/prefix``) as it is."""
+    return Warehouse(warehouse or os.environ.get("LAKESTATE_WAREHOUSE") or base / "warehouse").root
 
 
 def _job_env(

@@ -31,11 +31,20 @@ def configure(p: argparse.ArgumentParser) -> None:
         "orders: orders enriched with the customer's tier at the order's time (jobs/orders.py: "
         "a versioned table)",
     )
+    p.add_argument(
+        "--spark",
+        action="store_true",
+        help="run the DAG's runs on the Spark transport (its Param transport: spark; Spark's "
+        "master: the DAGs' spark_default connection, local[*] from scripts/airflow.sh); "
+        "default: each run chooses (auto: in process up to lakestate.inprocess.max.records "
+        "pending records, else Spark)",
+    )
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    """Generate sample input, run the app's DAG through Airflow (``dags test``) on local
-    Spark, then print its sinks and SQL queries over its state tables."""
+    """Generate sample input, run the app's DAG through Airflow (``dags test``; with
+    ``--spark`` its runs on the Spark transport), then print its sinks and SQL queries over
+    its state tables."""
     from lakestate.app import load_module
     from lakestate.cli import demo_printers
     from lakestate.io import topics
@@ -64,7 +73,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     topic.append(records)
     ctx.print(f"demo: produced {len(records)} sample events to topic {module.INPUT_TOPIC!r}")
     ctx.close()  # the DAG's Spark job runs in its own process
-    _run_dag(ctx, f"lakestate_{module.app.name}")
+    _run_dag(ctx, f"lakestate_{module.app.name}", args.spark)
     if args.app == "clicks":
         demo_printers.show_clicks(ctx, module)
     else:
@@ -94,7 +103,7 @@ def _demo_orders(args: argparse.Namespace, ctx: Context, orders) -> int:
             f"{orders.CUSTOMERS_TOPIC!r} (some out of order)"
         )
         ctx.close()
-        _run_dag(ctx, f"lakestate_{orders.app.name}")
+        _run_dag(ctx, f"lakestate_{orders.app.name}", args.spark)
     first = sum(order_topic.end_offsets().values())
     records = [
         {"key": k, "value": v, "timestamp": t}
@@ -106,46 +115,67 @@ def _demo_orders(args: argparse.Namespace, ctx: Context, orders) -> int:
         "(one in ten up to an hour late)"
     )
     ctx.close()
-    _run_dag(ctx, f"lakestate_{orders.app.name}")
+    _run_dag(ctx, f"lakestate_{orders.app.name}", args.spark)
     demo_printers.show_orders(ctx, orders)
     return 0
 
 
-def _run_dag(ctx: Context, dag_id: str) -> None:
-    """``airflow dags test DAG_ID`` until caught up, its batches printed, its log in
-    airflow_home/; raises if the run failed."""
+def _run_dag(ctx: Context, dag_id: str, spark: bool = False) -> None:
+    """``airflow dags test DAG_ID`` until caught up (``spark``: with Param ``transport``
+    spark), each run's transport and batches printed, its log in the Airflow home; raises if
+    the run failed."""
     from lakestate.errors import StreamsException
 
     env = dict(os.environ, LAKESTATE_WAREHOUSE=ctx.warehouse.root)
-    log_path = REPO / "airflow_home" / f"{dag_id.removeprefix('lakestate_')}-dag-test.log"
+    home = Path(os.environ.get("AIRFLOW_HOME") or REPO / "airflow_home")
+    log_path = home / f"{dag_id.removeprefix('lakestate_')}-dag-test.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    ctx.print(
-        f"demo: running DAG {dag_id} through Airflow (dags test) on local Spark; "
-        f"its log: {log_path}"
-    )
+    conf = {"until_caught_up": True, **({"transport": "spark"} if spark else {})}
+    how = "on the Spark transport (--spark)" if spark else "each run choosing its transport"
+    ctx.print(f"demo: running DAG {dag_id} through Airflow (dags test), {how}; its log: {log_path}")
     with open(log_path, "w") as log:
         proc = subprocess.run(
-            [
-                str(REPO / "scripts" / "airflow.sh"),
-                "dags",
-                "test",
-                dag_id,
-                "-c",
-                json.dumps({"until_caught_up": True}),
-            ],
+            [str(REPO / "scripts" / "airflow.sh"), "dags", "test", dag_id, "-c", json.dumps(conf)],
             env=env,
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     text = log_path.read_text()
-    for line in text.splitlines():
-        found = re.search(
-            r"batch [\d_:, ]+: \d+ records, \d+ output records, "
-            r"(?:\d+ skipped to dead-letter topic \S+, )?[\d.]+s|caught up: no new input",
-            line,
-        )
-        if found:
-            ctx.print(f"  {found.group(0)}")
+    for line in run_lines(text):
+        ctx.print(f"  {line}")
     if proc.returncode != 0 or "state=success" not in text:
         raise StreamsException(f"the demo DAG run failed; see {log_path}")
+
+
+#: What ``run_lines`` picks from a ``dags test`` log: a task's start, its command's Spark
+#: master, a run's transport line (the runner's first: which transport and why), its batches
+#: and its end.
+_TASK_START = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
+_MASTER = re.compile(r"running .* -m lakestate\.cli --master (\S+) run ")
+_RUN_LINE = re.compile(
+    r"transport: in .*?\)(?= \[|$)|batch [\d_:, ]+: \d+ records, \d+ output records, "
+    r"(?:\d+ skipped to dead-letter topic \S+, )?[\d.]+s|caught up: no new input"
+)
+
+
+def run_lines(log: str) -> list[str]:
+    """The lines the demo prints of a ``dags test`` log: per run task, in the order they
+    ran, ``TASK: transport: ... (why)`` (and the Spark master of a run in Spark) then its
+    batches."""
+    out: list[str] = []
+    task, master = "?", None
+    for line in log.splitlines():
+        if started := _TASK_START.search(line):
+            task, master = started.group(1), None
+        elif command := _MASTER.search(line):
+            master = command.group(1)
+        elif found := _RUN_LINE.search(line):
+            said = found.group(0)
+            if not said.startswith("transport: "):
+                out.append(f"  {said}")
+            elif said.startswith("transport: in Spark") and master:
+                out.append(f"{task}: {said}, master {master}")
+            else:
+                out.append(f"{task}: {said}")
+    return out

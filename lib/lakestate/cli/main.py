@@ -88,10 +88,11 @@ class Context:
         if self._spark is None:
             from pyspark.sql import SparkSession
 
+            from lakestate.object_store import is_s3
             from lakestate.runtime.spark_session import get_spark
 
             self._owns_spark = SparkSession.getActiveSession() is None
-            self._spark = get_spark(self.master)
+            self._spark = get_spark(self.master, s3=is_s3(self.warehouse.root))
         return self._spark
 
     def print(self, *values: Any) -> None:

@@ -1,9 +1,11 @@
 """The SparkSession factory: one place that knows how lakestate configures Spark and Delta.
 
 ``get_spark()`` builds (or returns the already running) SparkSession with Delta Lake enabled.
-The Delta jars come from Maven Central through Spark's own Ivy resolution
+The Delta jars, and for a warehouse on a bucket (``get_spark(s3=True)``) Spark's S3A
+connector (``S3A_PACKAGES``: 13 MB, not the AWS SDK's 686 MB bundle), come from Maven Central through Spark's own Ivy resolution
 (``spark.jars.packages``) and are cached in a project-local Ivy directory, so only the first
-run on a machine needs the network.
+run on a machine needs the network. ``s3://`` paths go to S3A (``s3a_conf``), configured from
+the ``AWS_*`` variables delta-rs reads (``lakestate.object_store.S3Settings``).
 
 Environment:
 
@@ -40,16 +42,23 @@ import sys
 import threading
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
+if TYPE_CHECKING:
+    from lakestate.object_store import S3Settings
+
 __all__ = [
     "DELTA_CONF",
+    "S3A_EXCLUDES",
+    "S3A_PACKAGES",
     "delta_jar_version",
     "delta_maven_coordinates",
     "get_spark",
     "ivy_dir",
     "jars_cached",
+    "s3a_conf",
     "spark_conf",
     "stop_spark",
 ]
@@ -69,6 +78,28 @@ DELTA_CONF: dict[str, str] = {
 }
 
 _lock = threading.Lock()
+
+#: Spark's S3A connector: hadoop-aws at the version of pyspark's hadoop-client jars (3.5.0)
+#: and, instead of the AWS SDK bundle it names (software.amazon.awssdk:bundle 2.35.4, 686 MB),
+#: the two SDK modules S3A calls (``s3``, and ``s3-transfer-manager`` which it opens with its
+#: client), with their own dependencies: 18 MB in all.
+HADOOP_AWS_VERSION = "3.5.0"
+AWS_SDK_VERSION = "2.35.4"  # hadoop-aws 3.5.0's (hadoop-project's aws-java-sdk-v2.version)
+S3A_PACKAGES = (
+    f"org.apache.hadoop:hadoop-aws:{HADOOP_AWS_VERSION}",
+    f"software.amazon.awssdk:s3:{AWS_SDK_VERSION}",
+    f"software.amazon.awssdk:s3-transfer-manager:{AWS_SDK_VERSION}",
+)
+#: Left out of the resolution: the bundle, and what Spark's own jars already have (netty
+#: 4.2, Apache HttpClient, commons-codec/-logging, slf4j), which come first on its class path.
+S3A_EXCLUDES = (
+    "software.amazon.awssdk:bundle",
+    "io.netty:*",
+    "org.apache.httpcomponents:*",
+    "commons-codec:commons-codec",
+    "commons-logging:commons-logging",
+    "org.slf4j:slf4j-api",
+)
 
 
 #: delta-spark releases on PyPI whose jars are not on Maven Central, mapped to the jar release
@@ -122,11 +153,67 @@ def ivy_dir() -> Path:
     return Path.home() / ".cache" / "lakestate" / "ivy"
 
 
-def jars_cached() -> bool:
-    """Whether the Delta jar is already in the Ivy cache (then starting Spark needs no
-    network): Spark's Ivy copies resolved jars to ``<ivy>/jars/<org>_<artifact>-<rev>.jar``."""
-    org, artifact, version = delta_maven_coordinates().split(":")
-    return (ivy_dir() / "jars" / f"{org}_{artifact}-{version}.jar").is_file()
+def _packages(s3: bool) -> tuple[str, ...]:
+    return (delta_maven_coordinates(), *(S3A_PACKAGES if s3 else ()))
+
+
+def jars_cached(s3: bool = True) -> bool:
+    """Whether the Delta jars (and with ``s3`` the S3A ones) are already in the Ivy cache
+    (then starting Spark needs no network): Spark's Ivy copies resolved jars to
+    ``<ivy>/jars/<org>_<artifact>-<rev>.jar``."""
+    for coordinates in _packages(s3):
+        org, artifact, version = coordinates.split(":")
+        if not (ivy_dir() / "jars" / f"{org}_{artifact}-{version}.jar").is_file():
+            return False
+    return True
+
+
+def s3a_conf(settings: S3Settings | None = None) -> dict[str, str]:
+    """The Spark confs that send ``s3://`` (and ``s3a://``) paths to S3A, at the endpoint,
+    region and scheme of ``settings`` (default: the environment's ``AWS_*``). The
+    credentials are not among them: ``s3a_credentials`` sets those on the running JVM, so
+    they never appear on a command line."""
+    from lakestate.object_store import S3Settings
+
+    settings = settings or S3Settings.from_env()
+    s3a = "org.apache.hadoop.fs.s3a"
+    conf = {
+        "spark.hadoop.fs.s3.impl": f"{s3a}.S3AFileSystem",
+        "spark.hadoop.fs.AbstractFileSystem.s3.impl": f"{s3a}.S3A",
+        # Fail within seconds, as the engine's own client does, not after S3A's minutes of
+        # retries, when the store is down.
+        "spark.hadoop.fs.s3a.attempts.maximum": "3",
+        "spark.hadoop.fs.s3a.retry.limit": "3",
+    }
+    if settings.region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = settings.region
+    if settings.endpoint:
+        # An S3-compatible server (SeaweedFS, MinIO, moto): its buckets by path, not by
+        # DNS name; http:// when AWS_ALLOW_HTTP allows it.
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        http = settings.endpoint.startswith("http://")
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(not http).lower()
+    return conf
+
+
+def s3a_credentials(spark: SparkSession, settings: S3Settings | None = None) -> None:
+    """The environment's ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (and
+    ``AWS_SESSION_TOKEN``) as S3A's credentials, on the running session's Hadoop
+    configuration (shipped to the executors with each job's). Unset: S3A's default chain."""
+    from lakestate.object_store import S3Settings
+
+    settings = settings or S3Settings.from_env()
+    if not (settings.access_key and settings.secret_key):
+        return
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("fs.s3a.access.key", settings.access_key)
+    hadoop.set("fs.s3a.secret.key", settings.secret_key)
+    provider = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+    if settings.session_token:
+        hadoop.set("fs.s3a.session.token", settings.session_token)
+        provider = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    hadoop.set("fs.s3a.aws.credentials.provider", provider)
 
 
 def _under_spark_submit() -> bool:
@@ -143,14 +230,17 @@ def spark_conf(
     master: str | None = None,
     app_name: str = "lakestate",
     extra_conf: dict[str, str] | None = None,
+    s3: bool = False,
 ) -> dict[str, str]:
-    """Every conf ``get_spark`` sets, as a dict (also usable for spark-submit ``--conf``)."""
+    """Every conf ``get_spark`` sets, as a dict (also usable for spark-submit ``--conf``);
+    ``s3``: with the S3A connector (its jars and ``s3a_conf``). Only then: its 67 modules,
+    even cached, add seconds to Ivy's resolution at every start."""
     shuffle_partitions = os.environ.get(
         "LAKESTATE_SHUFFLE_PARTITIONS", str(DEFAULT_SHUFFLE_PARTITIONS)
     )
     conf: dict[str, str] = {
         "spark.app.name": app_name,
-        "spark.jars.packages": delta_maven_coordinates(),
+        "spark.jars.packages": ",".join(_packages(s3)),
         "spark.jars.ivy": str(ivy_dir()),
         **DELTA_CONF,
         "spark.sql.shuffle.partitions": shuffle_partitions,
@@ -172,6 +262,9 @@ def spark_conf(
         # Classic (py4j) Spark: the engine's driver-side commit needs the JVM session.
         "spark.api.mode": "classic",
     }
+    if s3:
+        conf["spark.jars.excludes"] = ",".join(S3A_EXCLUDES)
+        conf.update(s3a_conf())
     if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():
         conf["spark.master"] = _resolve_master(master)
     conf["spark.driver.memory"] = os.environ.get("LAKESTATE_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY)
@@ -195,12 +288,15 @@ def get_spark(
     master: str | None = None,
     app_name: str = "lakestate",
     extra_conf: dict[str, str] | None = None,
+    s3: bool = False,
 ) -> SparkSession:
     """The SparkSession lakestate runs on, with Delta Lake configured.
 
     ``master``: the argument, else env ``LAKESTATE_SPARK_MASTER``, else spark-submit's
     ``--master`` when running under spark-submit, else ``local[*]``.
-    ``extra_conf`` is applied last and overrides the defaults.
+    ``extra_conf`` is applied last and overrides the defaults. ``s3``: the warehouse is on a
+    bucket (``s3://``): Spark gets the S3A connector, configured from the ``AWS_*``
+    environment (``s3a_conf``, ``s3a_credentials``).
 
     If a SparkSession is already running in this process it is returned as is (Spark allows
     one SparkContext per JVM; static confs such as the master or the jars cannot change);
@@ -210,6 +306,9 @@ def get_spark(
         _pyspark_errors_to_log()
         existing = SparkSession.getActiveSession()
         if existing is not None:
+            if s3:
+                _check_s3a(existing)
+                s3a_credentials(existing)
             for key, value in (extra_conf or {}).items():
                 try:
                     existing.conf.set(key, str(value))
@@ -220,15 +319,31 @@ def get_spark(
         # Python workers run the interpreter that runs lakestate (its venv), not whatever
         # python3 is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        conf = spark_conf(master, app_name, extra_conf)
+        conf = spark_conf(master, app_name, extra_conf, s3=s3)
         Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
         _launch_jvm_into_log(conf)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
+        if s3:
+            s3a_credentials(spark)
         spark.sparkContext.setLogLevel(os.environ.get("LAKESTATE_LOG_LEVEL", DEFAULT_LOG_LEVEL))
         return spark
+
+
+def _check_s3a(spark: SparkSession) -> None:
+    """Raises unless ``spark`` (already running) has the S3A connector: jars cannot be added
+    to a running JVM."""
+    if spark.conf.get("spark.hadoop.fs.s3.impl", None) is None:
+        from lakestate.errors import StreamsException
+
+        raise StreamsException(
+            "the SparkSession running in this process was started without Spark's S3A "
+            "connector, and the warehouse is on a bucket (s3://): stop it "
+            "(lakestate.runtime.spark_session.stop_spark()) or start it with "
+            "get_spark(s3=True)"
+        )
 
 
 def _pyspark_errors_to_log() -> None:

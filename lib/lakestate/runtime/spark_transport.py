@@ -23,6 +23,7 @@ import pyarrow as pa
 from lakestate.checkpoint.changelog import ARROW_TYPES
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.errors import StreamsException
+from lakestate.object_store import is_s3
 from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_fields
 from lakestate.runtime.routing import TASK_KEY_STRIDE, routes
 from lakestate.runtime.spark_topics import read_range
@@ -41,9 +42,10 @@ class SparkStarter:
     be needed, with its Python workers warmed up (lakestate imported in them) while the
     run recovers its local stores and plans."""
 
-    def __init__(self, master: str | None, app_name: str) -> None:
+    def __init__(self, master: str | None, app_name: str, s3: bool = False) -> None:
         self.master = master
         self.app_name = app_name
+        self.s3 = s3  # the warehouse is on a bucket: Spark with S3A
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._started = threading.Event()
@@ -71,7 +73,7 @@ class SparkStarter:
         from lakestate.runtime.spark_session import get_spark
 
         try:
-            self._session = get_spark(self.master, app_name=self.app_name)
+            self._session = get_spark(self.master, app_name=self.app_name, s3=self.s3)
         except BaseException as exc:  # reported to the caller of __call__
             self._error = exc
         finally:
@@ -100,7 +102,7 @@ class SparkTransport:
     name = "spark"
 
     def __init__(self, master: str | None, app_name: str, layout: AppLayout) -> None:
-        self.spark = SparkStarter(master, app_name)
+        self.spark = SparkStarter(master, app_name, is_s3(layout.warehouse.root))
         self.layout = layout
 
     def start(self) -> None:

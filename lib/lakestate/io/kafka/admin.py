@@ -12,6 +12,21 @@ from lakestate.errors import StreamsException
 from lakestate.io.kafka.cluster import ADMIN_TIMEOUT, KafkaCluster, admin_client
 
 
+def _coordinator_busy(error: Any) -> bool:
+    """Whether a group request's error passes once the group's coordinator is up again
+    (librdkafka does not mark NOT_COORDINATOR retriable)."""
+    from confluent_kafka import KafkaError
+
+    busy = (
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    )
+    return error.retriable() or error.code() in busy
+
+
 def _fail(cluster: KafkaCluster, what: str, exc: Exception) -> StreamsException:
     return StreamsException(
         f"Kafka cluster {cluster.bootstrap_servers}: {what} failed: {exc}; check that the "
@@ -139,8 +154,9 @@ def group_offsets(
                 found = consumer.committed(wanted, timeout=ADMIN_TIMEOUT)
                 break
             except KafkaException as exc:
-                # A coordinator loading its partition (a broker just started): ask again.
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                # A coordinator loading its partition or moved (a broker just restarted): ask
+                # again, within the bound.
+                if not _coordinator_busy(exc.args[0]) or time.monotonic() > deadline:
                     raise _fail(
                         cluster, f"reading consumer group {group!r}'s offsets", exc
                     ) from None

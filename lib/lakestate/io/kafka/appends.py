@@ -15,6 +15,7 @@ waited for) and writes only the task batches the topic does not hold yet.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -188,20 +189,24 @@ def _transaction(
 def _failed(
     cluster: KafkaCluster, producer: Any, txn_id: str, task: TaskId, batch: int, exc: Any
 ) -> None:
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError, KafkaException
 
     error = exc.args[0]
+    # Whatever failed, the next attempt starts from a new producer: its initialization
+    # settles the transaction this one may have left open (a producer in an unknown state,
+    # as after a broker restart, would fail the rerun as if fenced).
+    with _LOCK:
+        _PRODUCERS.pop((cluster, txn_id), None)
     fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
     if error.fatal() or error.code() in fenced:
-        with _LOCK:
-            _PRODUCERS.pop((cluster, txn_id), None)
         raise TaskMigratedException(
             f"task {task}: Kafka producer {txn_id!r} was fenced by a newer one (another run "
             f"took the task over) while writing batch {batch}; this run stops, and the task's "
             "owner writes the batch"
         ) from None
     if error.txn_requires_abort():
-        producer.abort_transaction(ADMIN_TIMEOUT)
+        with contextlib.suppress(KafkaException):  # the new producer's init aborts it too
+            producer.abort_transaction(ADMIN_TIMEOUT)
     raise StreamsException(
         f"{txn_id}: batch {batch}'s transaction failed ({error}); nothing of it is visible "
         "to read_committed consumers, and the next run writes it again"

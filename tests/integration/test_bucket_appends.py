@@ -38,11 +38,11 @@ rounds = int(sys.argv[6])
 if lock == "nolock":
     appends.append_lock = lambda *a: contextlib.nullcontext()
 lost = [0]
-back_off = appends._back_off
+back_off = appends.back_off
 def counted(attempt):
     lost[0] += 1
     back_off(attempt)
-appends._back_off = counted
+appends.back_off = counted
 wh = Warehouse(root)
 t = topics.topic(wh, topic)
 time.sleep(max(0.0, float(start) - time.time()))

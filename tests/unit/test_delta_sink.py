@@ -167,3 +167,37 @@ def test_the_latest_view_keeps_each_keys_last_row_and_drops_tombstones():
     con.register("src", rows_)
     select = latest_sql("src", ("key",), rows_.column_names, lambda c: f'"{c}"')
     assert sorted(con.sql(f"select key, n from ({select})").fetchall()) == [("a", 2), ("c", 5)]
+
+
+def test_two_instances_appending_from_one_snapshot_conflict_and_the_loser_renumbers(
+    tmp_path, monkeypatch
+):
+    # Two instances (other tasks) writing one sink on a bucket share no local lock: the
+    # loser of a race from one snapshot conflicts on the sink's append txn and renumbers,
+    # so _offset stays dense and unique per partition.
+    wh = Warehouse(tmp_path / "wh")
+    deltasink.declare(wh, ls.DeltaSink("typed", str(tmp_path / "table")))
+    topic = topics.topic(wh, "typed")
+    topic.create(1)
+
+    def build(key):
+        def rows_of(todo, ends):
+            return _records([(0, ends[0], 1000, key, {"n": 1})])
+
+        return rows_of
+
+    topic.append_batch("app", {TaskId(0, 0): 1}, build("a"), {})
+    stale = [topic._table()]
+    topic.append_batch("app", {TaskId(0, 1): 1}, build("b"), {})  # the other instance's
+    fresh = type(topic)._table
+    opened = []
+
+    def table_of(self):
+        opened.append(1)
+        return stale.pop() if stale else fresh(self)
+
+    monkeypatch.setattr(type(topic), "_table", table_of)
+    result = topic.append_batch("app", {TaskId(0, 0): 2}, build("c"), {})
+    assert len(opened) == 2 and result.ranges == {0: (2, 3)}  # lost once, renumbered
+    back = sorted((r.offset, r.key) for p in topic.read_partitions() for r in records_of(p))
+    assert back == [(0, "a"), (1, "b"), (2, "c")]

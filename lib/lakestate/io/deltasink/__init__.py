@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 
 from lakestate.delta_sink import META_SCHEMA, OFFSET, PARTITION, DeltaSink
 from lakestate.errors import StreamsException
-from lakestate.io import delta_commits
+from lakestate.io import delta_commits, txn_ids
 from lakestate.io.deltasink import declaration, rows
 from lakestate.io.deltasink.declaration import Declared
 from lakestate.io.logtable import appends as logtable_appends
@@ -204,22 +204,37 @@ class DeltaSinkTopic:
         metadata: Mapping[str, Any],
     ) -> AppendResult:
         """Step 3 for this sink (``Topic.append_batch``): the batch's records as typed rows
-        (``rows.typed``), with schema evolution, in one commit with the txns."""
+        (``rows.typed``), with schema evolution, in one commit with the txns and the
+        topic's append txn, as a log table's (``logtable.appends``): two instances appending
+        from one snapshot conflict, and the loser renumbers from the winner's end offsets.
+        TaskMigratedException when another writer committed one of these task batches."""
         with self.append_lock():
-            table = self._table()
-            held = delta_commits.txn_versions(table, app, list(batches)) if table else {}
-            todo = {t: b for t, b in batches.items() if held.get(t, 0) < b}
-            if not todo:
-                return AppendResult(self.name, {}, skipped=True, version=table.version())
-            ends = _ends(table, self.partitions())
-            records = build(todo, dict(ends))
-            existing = table.schema().to_arrow() if table is not None else None
-            data = rows.typed(self.sink, records, pa.schema(existing) if existing else None)
-            options: dict[str, Any] = {"schema_mode": "merge"}
-            if table is None and self.sink.partition_by:
-                options["partition_by"] = list(self.sink.partition_by)
-            target = table if table is not None else self.location
-            version = delta_commits.append(target, data, app, todo, metadata, **options)
+            todo: dict[TaskId, int] | None = None
+            for attempt in range(logtable_appends.ATTEMPTS):
+                table = self._table()
+                held = delta_commits.txn_versions(table, app, list(batches)) if table else {}
+                if todo is None:
+                    todo = {t: b for t, b in batches.items() if held.get(t, 0) < b}
+                    if not todo:
+                        return AppendResult(self.name, {}, skipped=True, version=table.version())
+                elif any(held.get(t, 0) >= b for t, b in todo.items()):
+                    raise delta_commits.ConcurrentCommit(
+                        f"{self.location}: another writer committed a batch of "
+                        f"{', '.join(str(t) for t in sorted(todo))} at the same time"
+                    )
+                ends = _ends(table, self.partitions())
+                records = build(todo, dict(ends))
+                try:
+                    version = self._commit(table, records, app, todo, metadata)
+                except delta_commits.ConcurrentCommit:
+                    logtable_appends.back_off(attempt)
+                    continue
+                break
+            else:
+                raise StreamsException(
+                    f"Delta sink {self.name!r}: an append lost "
+                    f"{logtable_appends.ATTEMPTS} races in a row to other writers"
+                )
         after = dict(ends)
         for p in records.column("partition").to_pylist():
             after[p] += 1
@@ -229,6 +244,24 @@ class DeltaSinkTopic:
             skipped=False,
             version=version,
         )
+
+    def _commit(
+        self,
+        table: Any,
+        records: pa.Table,
+        app: str,
+        todo: Mapping[TaskId, int],
+        metadata: Mapping[str, Any],
+    ) -> int:
+        existing = table.schema().to_arrow() if table is not None else None
+        data = rows.typed(self.sink, records, pa.schema(existing) if existing else None)
+        options: dict[str, Any] = {"schema_mode": "merge"}
+        if table is None:
+            if self.sink.partition_by:
+                options["partition_by"] = list(self.sink.partition_by)
+            return delta_commits.append(self.location, data, app, todo, metadata, **options)
+        txn = {txn_ids.topic_append(self.name): table.version() + 1}
+        return delta_commits.append(table, data, app, todo, metadata, extra_txns=txn, **options)
 
 
 def _ends(table: Any, partitions: int) -> dict[int, int]:

@@ -120,7 +120,7 @@ def append_records(
             try:
                 version = delta_commits.append(table, data, "", {}, metadata, extra_txns=txns)
             except delta_commits.ConcurrentCommit:
-                _back_off(attempt)
+                back_off(attempt)
                 continue
             remember_ends(warehouse, path, version, next_offset)
             return _result(topic, ends, next_offset, version)
@@ -169,7 +169,7 @@ def append_batch(
                     table, data, app, todo, metadata_, extra_txns=_topic_txn(topic, table)
                 )
             except delta_commits.ConcurrentCommit:
-                _back_off(attempt)
+                back_off(attempt)
                 continue  # renumber, unless the winner holds one of these batches
             remember_ends(warehouse, path, version, next_offset)
             return _result(topic, ends, next_offset, version)
@@ -182,7 +182,7 @@ def _topic_txn(topic: str, table: Any) -> dict[str, int]:
     return {txn_ids.topic_append(topic): table.version() + 1}
 
 
-def _back_off(attempt: int) -> None:
+def back_off(attempt: int) -> None:
     """A short random pause after a lost race, growing with the attempts (up to ~0.5 s), so
     that the writers racing do not collide again in step."""
     time.sleep(random.uniform(0, min(0.5, 0.01 * 2**attempt)))

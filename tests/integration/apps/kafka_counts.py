@@ -21,5 +21,8 @@ app = ls.App(
     {
         "bootstrap.servers": os.environ["KAFKA_TEST_BOOTSTRAP"],
         "statestore.uncommitted.max.records": 100_000,
+        "producer.transaction.timeout.ms": int(
+            os.environ.get("KAFKA_TEST_TXN_TIMEOUT_MS", 120_000)
+        ),
     },
 )

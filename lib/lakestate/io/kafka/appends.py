@@ -16,8 +16,9 @@ waited for) and writes only the task batches the topic does not hold yet.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,12 +33,10 @@ from lakestate.task_id import TaskId
 if TYPE_CHECKING:
     from lakestate.io.topics import BatchRows
 
-# A batch's transaction must commit within this (Kafka aborts it after, for read_committed
-# readers waiting behind it); a task batch's records are sent in far less.
-TRANSACTION_TIMEOUT_MS = 120_000
 
 _PRODUCERS: dict[tuple[KafkaCluster, str], Any] = {}
 _GROUPS: dict[tuple[KafkaCluster, str], Any] = {}
+_GROUP_METADATA: dict[tuple[KafkaCluster, str], Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -51,6 +50,7 @@ def close_clients() -> None:
             consumer.close()
         _PRODUCERS.clear()
         _GROUPS.clear()
+        _GROUP_METADATA.clear()
 
 
 def transactional_id(app: str, task: TaskId, topic: str) -> str:
@@ -89,7 +89,13 @@ def append_batch(
         if held_batch(cluster, app, task, topic) >= batch:
             continue
         rows = build({task: batch}, dict.fromkeys(range(partitions), 0))
-        _transaction(cluster, producer, topic, (app, task, batch), rows, ranges, serdes)
+        _bounded(
+            cluster,
+            transactional_id(app, task, topic),
+            functools.partial(
+                _transaction, cluster, producer, topic, (app, task, batch), rows, ranges, serdes
+            ),
+        )
         written = True
     return AppendResult(topic, dict(sorted(ranges.items())), skipped=not written)
 
@@ -106,7 +112,7 @@ def _producer(cluster: KafkaCluster, txn_id: str) -> Any:
         producer = Producer(
             cluster.client_config(
                 transactional_id=txn_id,
-                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+                transaction_timeout_ms=cluster.transaction_timeout_ms,
                 linger_ms=5,
             )
         )
@@ -136,7 +142,52 @@ def _group_consumer(cluster: KafkaCluster, group: str) -> Any:
                 )
             )
             _GROUPS[(cluster, group)] = consumer
+            # Asked once, while the consumer is new: librdkafka answers it through the
+            # consumer's group thread, waiting without a bound and holding the GIL, which
+            # stalled a whole run when asked mid-commit after a broker restart. The consumer
+            # never joins the group, so what it answers never changes.
+            _GROUP_METADATA[(cluster, group)] = consumer.consumer_group_metadata()
         return consumer
+
+
+def _group_metadata(cluster: KafkaCluster, group: str) -> Any:
+    """The marker group's metadata, as a transaction's offset commit names the group."""
+    _group_consumer(cluster, group)
+    return _GROUP_METADATA[(cluster, group)]
+
+
+def _bounded(cluster: KafkaCluster, txn_id: str, write: Callable[[], None]) -> None:
+    """Run ``write`` (a task batch's transaction) within the cluster's transaction timeout
+    (``producer.transaction.timeout.ms``: the broker aborts a transaction open longer, so
+    none can complete later). Some librdkafka calls outlive their own timeouts after a
+    broker restart (a run stalled 617 s in one); the batch then fails, its producer is
+    dropped, and the call is left in a daemon thread. Exactly once still: a transaction that never commits is aborted by the
+    next producer of its transactional.id, and one that commits late holds its marker, so
+    the rerun's replay writes it once either way."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            write()
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"kafka-txn-{txn_id}", daemon=True).start()
+    deadline = cluster.transaction_timeout_ms / 1000
+    if not done.wait(deadline):
+        with _LOCK:
+            _PRODUCERS.pop((cluster, txn_id), None)
+        raise StreamsException(
+            f"Kafka cluster {cluster.bootstrap_servers}: the transaction of {txn_id!r} did "
+            f"not complete within {deadline:.0f} s (the cluster restarting or "
+            "unreachable); the batch is not complete: rerun, and its recorded batch is "
+            "replayed, written once"
+        )
+    if failed:
+        raise failed[0]
 
 
 def _transaction(
@@ -177,7 +228,7 @@ def _transaction(
             )
             producer.poll(0)
         marker = [TopicPartition(topic, 0, batch)]
-        group = _group_consumer(cluster, marker_group(app, task)).consumer_group_metadata()
+        group = _group_metadata(cluster, marker_group(app, task))
         producer.send_offsets_to_transaction(marker, group, ADMIN_TIMEOUT)
         producer.commit_transaction(ADMIN_TIMEOUT)
     except KafkaException as exc:

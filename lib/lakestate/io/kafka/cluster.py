@@ -16,6 +16,10 @@ _CLIENT_KEYS = ("bootstrap.servers", "security.protocol", "client.dns.lookup")
 _CLIENT_PREFIXES = ("sasl.", "ssl.", "socket.")
 # Seconds an admin request may take before the operation fails naming the cluster.
 ADMIN_TIMEOUT = 30.0
+#: The app config key of its sink producers' transaction timeout (Kafka Streams' producer
+#: prefix); a task batch's transaction must complete within it.
+TRANSACTION_TIMEOUT_KEY = "producer.transaction.timeout.ms"
+DEFAULT_TRANSACTION_TIMEOUT_MS = 120_000
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class KafkaCluster:
     made once per cluster and process)."""
 
     settings: tuple[tuple[str, str], ...]
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> KafkaCluster | None:
@@ -35,7 +40,10 @@ class KafkaCluster:
             for key, value in config.items()
             if key in _CLIENT_KEYS or key.startswith(_CLIENT_PREFIXES)
         }
-        return cls(tuple(sorted(picked.items())))
+        timeout = int(config.get(TRANSACTION_TIMEOUT_KEY, DEFAULT_TRANSACTION_TIMEOUT_MS))
+        if timeout <= 0:
+            raise ValueError(f"{TRANSACTION_TIMEOUT_KEY} must be a positive number of ms")
+        return cls(tuple(sorted(picked.items())), timeout)
 
     @property
     def bootstrap_servers(self) -> str:

@@ -221,7 +221,7 @@ def summary(parts: list[Part]) -> dict[str, Any]:
 
 
 def reference(part: Part, interval: int = INTERVAL_MS) -> tuple[np.ndarray, np.ndarray, int]:
-    """What KIP-655's ``deduplicate_by_key`` does (README "Deduplication"): a record is
+    """What KIP-655's ``deduplicate_by_key`` does (docs/guide.md "Deduplication"): a record is
     dropped when the store holds its id with |ts - stored ts| <= interval; ids older than
     stream time - interval are purged; a late record (older than stream time - interval)
     that is forwarded is not stored. Returns (forwarded, late) flags per record and the

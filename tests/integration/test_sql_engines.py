@@ -5,7 +5,7 @@ One warehouse from real runs of apps with every store kind (key-value, dedup, wi
 session, suppression buffers in memory and on disk, versioned, a stream-stream join's
 buffers and waiting records), one of them compacted and
 run again (snapshot rows and a tail), then the same queries on both engines: every SQL
-query of README.md and of the demo printers (cli/demo_printers.py), every view and changelog
+query of README.md and docs/guide.md (its examples moved there) and of the demo printers (cli/demo_printers.py), every view and changelog
 of the warehouse as a whole, and Spark functions users write (JSON, time, casts,
 aggregates, joins, window functions). Rows are compared as multisets of plain values
 (``result.plain``: Spark's bytearray and Row as DuckDB's bytes and dict), floats within
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = README.parent / "docs" / "guide.md"  # the DSL examples the README links to
 MIN = 60_000
 
 
@@ -182,9 +183,9 @@ def wh(spark, tmp_path_factory) -> Warehouse:
 
 
 def _readme_queries() -> list[str]:
-    """Every SQL query of README.md: the ```sql blocks' statements and `lakestate sql`'s
-    argument in the ```bash blocks (a time T made a number)."""
-    text = README.read_text()
+    """Every SQL query of README.md and docs/guide.md: the ```sql blocks' statements and
+    `lakestate sql`'s argument in the ```bash blocks (a time T made a number)."""
+    text = README.read_text() + "\n" + GUIDE.read_text()
     found = []
     for block in re.findall(r"```sql\n(.*?)```", text, re.S):
         # Statements end at a `;` or at a comment line (the README's blocks use both).
@@ -396,9 +397,9 @@ def _bash_sql(wh: Warehouse, command: str) -> subprocess.CompletedProcess:
 
 
 def test_every_printed_sql_hint_returns_rows_when_pasted_into_bash(spark, wh):
-    """The `lakestate sql ...` lines the demos print (and the README's shell blocks), run
-    by bash as printed: each exits 0 with rows (the orders demo's `key = '"customer-N"'`
-    used to reach the CLI as `'customer-N'`: a header and no rows)."""
+    """The `lakestate sql ...` lines the demos print (and README.md's and docs/guide.md's
+    shell blocks), run by bash as printed: each exits 0 with rows (the orders demo's
+    `key = '"customer-N"'` used to reach the CLI as `'customer-N'`: a header and no rows)."""
     out = io.StringIO()
     ctx = Context(wh, stdout=out)
     demo_printers.show_counts(ctx, load_module(JOBS / "demo.py"))
@@ -407,7 +408,8 @@ def test_every_printed_sql_hint_returns_rows_when_pasted_into_bash(spark, wh):
     printed = [re.sub(r"^(demo:)?\s*", "", line) for line in out.getvalue().splitlines()]
     hints = [line for line in printed if line.startswith("lakestate sql ")]
     assert len(hints) == 5 and any('\\"customer-' in h for h in hints), hints
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+    docs = README.read_text() + "\n" + GUIDE.read_text()
+    for block in re.findall(r"```bash\n(.*?)```", docs, re.S):
         hints += [line for line in block.splitlines() if line.startswith("lakestate sql ")]
     assert len(hints) >= 8, hints
     for hint in hints:

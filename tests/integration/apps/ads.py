@@ -1,5 +1,5 @@
 """Test app: impressions left-joined with ad clicks within 10 minutes (1 minute of grace),
-named as in README's stream-stream join example, so its SQL runs as written: ``ads`` with
+named as in docs/guide.md's stream-stream join example, so its SQL runs as written: ``ads`` with
 the stores ``impression-clicks-*``."""
 
 from datetime import timedelta

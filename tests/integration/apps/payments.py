@@ -1,5 +1,5 @@
 """Test app: payments deduplicated by their transaction id across partitions (KIP-655),
-named as in README's dedup example, so its SQL runs as written: ``payments_app`` with the
+named as in docs/guide.md's dedup example, so its SQL runs as written: ``payments_app`` with the
 store ``seen-payments``."""
 
 from datetime import timedelta

@@ -1,6 +1,7 @@
 """The README, tried as written by someone new, on a fresh copy of the repository.
 
-Whatever fenced blocks README.md has when the test runs are run, none listed here:
+Whatever fenced blocks README.md has when the test runs are run, none listed here, then
+docs/guide.md's (the examples the README links to), in the same way and session:
 
 - shell blocks (```bash, ```sh, ```shell; ```console lines starting with ``$ ``) in README
   order, in one bash session (``source`` and ``cd`` carry over), ``set -eo pipefail``: the
@@ -48,6 +49,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide.md"
 
 SHELL = {"bash", "sh", "shell", "console"}
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(.*?)\s*-->$")
@@ -69,12 +71,13 @@ class Block:
     text: str
     line: int
     skip: str | None = None
+    doc: str = "README.md"
 
     def where(self) -> str:
-        return f"README.md line {self.line} ({self.lang})"
+        return f"{self.doc} line {self.line} ({self.lang})"
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, doc: str = "README.md") -> list[Block]:
     """The fenced blocks of ``text`` in order, with the ``readme-test`` marker right before
     each (an unknown marker is an error, so a typo cannot silently skip nothing)."""
     blocks: list[Block] = []
@@ -92,7 +95,7 @@ def readme_blocks(text: str) -> list[Block]:
             body.append(lines[i])
             i += 1
         if i == len(lines):
-            raise AssertionError(f"README.md line {start + 1}: the block is not closed")
+            raise AssertionError(f"{doc} line {start + 1}: the block is not closed")
         i += 1
         skip = None
         before = start - 1
@@ -100,12 +103,12 @@ def readme_blocks(text: str) -> list[Block]:
             found = SKIP.match(marker.group(1))
             if not found:
                 raise AssertionError(
-                    f"README.md line {before + 1}: unknown readme-test marker "
+                    f"{doc} line {before + 1}: unknown readme-test marker "
                     f"{marker.group(1)!r} (known: skip (reason))"
                 )
             skip = found.group(1)
             before -= 1
-        blocks.append(Block(lang, "\n".join(body) + "\n", start + 1, skip))
+        blocks.append(Block(lang, "\n".join(body) + "\n", start + 1, skip, doc))
     return blocks
 
 
@@ -236,6 +239,7 @@ def tail(text: str, lines: int = 80) -> str:
 
 def test_readme_blocks_parse_and_python_blocks_compile():
     blocks = readme_blocks(README.read_text())
+    blocks += readme_blocks(GUIDE.read_text(), "docs/guide.md")
     assert any(b.lang in SHELL for b in blocks), "the README has no shell block"
     for block in blocks:
         if block.lang == "python":
@@ -429,7 +433,9 @@ def start_kafka(directory: Path) -> Any:
 
 @pytest.mark.e2e
 def test_readme_runs_as_written(tmp_path):
-    blocks = readme_blocks(README.read_text())
+    # Then the guide's examples, which the README links to (its dedup, join and Processor API
+    # examples among them), in the same session.
+    blocks = readme_blocks(README.read_text()) + readme_blocks(GUIDE.read_text(), "docs/guide.md")
     repo = fresh_copy(tmp_path / "lakestate")
     broker = start_kafka(tmp_path / "kafka")  # the README's Kafka section: $KAFKA_BOOTSTRAP
     env = dict(session_env(), KAFKA_BOOTSTRAP=broker.bootstrap_servers)

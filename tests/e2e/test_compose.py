@@ -515,6 +515,10 @@ def test_healthchecks_and_startup_order(services):
     assert services["airflow-init"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     for name in WORKERS:  # tasks call the API server's Execution API
         assert services[name]["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+    # ... and "healthy" means that API is built (the server builds it on its first request).
+    assert any(
+        "/execution/health" in part for part in services["airflow-apiserver"]["healthcheck"]["test"]
+    )
 
 
 def test_one_image_for_every_airflow_service(services):

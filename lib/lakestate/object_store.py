@@ -31,6 +31,7 @@ __all__ = [
     "S3_SCHEMES",
     "ObjectStoreError",
     "S3Settings",
+    "bucket_key",
     "check",
     "is_s3",
     "list_folders",
@@ -83,7 +84,7 @@ def is_s3(uri: str) -> bool:
     return urlsplit(uri).scheme in S3_SCHEMES
 
 
-def _bucket_key(uri: str) -> str:
+def bucket_key(uri: str) -> str:
     """``bucket/key`` of an ``s3://bucket/key`` URI: how pyarrow's S3 file system names it."""
     parts = urlsplit(uri)
     return f"{parts.netloc}{parts.path}".rstrip("/")
@@ -120,7 +121,7 @@ def list_folders(uri: str) -> list[str]:
     there is no such folder."""
     from pyarrow import fs
 
-    selector = fs.FileSelector(_bucket_key(uri), allow_not_found=True, recursive=False)
+    selector = fs.FileSelector(bucket_key(uri), allow_not_found=True, recursive=False)
     infos = filesystem().get_file_info(selector)
     return sorted(i.base_name for i in infos if i.type == fs.FileType.Directory)
 
@@ -129,7 +130,7 @@ def table_exists(uri: str) -> bool:
     """Whether a Delta table is at ``uri`` (it has a ``_delta_log`` folder)."""
     from pyarrow import fs
 
-    info = filesystem().get_file_info(f"{_bucket_key(uri)}/_delta_log")
+    info = filesystem().get_file_info(f"{bucket_key(uri)}/_delta_log")
     return info.type == fs.FileType.Directory
 
 

@@ -6,7 +6,8 @@ rewind batch, each table's restore version), and removed once it is done. While 
 the app is *mid-rewind*: its tables may already be restored while its progress is not (or
 the other way round), so runs and readers refuse (``refuse_if_mid_rewind``) with what to do,
 and ``lakestate rewind APP --resume`` (or the same rewind again) completes it from the file.
-Delta readers skip ``_`` names, so the file is no table's business.
+Delta readers skip ``_`` names, so the file is no table's business. On a bucket the file is
+one object: a PUT is seen whole or not at all, as the rename is on a disk.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lakestate import object_store
 from lakestate.errors import StreamsException
 from lakestate.warehouse import Warehouse
 
@@ -26,21 +28,35 @@ class MidRewindError(StreamsException):
     """The app is mid-rewind: nothing may run or read it until the rewind completes."""
 
 
-def path(warehouse: Warehouse, app: str) -> Path:
-    """Where the intent of ``app``'s rewind is kept (local warehouses only)."""
-    if not warehouse.is_local:
+def path(warehouse: Warehouse, app: str) -> str:
+    """Where the intent of ``app``'s rewind is kept (a local path, or an ``s3://`` URI)."""
+    return f"{warehouse.app_path(app).rstrip('/')}/{FILE_NAME}"
+
+
+def _local(warehouse: Warehouse, app: str) -> Path | None:
+    return Path(path(warehouse, app).removeprefix("file://")) if warehouse.is_local else None
+
+
+def _object_key(warehouse: Warehouse, app: str) -> str:
+    where = path(warehouse, app)
+    if not object_store.is_s3(where):
         raise StreamsException(
-            f"rewind needs a warehouse on the local file system, not {warehouse.root}"
+            f"rewind needs a warehouse on the local file system or the S3 API, not {warehouse.root}"
         )
-    return Path(warehouse.app_path(app).removeprefix("file://")) / FILE_NAME
+    return object_store.bucket_key(where)
 
 
 def read(warehouse: Warehouse, app: str) -> dict[str, Any] | None:
     """The recorded intent, or None when the app is not mid-rewind."""
-    if not warehouse.is_local:
-        return None
+    local = _local(warehouse, app)
+    if local is None and not object_store.is_s3(warehouse.root):
+        return None  # no rewind can be written there (``write`` refuses)
     try:
-        text = path(warehouse, app).read_text(encoding="utf-8")
+        if local is not None:
+            text = local.read_text(encoding="utf-8")
+        else:
+            with object_store.filesystem().open_input_stream(_object_key(warehouse, app)) as f:
+                text = f.read().decode("utf-8")
     except FileNotFoundError:
         return None
     return json.loads(text)
@@ -48,22 +64,33 @@ def read(warehouse: Warehouse, app: str) -> dict[str, Any] | None:
 
 def write(warehouse: Warehouse, app: str, intent: dict[str, Any]) -> None:
     """Record ``intent`` durably (a crash leaves the old file or the new one, never half)."""
-    target = path(warehouse, app)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
+    text = json.dumps(intent, indent=1, sort_keys=True)
+    local = _local(warehouse, app)
+    if local is None:
+        with object_store.filesystem().open_output_stream(_object_key(warehouse, app)) as f:
+            f.write(text.encode("utf-8"))
+        return
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(intent, f, indent=1, sort_keys=True)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, target)
-    _fsync_dir(target.parent)
+    os.replace(tmp, local)
+    _fsync_dir(local.parent)
 
 
 def remove(warehouse: Warehouse, app: str) -> None:
     """The rewind is complete (or never changed anything): the app is no longer mid-rewind."""
-    target = path(warehouse, app)
-    target.unlink(missing_ok=True)
-    _fsync_dir(target.parent)
+    local = _local(warehouse, app)
+    if local is None:
+        try:
+            object_store.filesystem().delete_file(_object_key(warehouse, app))
+        except FileNotFoundError:
+            pass
+        return
+    local.unlink(missing_ok=True)
+    _fsync_dir(local.parent)
 
 
 def describe(intent: dict[str, Any]) -> str:

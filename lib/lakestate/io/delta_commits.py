@@ -15,6 +15,7 @@ HISTORY`` shows it and ``io/delta_log`` reads it back.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from lakestate import object_store
 from lakestate.errors import TaskMigratedException
 from lakestate.io import txn_ids
 from lakestate.task_id import TaskId
@@ -82,6 +84,21 @@ class _Table(DeltaTable):
 def open_table(path: str, version: int | None = None) -> DeltaTable:
     """The table's newest snapshot (or ``version``'s)."""
     return _Table(_uri(path), version=version)
+
+
+def missing_files(table: DeltaTable) -> list[str]:
+    """The data files of the snapshot ``table`` that are gone from its store (removed by a
+    VACUUM after the snapshot's time), on a local disk or a bucket."""
+    uris = table.file_uris()
+    remote = [u for u in uris if object_store.is_s3(u)]
+    local = [u for u in uris if not object_store.is_s3(u)]
+    gone = [u for u in local if not os.path.exists(u.removeprefix("file://"))]
+    if remote:
+        infos = object_store.filesystem().get_file_info(
+            [object_store.bucket_key(u) for u in remote]
+        )
+        gone += [u for u, i in zip(remote, infos, strict=True) if i.type == pafs.FileType.NotFound]
+    return gone
 
 
 def create_table(

@@ -160,9 +160,8 @@ def _restore_table(
 def _refuse_foreign_commits(path: str, app: str, restore: TableRestore, newest: int) -> None:
     """RewindRefused when a commit after the planned version, up to ``newest``, is another
     writer's (restoring would drop its records)."""
-    log = delta_log.local_log(path)
     for version in range(restore.current_version + 1, newest + 1):
-        commit = delta_log.read_commit(log, version) if log is not None else None
+        commit = delta_log.commit_of(path, version)
         if commit is not None and is_foreign(commit, app):
             raise RewindRefused(
                 f"{restore.path}: version {version} was written by another writer during "

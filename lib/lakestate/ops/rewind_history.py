@@ -91,15 +91,12 @@ class AppHistory:
         task at 0). RewindRefused when the log needed was cleaned up."""
         prefix = txn_ids.batch_prefix(self.app)
         path = self.warehouse.progress_path(self.app)
-        log = delta_log.local_log(path)
-        if log is None:
-            raise RewindRefused(f"rewind needs a local warehouse, not {self.warehouse.root}")
         stacks = {t: list(line) for t, line in self.line.items()}
-        versions = delta_log.versions(log)
+        versions = delta_log.commit_versions(path)
         found = False
         first = None
         for index, version in enumerate(versions):
-            commit = delta_log.read_commit(log, version)
+            commit = delta_log.commit_of(path, version)
             expected = versions[0] - index
             if commit is None or version != expected:
                 raise RewindRefused(

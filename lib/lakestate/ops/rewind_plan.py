@@ -9,7 +9,6 @@ sets interleaved their appends: an earlier point is tried first)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -305,16 +304,13 @@ def _restore_version(
     target) has shown a commit at or before it (per task, batches only grow with the
     versions). _Interleaved when a commit holds batches on both sides of the targets."""
     name = warehouse.relative(path)
-    log = delta_log.local_log(path)
-    if log is None:
-        raise RewindRefused(f"rewind needs a local warehouse, not {warehouse.root}")
     prefix = txn_ids.batch_prefix(app)
     past: list[int] = []
     foreign: list[int] = []
     within_above: int | None = None
     version = current
     while version >= 0 and pending:
-        commit = delta_log.read_commit(log, version)
+        commit = delta_log.commit_of(path, version)
         if commit is None:
             raise RewindRefused(
                 f"{name}: the log of version {version} is gone (Delta log cleanup): it cannot "
@@ -349,7 +345,7 @@ def _readable_version(name: str, path: str, version: int) -> DeltaTable:
         old = delta_commits.open_table(path, version)
     except Exception as exc:
         raise RewindRefused(f"{name}: version {version} cannot be read ({exc})") from None
-    missing = [u for u in old.file_uris() if not os.path.exists(u.removeprefix("file://"))]
+    missing = delta_commits.missing_files(old)
     if missing:
         raise RewindRefused(
             f"{name}: {len(missing)} files of version {version} were vacuumed (e.g. "

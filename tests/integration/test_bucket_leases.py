@@ -150,3 +150,15 @@ def test_compaction_and_maintenance_racing_a_running_app_lose_and_double_nothing
         ]
         assert rewrites, "no compaction or OPTIMIZE committed during the run"
         print(store, f"{len(rewrites)} rewrites of {len(history)} commits")
+
+
+def test_a_live_holder_renews_its_lease_past_the_lease_time(s3_warehouse):
+    path = s3_warehouse.resolve("renewed")
+    with table_lease.held(path, lease_seconds=1.5) as first:
+        time.sleep(3.5)  # more than twice the lease: only the renewals keep it
+        with pytest.raises(table_lease.LeaseTimeout, match="held by"):
+            table_lease.take(path, wait_seconds=0.0)
+    lease = delta_commits.open_table(table_lease.lease_table(path))
+    # Taken, renewed (every 0.5 s) at least four times, released.
+    assert lease.transaction_version(table_lease.LEASE_TXN) >= first.seq + 5
+    table_lease.give_back(table_lease.take(path, wait_seconds=0.0))  # released: free at once

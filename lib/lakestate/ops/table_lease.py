@@ -9,18 +9,23 @@ table, and every row's commit carries that txn with its ``seq``: two takers that
 same state both commit ``seq + 1``, and Delta's conflict check fails the second
 (ConcurrentTransaction; on S3 through the conditional put of the commit file), which reads
 again and waits. A lease is free when its newest row is released or expired; a holder that
-crashed is overtaken once its lease expires (``LEASE_SECONDS``). A release writes a row
-only while the lease is still the holder's.
+crashed is overtaken once its lease expires (``LEASE_SECONDS``). A live holder renews its
+lease (``held``: a row ``seq + 1`` with its own owner and a later expiry, a third of the
+lease's time apart), so a rewrite may take longer than the lease. A renewal or release
+writes a row only while the lease is still the holder's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -35,6 +40,8 @@ LEASE_TXN = "lakestate-lease"
 LEASE_SECONDS = 900.0
 #: Pause between two looks at a lease another holder has.
 POLL_SECONDS = 0.5
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = pa.schema([("seq", pa.int64()), ("owner", pa.string()), ("expires_ms", pa.int64())])
 
@@ -117,3 +124,46 @@ def give_back(lease: Lease) -> bool:
             return True
         except delta_commits.ConcurrentCommit:
             continue  # overtaken meanwhile, or not: look again
+
+
+def renew(lease: Lease, lease_seconds: float = LEASE_SECONDS) -> Lease | None:
+    """Extend ``lease`` to ``lease_seconds`` from now: the lease as renewed, or None when it
+    was no longer the holder's (it expired and was overtaken: nothing is written)."""
+    while True:
+        table = delta_commits.open_table(lease.table)
+        seq, holder, _ = _newest(table)
+        if seq != lease.seq or holder != lease.owner:
+            return None
+        try:
+            _write(table, seq + 1, lease.owner, _now_ms() + int(lease_seconds * 1000))
+            return replace(lease, seq=seq + 1)
+        except delta_commits.ConcurrentCommit:
+            continue  # overtaken meanwhile, or not: look again
+
+
+@contextlib.contextmanager
+def held(
+    path: str, *, lease_seconds: float = LEASE_SECONDS, wait_seconds: float | None = None
+) -> Iterator[Lease]:
+    """Hold the lease of the table at ``path`` (``take``) for the block, renewing it a third
+    of ``lease_seconds`` apart, and give it back after."""
+    current = [take(path, lease_seconds=lease_seconds, wait_seconds=wait_seconds)]
+    done = threading.Event()
+
+    def renewing() -> None:
+        while not done.wait(lease_seconds / 3):
+            renewed = renew(current[0], lease_seconds)
+            if renewed is None:
+                # Nothing can stop a rewrite already under way: say so, loudly.
+                log.warning("%s: the maintenance lease expired and was overtaken", path)
+                return
+            current[0] = renewed
+
+    renewer = threading.Thread(target=renewing, name=f"lease {path}", daemon=True)
+    renewer.start()
+    try:
+        yield current[0]
+    finally:
+        done.set()
+        renewer.join()
+        give_back(current[0])

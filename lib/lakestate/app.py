@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,9 +54,34 @@ def load_module(path: str | Path) -> ModuleType:
     return module
 
 
+#: An environment variable holding Kafka client settings (a JSON object, e.g. an Airflow
+#: Kafka connection's extra) that override the app's config: ``bootstrap.servers`` and the
+#: client settings beside it. An environment variable, not an option: they may hold secrets.
+KAFKA_CONFIG_ENV = "LAKESTATE_KAFKA_CONFIG"
+
+
 def load_app(path: str | Path) -> App:
-    """The ``app`` defined by the module at ``path``."""
+    """The ``app`` defined by the module at ``path``, its config overridden by the Kafka
+    client settings in env ``LAKESTATE_KAFKA_CONFIG`` when set."""
     app = getattr(load_module(path), "app", None)
     if not isinstance(app, App):
         raise StreamsException(f"{path} must define `app = lakestate.App(name, topology, config)`")
-    return app
+    kafka = kafka_config_from_env()
+    return replace(app, config={**app.config, **kafka}) if kafka else app
+
+
+def kafka_config_from_env() -> dict[str, str]:
+    """The Kafka client settings of env ``LAKESTATE_KAFKA_CONFIG`` (none when unset)."""
+    text = os.environ.get(KAFKA_CONFIG_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise StreamsException(f"{KAFKA_CONFIG_ENV} is not JSON ({exc}): give an object") from None
+    if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
+        raise StreamsException(
+            f"{KAFKA_CONFIG_ENV} must be a JSON object of Kafka client settings, e.g. "
+            '{"bootstrap.servers": "host:9092"}'
+        )
+    return {k: str(v) for k, v in settings.items()}

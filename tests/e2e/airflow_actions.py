@@ -204,6 +204,24 @@ def run_test(
         }
 
 
+def kafka(conn_id: str) -> dict[str, Any]:
+    """The Kafka settings a run task would give ``lakestate run`` for Param ``kafka_conn_id``
+    ``conn_id``, or the error failing the task."""
+    from lakestate.airflow.operator import kafka_settings
+
+    try:
+        return {"settings": kafka_settings(conn_id)}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def connection_types() -> dict[str, Any]:
+    """The connection types the installed providers give (Admin > Connections' choices)."""
+    from airflow.providers_manager import ProvidersManager
+
+    return {"types": sorted(ProvidersManager().hooks)}
+
+
 def main(argv: list[str]) -> int:
     action, *args, out = argv
     if action == "describe":
@@ -214,6 +232,10 @@ def main(argv: list[str]) -> int:
         result = render_all(args[0], json.loads(args[1]))
     elif action == "master":
         result = master(args[0])
+    elif action == "kafka":
+        result = kafka(args[0])
+    elif action == "connection-types":
+        result = connection_types()
     elif action == "test":
         result = run_test(args[0], json.loads(args[1]))
     elif action == "test-backfill":

@@ -108,6 +108,7 @@ def test_demo_dag_params(described: dict) -> None:
         "until_caught_up",
         "time_budget_s",
         "transport",
+        "kafka_conn_id",
         "rewind",
         "confirm_rewind",
     }
@@ -125,6 +126,9 @@ def test_demo_dag_params(described: dict) -> None:
     # The transport: the app's config decides unless the run asks for one.
     assert params["transport"]["default"] is None
     assert params["transport"]["schema"]["enum"] == [None, *TRANSPORTS]
+    # Kafka settings: the app's config unless the run names a Kafka connection.
+    assert params["kafka_conn_id"]["default"] is None
+    assert set(params["kafka_conn_id"]["schema"]["type"]) == {"null", "string"}
     # A rewind is off unless asked for, and asks for the app's name.
     assert params["rewind"]["default"] is False
     assert params["rewind"]["schema"]["type"] == "boolean"
@@ -353,6 +357,22 @@ def test_default_master_is_local_without_a_connection(airflow_env) -> None:
 def test_a_defined_connection_chooses_the_master(airflow_env, connection, master) -> None:
     result = airflow_env.run("master", DEMO_DAG, env={"AIRFLOW_CONN_SPARK_DEFAULT": connection})
     assert result["master"] == master
+
+
+def test_a_kafka_connection_gives_the_run_its_client_settings(airflow_env) -> None:
+    """Param kafka_conn_id names a connection of the Kafka provider's type: its extra is the
+    client config, as the provider's hooks read it."""
+    assert "kafka" in airflow_env.run("connection-types")["types"]  # the provider's type
+    extra = {"bootstrap.servers": "broker-1:9092,broker-2:9092", "security.protocol": "SSL"}
+    connection = json.dumps({"conn_type": "kafka", "extra": extra})
+    result = airflow_env.run("kafka", "kafka_events", env={"AIRFLOW_CONN_KAFKA_EVENTS": connection})
+    assert result == {"settings": extra}
+    result = airflow_env.run("kafka", "kafka_nowhere", env={"AIRFLOW_CONN_KAFKA_NOWHERE": None})
+    assert "AirflowFailException" in result["error"] and "'kafka_nowhere'" in result["error"]
+    assert "not defined" in result["error"]
+    empty = json.dumps({"conn_type": "kafka", "extra": {"group.id": "x"}})
+    result = airflow_env.run("kafka", "kafka_empty", env={"AIRFLOW_CONN_KAFKA_EMPTY": empty})
+    assert "no bootstrap.servers" in result["error"], result
 
 
 def test_maintenance_dag_shape(described: dict) -> None:

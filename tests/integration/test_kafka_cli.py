@@ -215,3 +215,38 @@ def test_describe_and_status_of_an_app_read_its_kafka_topics(kafka_broker, tmp_p
         code, _, err = _cli(capsys, command, dead, "--warehouse", wh)
         assert code == 1 and time.monotonic() - started < 10
         assert f"(app kcounts-{test_id}'s bootstrap.servers) did not answer in 5 s" in err
+
+
+def test_kafka_settings_from_the_environment_override_the_app_s(
+    kafka_broker, tmp_path, capsys, monkeypatch
+):
+    """LAKESTATE_KAFKA_CONFIG (what a DAG's Kafka connection gives its runs) takes the place
+    of the app's bootstrap.servers: the app configured with an address nothing answers on
+    runs on the broker the variable names."""
+    bootstrap = kafka_broker.bootstrap_servers
+    test_id = uuid.uuid4().hex[:8]
+    cluster = KafkaCluster.from_config({"bootstrap.servers": bootstrap})
+    source = KafkaTopic(cluster, f"events-{test_id}")
+    source.create(2)
+    records = events(30, seed=5)
+    source.append(records)
+    app = _app(tmp_path, _dead_address(), test_id)
+    run = ["run", app, "--warehouse", str(tmp_path / "wh"), "--state-dir", str(tmp_path / "s")]
+    run += ["--until-caught-up", "--transport", "inprocess"]
+
+    monkeypatch.setenv("LAKESTATE_KAFKA_CONFIG", "bootstrap.servers=" + bootstrap)
+    code, _, err = _cli(capsys, *run)
+    assert code == 1 and "LAKESTATE_KAFKA_CONFIG is not JSON" in err, err
+
+    monkeypatch.setenv("LAKESTATE_KAFKA_CONFIG", json.dumps({"bootstrap.servers": bootstrap}))
+    code, _, err = _cli(capsys, *run)
+    assert code == 0, err
+    counts = KafkaTopic(cluster, f"counts-out-{test_id}")
+    assert counts.exists() and sum(counts.end_offsets().values()) > 0
+    expected = {r["key"] for r in records if r["value"]["amount"] > 0}
+    code, out, err = _cli(
+        capsys, "consume", f"counts-out-{test_id}", "--from-beginning",
+        "--bootstrap-servers", bootstrap,
+    )  # fmt: skip
+    assert code == 0, err
+    assert {json.loads(line)["key"] for line in out} == expected

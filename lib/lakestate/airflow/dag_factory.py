@@ -227,6 +227,15 @@ def _run_params(until_caught_up: bool, time_budget_s: int, max_batches: int) -> 
             "(--max-records); the app's statestore.uncommitted.max.records bounds it too. "
             "Empty: that bound alone.",
         ),
+        "kafka_conn_id": Param(
+            None,
+            type=["null", "string"],
+            title="Kafka connection",
+            description="An Airflow connection of type Apache Kafka whose extra holds the "
+            "Kafka client settings (bootstrap.servers, security settings): the app reads "
+            "its source topics from and writes its sink topics to that cluster, these "
+            "settings over its config's. Empty: the app's config alone.",
+        ),
         "transport": Param(
             None,
             type=["null", "string"],

@@ -36,6 +36,7 @@ done nothing (the running one processes what is new).
 from __future__ import annotations
 
 import collections
+import json
 import math
 import os
 import signal
@@ -48,6 +49,8 @@ from typing import Any
 from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
+from lakestate.app import KAFKA_CONFIG_ENV
+
 __all__ = [
     "DEFAULT_MASTER",
     "TRANSPORTS",
@@ -57,6 +60,7 @@ __all__ = [
     "check_rewind",
     "data_interval",
     "error_line",
+    "kafka_settings",
     "run_arguments",
     "spark_master",
 ]
@@ -85,6 +89,28 @@ def spark_master(conn_id: str, default: str = DEFAULT_MASTER) -> str:
     else:
         master = f"{conn.conn_type}://{host}"
     return f"{master}:{conn.port}" if conn.port else master
+
+
+def kafka_settings(conn_id: str) -> dict[str, str]:
+    """The Kafka client settings of Airflow connection ``conn_id``, read as the Kafka
+    provider's hooks read a ``kafka`` connection: its extra is the client's config, with
+    ``bootstrap.servers``. ``AirflowFailException`` when the connection is not defined or
+    names no ``bootstrap.servers``."""
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise AirflowFailException(
+            f"Param kafka_conn_id names connection {conn_id!r}, which is not defined: add it "
+            '(Admin > Connections, type Apache Kafka, extra {"bootstrap.servers": ...}) or '
+            "clear the Param"
+        ) from None
+    settings = {str(k): str(v) for k, v in (conn.extra_dejson or {}).items()}
+    if not settings.get("bootstrap.servers"):
+        raise AirflowFailException(
+            f"Kafka connection {conn_id!r} has no bootstrap.servers in its extra: set it to "
+            "the cluster's HOST:PORT list"
+        )
+    return settings
 
 
 def _ms(moment: datetime) -> int:
@@ -194,10 +220,17 @@ class LakestateCliOperator(BaseOperator):
         self.python = python or sys.executable
         self._proc: subprocess.Popen | None = None
 
-    def run_command(self, command: list[str], name: str) -> None:
-        """Runs ``command`` (the CLI's ``name`` command, for the error message)."""
+    def run_command(
+        self, command: list[str], name: str, params: Mapping[str, Any] | None = None
+    ) -> None:
+        """Runs ``command`` (the CLI's ``name`` command, for the error message), with the
+        Kafka settings of the connection Param ``kafka_conn_id`` of ``params`` names."""
         self.log.info("running %s", " ".join(command))
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        conn_id = (params or {}).get("kafka_conn_id")
+        if conn_id:
+            self.log.info("Kafka settings from connection %s", conn_id)
+            env[KAFKA_CONFIG_ENV] = json.dumps(kafka_settings(str(conn_id)))
         last: collections.deque[str] = collections.deque(maxlen=50)
         self._proc = subprocess.Popen(
             command,
@@ -258,7 +291,7 @@ class LakestateRebalanceOperator(LakestateCliOperator):
                 "records stamped before %s", self.app, start.isoformat(), end.isoformat(),
             )  # fmt: skip
             self._rewind(start)
-        self.run_command(self.command(), "rebalance")
+        self.run_command(self.command(), "rebalance", context["params"])
 
     def _rewind(self, start: datetime) -> None:
         from lakestate.ops.rewind import rewind
@@ -326,7 +359,7 @@ class LakestateRunOperator(LakestateCliOperator):
                 until.isoformat(),
             )  # fmt: skip
         arguments = run_arguments(params, run_type=run_type, conf=dag_run.conf, until=until)
-        self.run_command(self.command(arguments, self.spark_master()), "run")
+        self.run_command(self.command(arguments, self.spark_master()), "run", params)
 
     def spark_master(self) -> str:
         """The run's Spark master: the instance's configured ``master``, else connection

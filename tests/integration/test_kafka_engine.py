@@ -208,3 +208,65 @@ def test_a_missing_kafka_source_topic_is_an_error_naming_the_cluster(
     assert "input topic 'events-missing'" in message
     assert f"Kafka cluster {kafka_broker.bootstrap_servers}" in message
     assert "kafka-topics.sh --create --topic events-missing" in message
+
+
+def test_two_instances_share_one_kafka_topic_and_write_each_record_once(kafka_app, tmp_path):
+    """The kafka_counts app with two configured instances: a rebalance gives each one of the
+    source topic's partitions' tasks; the two runs, side by side in their own processes and
+    state directories, read their partitions of the one Kafka topic, and the sinks hold what
+    the test driver outputs, once, with the group's offsets at the topic's end."""
+    cluster, test_id, records = kafka_app
+    app_path = Path(_baked_app(tmp_path))
+    instances = [{"name": n, "state_dir": str(tmp_path / f"state-{n}")} for n in ("a", "b")]
+    source = app_path.read_text().replace(
+        '"statestore.uncommitted.max.records": 100_000,',
+        f'"statestore.uncommitted.max.records": 100_000, "lakestate.instances": {instances!r},',
+    )
+    assert source != app_path.read_text()
+    app_path.write_text(source)
+    wh = str(tmp_path / "wh")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    cli = [sys.executable, "-m", "lakestate.cli"]
+    done = subprocess.run(
+        [*cli, "rebalance", str(app_path), "--warehouse", wh],
+        env=env, capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [
+        subprocess.Popen(
+            [
+                *cli,
+                "run",
+                str(app_path),
+                "--warehouse",
+                wh,
+                "--instance",
+                name,
+                "--until-caught-up",
+                "--max-records",
+                str(MAX_RECORDS),
+                "--transport",
+                "inprocess",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )  # fmt: skip
+        for name in ("a", "b")
+    ]
+    said = []
+    for run in runs:
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-3000:]
+        said.append(out)
+    # Each instance ran one task: its partition of the topic.
+    assert "instance a (generation 1): active 0_0\n" in said[0], said[0]
+    assert "instance b (generation 1): active 0_1\n" in said[1], said[1]
+    assert sum(int(out.split(" records, caught up")[0].split()[-1]) for out in said) == N
+    expected = _expected(records, test_id)
+    for topic, rows in expected.items():
+        assert rows and _sink(cluster, topic) == sorted(rows, key=lambda r: r[0]), topic
+    group = admin.group_offsets(cluster, f"kcounts-{test_id}", f"events-{test_id}")
+    assert group == KafkaTopic(cluster, f"events-{test_id}").end_offsets()

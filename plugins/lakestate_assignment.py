@@ -186,15 +186,21 @@ def _view(app: str, job: _Job | None) -> dict[str, Any]:
 
     loaded = job.app if job is not None else None
     acceptable = DEFAULT_ACCEPTABLE_RECOVERY_LAG
+    cluster, kafka_topics = None, frozenset()
     if loaded is not None:
         from lakestate.assign import AssignorConfig
+        from lakestate.read.describe import app_cluster
 
         acceptable = AssignorConfig.from_config(loaded.config).acceptable_recovery_lag
+        # Its Kafka inputs' lags are its consumer group's, as `lakestate status` shows them.
+        cluster, kafka_topics = app_cluster(loaded)
     view = assignment_view(
         _warehouse(),
         app,
         topology=loaded.topology if loaded is not None else None,
         acceptable_recovery_lag=acceptable,
+        cluster=cluster,
+        kafka_topics=kafka_topics,
     )
     return {
         **view,

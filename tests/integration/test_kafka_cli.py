@@ -13,9 +13,13 @@ import uuid
 import pytest
 from engine_helpers import APPS, events
 from lakestate import run_app
+from lakestate.app import load_app
 from lakestate.cli.main import main
 from lakestate.io.kafka import KafkaCluster, KafkaTopic, admin
 from lakestate.io.partitioner import partition_for
+from lakestate.read.assignment_view import assignment_view
+from lakestate.read.describe import app_cluster
+from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
 
@@ -207,6 +211,16 @@ def test_describe_and_status_of_an_app_read_its_kafka_topics(kafka_broker, tmp_p
     assert sum(i["lag"] for i in inputs.values()) == len(later)
     code, out, _ = _cli(capsys, "status", app, "--warehouse", wh)
     assert code == 0 and out[0].startswith("app kcounts-") and f"lag {len(later)}," in out[0]
+
+    # The Airflow plugin's view of the app shows the same lags (its module loaded).
+    loaded = load_app(app)
+    cluster_of_app, kafka_topics = app_cluster(loaded)
+    view = assignment_view(
+        Warehouse(wh), loaded.name, loaded.topology, cluster=cluster_of_app,
+        kafka_topics=kafka_topics,
+    )  # fmt: skip
+    lags = {t["task"]: t["input_lag"] for t in view["tasks"]}
+    assert len(lags) == 2 and sum(lags.values()) == len(later), lags
 
     # The app's bootstrap.servers unreachable: one line naming the setting, at once.
     dead = _app(tmp_path / "wh", _dead_address(), test_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from lakestate.assign import history as generations_table
 from lakestate.assign.types import Assignment
+from lakestate.io.kafka import KafkaCluster
 from lakestate.read.status import TaskStatus, app_status
 from lakestate.scaleout import lag_reports as reports_table
 from lakestate.task_id import TaskId
@@ -135,8 +136,12 @@ def assignment_view(
     topology: Topology | None = None,
     acceptable_recovery_lag: int = DEFAULT_ACCEPTABLE_RECOVERY_LAG,
     history_limit: int = HISTORY_LIMIT,
+    cluster: KafkaCluster | None = None,
+    kafka_topics: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
-    """The app's assignment as the plugin's page and JSON show it (JSON-ready).
+    """The app's assignment as the plugin's page and JSON show it (JSON-ready). ``cluster``,
+    ``kafka_topics``: the app's Kafka cluster and its topics there (``describe.app_cluster``),
+    whose lags are then its consumer group's, as ``lakestate status`` shows them.
 
     ``generation``: the latest generation's number (None: never assigned; every run then
     owns every task, as one instance does), with its ``reason``, ``at_ms``,
@@ -157,7 +162,7 @@ def assignment_view(
     """
     history = generations_table.history(warehouse, app)
     newest = reports_table.latest_by_instance(warehouse, app)
-    status = app_status(warehouse, app, None, topology)
+    status = app_status(warehouse, app, None, topology, cluster, kafka_topics)
     latest = history[-1] if history else None
     assignment = latest.assignment if latest is not None else None
 

@@ -26,6 +26,7 @@ from lakestate.processors.output import (
     text_value,
 )
 from lakestate.processors.punctuation import Cancellable, PunctuationQueue, first_time
+from lakestate.processors.suppress import Suppress
 from lakestate.records import Record, RecordMetadata, Windowed
 from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.state import processor_metadata as metadata_store
@@ -419,6 +420,22 @@ class Task:
 
     def pending_output(self) -> list[tuple[str, Record]]:
         return [(o.topic, o.record) for o in self._output]
+
+    def take_output(self) -> list[tuple[str, Record]]:
+        """The output since the last commit or take, handed over now: the test driver emits
+        each record's output at once and commits later. A later abort cannot take it back,
+        so the caller replays what it rolls back without emitting again."""
+        output, self._output = self._output, []
+        return [(o.topic, o.record) for o in output]
+
+    def replays_safely(self) -> bool:
+        """True when processing records again, after an abort, calls no code that may have
+        side effects: nothing is scheduled and every processor is chunk-capable (whose
+        functions are assumed pure: a chunk already calls them in another order) or a
+        suppression (no user code at all)."""
+        return not self.punctuation and all(
+            p.chunked or isinstance(p, Suppress) for p in self._processors.values()
+        )
 
     def pending_output_text(self) -> list[Output]:
         """The uncommitted output with its canonical JSON texts, in emission order."""

@@ -1,15 +1,22 @@
 """TopologyTestDriver: run a topology in-process, one record at a time (like Kafka's).
 
-Every sub-topology runs as one task for partition 0. Each piped record is processed and
-committed at once; records written to a repartition topic (or to any topic another
+Every sub-topology runs as one task for partition 0. Each piped record is processed and its
+output emitted at once; records written to a repartition topic (or to any topic another
 sub-topology reads) are processed right away, in order, before ``pipe_input`` returns.
+
+Each record is committed alone, so a failing one is undone alone. A topology of one task
+whose output no task reads, and whose processing runs no code with side effects
+(``Task.replays_safely``), commits every ``COMMIT_EVERY`` records instead (and before the
+test reads a store or closes the driver): nobody can tell, as a failing record makes the
+records since the last commit be rolled back, processed again (their output not emitted
+twice) and committed first.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +34,9 @@ from lakestate.topology.graph import Topology
 DEFAULT_APPLICATION_ID = "test-app"
 STATE_BACKEND = "lakestate.state.backend"  # "memory" (default) or "rocksdb"
 STATE_DIR = "state.dir"
+# Records between commits when commits can wait: a commit costs about half what a windowed
+# count's record does; a failure processes at most this many again.
+COMMIT_EVERY = 500
 
 
 @dataclass(frozen=True)
@@ -191,6 +201,14 @@ class TopologyTestDriver:
                 )
             )
         self._task_by_topic = {t: task for task in self._tasks for t in task.source_topics()}
+        # A record's processing touches the one task only and can run again unseen: commits
+        # can wait (see _pipe_deferred).
+        self._deferred = (
+            len(self._tasks) == 1
+            and self._tasks[0].replays_safely()
+            and not set(self._tasks[0].subtopology.sink_topics) & set(self._task_by_topic)
+        )
+        self._uncommitted: list[tuple[str, int, Record]] = []  # processed since the commit
         self._offsets: dict[str, int] = {}
         self._partitions: dict[str, TopicPartition] = {}
         self._clock: dict[str, int] = {}
@@ -228,7 +246,7 @@ class TopologyTestDriver:
             return self._global_views[name]
         task = self._store_task(name)
         spec = self.topology.stores[name]
-        return open_view(name, spec.kind, spec.options, lambda: _AutoCommit(task))
+        return open_view(name, spec.kind, spec.options, lambda: _AutoCommit(task, self._flush))
 
     def get_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)
@@ -301,6 +319,9 @@ class TopologyTestDriver:
         if topic in self._global_topics:
             self._update_global(topic, record)
             return
+        if self._deferred and topic in self._task_by_topic:
+            self._pipe_deferred(self._task_by_topic[topic], topic, record)
+            return
         tasks = self._task_by_topic
         offsets = self._offsets
         pending: deque[tuple[str, Record]] | None = None
@@ -337,6 +358,52 @@ class TopologyTestDriver:
                 return
             current_topic, current = pending.popleft()
 
+    def _pipe_deferred(self, task: Task, topic: str, record: Record) -> None:
+        """Process ``record`` and emit its output without a commit. A record that fails
+        first has the records since the last commit replayed and committed, so that, as
+        with a commit per record, it is undone alone."""
+        offset = self._offsets.get(topic, 0)
+        self._offsets[topic] = offset + 1  # in the topic whatever its processing does
+        try:
+            task.process(topic, offset, record)
+        except (ProcessingException, SerializationException) as exc:
+            self._replay(task)
+            failure = task.failure(exc, topic, offset, record)
+            if not task.continues(failure):
+                raise
+            task.dead_letter(failure, record.headers)
+            self._uncommitted.append((topic, offset, record))
+            self._flush()
+            return
+        except Exception:
+            self._replay(task)
+            raise
+        self._uncommitted.append((topic, offset, record))
+        for out_topic, out in task.take_output():
+            self._emit(out_topic, out)
+        if len(self._uncommitted) >= COMMIT_EVERY or task.commit_needed():
+            self._flush()
+
+    def _replay(self, task: Task) -> None:
+        """Roll back the open transaction, then process again and commit the records since
+        the last commit (they succeeded, and processing them is deterministic): all but the
+        failing record stays, as if each had been committed. Their output went out already."""
+        task.abort()
+        for topic, offset, record in self._uncommitted:
+            task.process(topic, offset, record)
+        task.take_output()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Commit the records processed since the last commit (deferred mode only)."""
+        records = self._uncommitted
+        if not records:
+            return
+        self._uncommitted = []
+        offsets = {self._partition(topic): offset + 1 for topic, offset, _ in records}
+        for out_topic, out in self._tasks[0].commit(offsets):
+            self._emit(out_topic, out)
+
     def _stamp(self, topic: str, key: Any, timestamp: int | datetime | None) -> int:
         """A piped record's timestamp in epoch ms (None: the topic's latest), the topic's
         clock moved up to it."""
@@ -368,6 +435,7 @@ class TopologyTestDriver:
     def _pipe_items(self, topic: str, items: list[tuple[Any, Any, Any, Any]]) -> None:
         if not items:
             return
+        self._flush()  # a chunk commits, or replays one by one, from a committed state
         task = self._task_by_topic.get(topic)
         if (
             self._closed
@@ -435,6 +503,7 @@ class TopologyTestDriver:
     def close(self) -> None:
         if self._closed:
             return
+        self._flush()
         self._closed = True
         for task in self._tasks:
             task.close()
@@ -452,24 +521,30 @@ class TopologyTestDriver:
 
 class _AutoCommit:
     """A reader/writer for stores the test reaches directly: reads committed data, and each
-    write commits at once (outside the task's processing transaction)."""
+    write commits at once (outside the task's processing transaction). ``flush`` commits
+    the driver's processed records first, so the test sees every record it piped."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, flush: Callable[[], None]) -> None:
         self._task = task
+        self._flush = flush
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
+        self._flush()
         return self._task.store.get(namespace, key)
 
     def iterate(self, namespace: str, start=None, end=None, reverse=False):
+        self._flush()
         return self._task.store.iterate(namespace, start, end, reverse)
 
     def put(self, namespace: str, key: bytes, value: bytes | None) -> None:
+        self._flush()
         with self._task.store.new_transaction() as txn:
             txn.put(namespace, key, value)
             txn.commit()
 
     def put_all(self, namespace: str, items) -> None:
         """Several writes, committed together."""
+        self._flush()
         with self._task.store.new_transaction() as txn:
             txn.put_all(namespace, items)
             txn.commit()

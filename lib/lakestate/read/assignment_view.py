@@ -166,20 +166,11 @@ def assignment_view(
     latest = history[-1] if history else None
     assignment = latest.assignment if latest is not None else None
 
-    global_topics = _global_topics(topology, status.tasks)
-    by_task = {t.task: t for t in status.tasks}
-    task_ids = _task_ids(by_task, assignment, newest)
     configured = latest.instance_names if latest is not None else []
     names = configured + sorted(set(newest) - set(configured))
-    tasks = []
-    for task in task_ids:
-        found = by_task.get(task)
-        committed = _committed(found, global_topics) if found is not None else {}
-        roles = _Roles.of(assignment, task)
-        per_instance = _instances_on_task(
-            task, roles, names, newest, committed, history, acceptable_recovery_lag
-        )
-        tasks.append(_task_entry(task, roles, found, committed, per_instance))
+    tasks = _task_entries(
+        status.tasks, topology, assignment, names, newest, history, acceptable_recovery_lag
+    )
     summaries = [_summary(g, history[i - 1] if i else None) for i, g in enumerate(history)]
     return {
         "app": app,
@@ -193,6 +184,30 @@ def assignment_view(
         "history": summaries[::-1][:history_limit],
         "unresolved_subtopologies": status.unresolved,
     }
+
+
+def _task_entries(
+    statuses: list[TaskStatus],
+    topology: Topology | None,
+    assignment: Assignment | None,
+    names: list[str],
+    newest: dict[str, dict[TaskId, reports_table.Report]],
+    history: list[Any],
+    acceptable_recovery_lag: int,
+) -> list[dict[str, Any]]:
+    """Each task's entry of the view (``assignment_view``'s ``tasks``)."""
+    global_topics = _global_topics(topology, statuses)
+    by_task = {t.task: t for t in statuses}
+    entries = []
+    for task in _task_ids(by_task, assignment, newest):
+        found = by_task.get(task)
+        committed = _committed(found, global_topics) if found is not None else {}
+        roles = _Roles.of(assignment, task)
+        per_instance = _instances_on_task(
+            task, roles, names, newest, committed, history, acceptable_recovery_lag
+        )
+        entries.append(_task_entry(task, roles, found, committed, per_instance))
+    return entries
 
 
 @dataclass(frozen=True)

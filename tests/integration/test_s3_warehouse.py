@@ -399,3 +399,65 @@ def test_a_bucket_s_rewind_intent_stops_runs_until_removed(s3_warehouse):
     rewind_intent.remove(s3_warehouse, "counts")
     rewind_intent.refuse_if_mid_rewind(s3_warehouse, "counts")
     rewind_intent.remove(s3_warehouse, "counts")  # twice: a resumed rewind's second removal
+
+
+def test_kill_after_each_rewind_step_on_a_bucket_then_resume_gives_the_folder_s_rewind(
+    s3_warehouse, tmp_path, capsys
+):
+    """A rewind on a bucket SIGKILLed after each of its steps (test_rewind's chain): while
+    mid-rewind runs refuse, naming the command to complete it; the completed rewind, and
+    the rerun after it, give what a folder's uninterrupted rewind and rerun give."""
+    from test_rewind import REWIND_FAULTS
+
+    records = tmp_path / "events.jsonl"
+    records.write_text("".join(json.dumps(r) + "\n" for r in events(300, seed=23)))
+    local = Warehouse(tmp_path / "local")
+    both = {"local": local, "s3": s3_warehouse}
+
+    def run(name: str) -> int:
+        args = ["--quiet", "run", str(APPS / "counts.py"), "--transport", "inprocess"]
+        args += ["--max-records", "100", "--until-caught-up", "--warehouse", both[name].root]
+        return main([*args, "--state-dir", str(tmp_path / f"state-{name}")])
+
+    for name, wh in both.items():
+        assert (
+            main(["produce", "events", str(records), "--partitions", "2", "--warehouse", wh.root])
+            == 0
+        )
+        assert run(name) == 0
+    assert main(["--quiet", "rewind", "counts", "--to-batch", "1", "--yes", "--warehouse",
+                 local.root, "--state-dir", str(tmp_path / "state-local")]) == 0  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    # A killed rewind holds its tables' maintenance leases until they expire: a short lease
+    # lets each rerun go on within seconds.
+    env["LAKESTATE_LEASE_SECONDS"] = "3"
+    state = str(tmp_path / "state-s3")
+    for index, point in enumerate([*REWIND_FAULTS, None]):
+        target = "resume=True" if index == 2 else "to_batch=1"
+        code = (
+            "from lakestate.ops.rewind import rewind; "
+            f"rewind({s3_warehouse.root!r}, 'counts', {target}, state_dir={state!r})"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**env, **({"LAKESTATE_FAULT": point} if point else {})},
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        if point is None:
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert "completing the interrupted rewind" in proc.stdout
+            break
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+        capsys.readouterr()
+        assert run("s3") == 1
+        assert "lakestate rewind counts --resume" in capsys.readouterr().err, point
+    assert rewind_intent.read(s3_warehouse, "counts") is None
+    for rerun in (False, True):
+        if rerun:
+            assert run("local") == 0 and run("s3") == 0
+        for topic in ("counts-out", "sums-out"):
+            a = _cli(capsys, local, "consume", topic, "--from-beginning")
+            b = _cli(capsys, s3_warehouse, "consume", topic, "--from-beginning")
+            assert a == b and a, (rerun, topic)
+        query = "SELECT key, value FROM counts__sums ORDER BY key"
+        assert _cli(capsys, local, "sql", query) == _cli(capsys, s3_warehouse, "sql", query)

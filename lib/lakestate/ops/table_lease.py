@@ -9,7 +9,7 @@ table, and every row's commit carries that txn with its ``seq``: two takers that
 same state both commit ``seq + 1``, and Delta's conflict check fails the second
 (ConcurrentTransaction; on S3 through the conditional put of the commit file), which reads
 again and waits. A lease is free when its newest row is released or expired; a holder that
-crashed is overtaken once its lease expires (``LEASE_SECONDS``). A live holder renews its
+crashed is overtaken once its lease expires (``lease_time()``). A live holder renews its
 lease (``held``: a row ``seq + 1`` with its own owner and a later expiry, a third of the
 lease's time apart), so a rewrite may take longer than the lease. A renewal or release
 writes a row only while the lease is still the holder's.
@@ -36,8 +36,27 @@ from lakestate.io import delta_commits
 LEASE_TABLE = "_lakestate_lease"
 #: The txn id whose version, in the lease table, is the newest row's ``seq``.
 LEASE_TXN = "lakestate-lease"
-#: How long a taken lease holds without its holder: a crashed holder is overtaken then.
-LEASE_SECONDS = 900.0
+#: How long a taken lease holds without its holder renewing it: a crashed holder's tables
+#: wait this long before another holder may rewrite them.
+LEASE_SECONDS = 120.0
+#: An environment variable overriding ``LEASE_SECONDS`` (seconds).
+LEASE_SECONDS_ENV = "LAKESTATE_LEASE_SECONDS"
+
+
+def lease_time() -> float:
+    """The lease time: env ``LAKESTATE_LEASE_SECONDS``, else ``LEASE_SECONDS``."""
+    text = os.environ.get(LEASE_SECONDS_ENV, "").strip()
+    if not text:
+        return LEASE_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise StreamsException(f"{LEASE_SECONDS_ENV}={text!r}: give a positive number of seconds")
+    return value
+
+
 #: Pause between two looks at a lease another holder has.
 POLL_SECONDS = 0.5
 
@@ -86,10 +105,12 @@ def _write(table, seq: int, owner: str, expires_ms: int) -> None:
 
 
 def take(
-    path: str, *, lease_seconds: float = LEASE_SECONDS, wait_seconds: float | None = None
+    path: str, *, lease_seconds: float | None = None, wait_seconds: float | None = None
 ) -> Lease:
     """Take the lease of the table at ``path``, waiting while another holder has it (at most
-    ``wait_seconds``, None: until it is released or expires; then LeaseTimeout)."""
+    ``wait_seconds``, None: until it is released or expires; then LeaseTimeout).
+    ``lease_seconds``: None, ``lease_time()``."""
+    lease_seconds = lease_seconds or lease_time()
     where = lease_table(path)
     delta_commits.create_table(where, _SCHEMA, [], "lakestate lease", f"lease of {path}")
     owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex}"
@@ -126,7 +147,7 @@ def give_back(lease: Lease) -> bool:
             continue  # overtaken meanwhile, or not: look again
 
 
-def renew(lease: Lease, lease_seconds: float = LEASE_SECONDS) -> Lease | None:
+def renew(lease: Lease, lease_seconds: float) -> Lease | None:
     """Extend ``lease`` to ``lease_seconds`` from now: the lease as renewed, or None when it
     was no longer the holder's (it expired and was overtaken: nothing is written)."""
     while True:
@@ -143,10 +164,11 @@ def renew(lease: Lease, lease_seconds: float = LEASE_SECONDS) -> Lease | None:
 
 @contextlib.contextmanager
 def held(
-    path: str, *, lease_seconds: float = LEASE_SECONDS, wait_seconds: float | None = None
+    path: str, *, lease_seconds: float | None = None, wait_seconds: float | None = None
 ) -> Iterator[Lease]:
     """Hold the lease of the table at ``path`` (``take``) for the block, renewing it a third
     of ``lease_seconds`` apart, and give it back after."""
+    lease_seconds = lease_seconds or lease_time()
     current = [take(path, lease_seconds=lease_seconds, wait_seconds=wait_seconds)]
     done = threading.Event()
 

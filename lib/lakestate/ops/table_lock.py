@@ -29,7 +29,7 @@ def table_lock(path: str) -> Iterator[None]:
     """Hold the maintenance lock of the table at ``path``: no other holder, in any thread or
     process of this machine, rewrites the table meanwhile (this waits for the current one).
     Reentrant within a thread; on object storage, every machine's holders (a lease that
-    expires ``table_lease.LEASE_SECONDS`` after its holder stops renewing it). Open the table after
+    expires ``table_lease.lease_time()`` after its holder stops renewing it). Open the table after
     taking it."""
     log = delta_log.local_log(path)
     lock_file = str(log.parent / LOCK_FILE) if log is not None else table_lease.lease_table(path)

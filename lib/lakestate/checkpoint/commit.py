@@ -112,7 +112,7 @@ def commit_batch(
     results: list[TaskResult],
     rows: pa.Table,
     replayed: set[TaskId],
-    state_dir: str,
+    state_dir: str | None,
     isolation: IsolationLevel,
     fences: Mapping[str, int] | None = None,
 ) -> None:
@@ -120,7 +120,10 @@ def commit_batch(
     output (kind ``out`` and ``state`` rows of every task). ``fences``: txn versions the
     progress commit checks and carries (``progress.record``). A progress commit that fails
     (TaskMigratedException: another run got there first, or a fence moved) discards the
-    batch's staged transactions: nothing of the batch is left anywhere."""
+    batch's staged transactions: nothing of the batch is left anywhere. ``state_dir``
+    None: the stores are the Spark executors' (runtime/executor_stores.py), which do step 4
+    at the start of each task's next batch, and drop a staged transaction whose progress
+    row is not theirs."""
     app = layout.app.name
     batches = {r.task: r.batch_id for r in results}
     identity = {
@@ -143,7 +146,8 @@ def commit_batch(
             _record(layout, run_id, results, replayed, identity, at, fences)
         except TaskMigratedException as exc:
             for r in results:
-                TaskDir(state_dir, app, r.task).discard_staged()
+                if state_dir is not None:
+                    TaskDir(state_dir, app, r.task).discard_staged()
             raise BatchRefused(str(exc)) from exc
     faults.maybe_fail("after_progress", first)
 
@@ -152,6 +156,18 @@ def commit_batch(
     faults.maybe_fail("after_tables", first)
 
     # 4. Complete: the local stores commit.
+    if state_dir is not None:
+        _complete(state_dir, app, results, isolation)
+
+    # After the commit: the offsets mirrored to Kafka for the usual lag tools.
+    _mirror_offsets(layout, results)
+
+
+def _complete(
+    state_dir: str, app: str, results: list[TaskResult], isolation: IsolationLevel
+) -> None:
+    """Step 4: each task's local store applies the transaction it staged."""
+    first = min(r.batch_id for r in results)
     for index, r in enumerate(sorted(results, key=lambda r: r.task)):
         local = TaskDir(state_dir, app, r.task)
         store = local.open(isolation)
@@ -161,9 +177,6 @@ def commit_batch(
             store.close()
         if index == 0:
             faults.maybe_fail("mid_local_commit", first)
-
-    # After the commit: the offsets mirrored to Kafka for the usual lag tools.
-    _mirror_offsets(layout, results)
 
 
 def _outputs_by_topic(

@@ -11,6 +11,11 @@ its batch marker; for a warmup's restore in pieces, before its last piece's comm
 mid_warmup_piece (inside a warmup restore's piece, before its commit) and mid_warmup_swap
 (the complete shadow's old store removed, the shadow not yet renamed in its place:
 restore/warmup.py); and compaction's and rewind's own points (ops/rewind.py).
+``in_task`` is set on Spark's executors (``spark.executorEnv.LAKESTATE_FAULT``): it
+SIGKILLs the executor (the JVM the Python worker serves) at the start of a task's
+processing (``kill_executor``): an executor lost mid-batch. Once: the first task there
+creates the file named by env ``LAKESTATE_FAULT_ONCE`` and kills; later ones (the retries)
+find it and go on.
 ``<batch>`` is the lowest task batch of the batch being committed (for mid_restore: the
 batch restored).
 Unset in production; reading one environment variable is its only cost.
@@ -28,6 +33,7 @@ import signal
 from collections.abc import Callable, Iterator
 
 ENV = "LAKESTATE_FAULT"
+ONCE_ENV = "LAKESTATE_FAULT_ONCE"
 _HOOKS: dict[str, Callable[[int], None]] = {}
 
 
@@ -58,3 +64,27 @@ def maybe_fail(point: str, batch_id: int) -> None:
     name, _, batch = wanted.partition("@")
     if name == point and (not batch or int(batch) == batch_id):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_executor(batch_id: int) -> None:
+    """At ``in_task`` (see above), SIGKILL the nearest ancestor of this process that is a
+    JVM: in a Spark Python worker, its executor."""
+    wanted = os.environ.get(ENV)
+    if not wanted:
+        return
+    name, _, batch = wanted.partition("@")
+    if name != "in_task" or (batch and int(batch) != batch_id):
+        return
+    try:
+        os.close(os.open(os.environ[ONCE_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return  # killed once already
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)
+        command = fields[0].split("(", 1)[1]
+        if command == "java":
+            os.kill(pid, signal.SIGKILL)
+            return
+        pid = int(fields[1].split()[1])

@@ -55,17 +55,29 @@ def recover(
     brought to its committed batch."""
     if recovered is None:
         recovered = where_tasks_stand(layout, tasks)
-    app = layout.app.name
     for task in tasks:
-        committed = recovered.committed[task]
-        try:
-            rewound = recovered.rewound.get(task, 0)
-            _bring_to(layout, task, committed, state_dir, isolation, say, rewound)
-        finally:
-            TaskDir(state_dir, app, task).discard_staged()
-            # The owner's store is complete now: a warmup restore in progress is moot.
-            warmup.discard(state_dir, app, task)
+        rewound = recovered.rewound.get(task, 0)
+        recover_task(layout, task, recovered.committed[task], state_dir, isolation, say, rewound)
     return recovered
+
+
+def recover_task(
+    layout: AppLayout,
+    task: TaskId,
+    committed: TaskCheckpoint,
+    state_dir: str,
+    isolation: IsolationLevel,
+    say: Callable[[str], None],
+    rewound: int = 0,
+) -> None:
+    """Bring the owner's local store of ``task`` to ``committed`` (the batch of its latest
+    rewind row: ``rewound``); its staged transactions and any warmup restore are dropped."""
+    try:
+        _bring_to(layout, task, committed, state_dir, isolation, say, rewound)
+    finally:
+        TaskDir(state_dir, layout.app.name, task).discard_staged()
+        # The owner's store is complete now: a warmup restore in progress is moot.
+        warmup.discard(state_dir, layout.app.name, task)
 
 
 def _bring_to(

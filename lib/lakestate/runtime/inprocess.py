@@ -42,6 +42,9 @@ class InProcessTransport:
     def start(self) -> None:
         """Nothing to start."""
 
+    def state_owner(self, config: dict) -> str:
+        return "driver"  # the worker processes open this instance's state directory
+
     def close(self) -> None:
         """Stop the worker processes, if a batch started them."""
         if self._pool is not None:

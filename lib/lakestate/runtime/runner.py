@@ -40,6 +40,7 @@ from lakestate.restore.recovery import recover
 from lakestate.runtime import transport
 from lakestate.runtime.batch_rows import store_kinds
 from lakestate.runtime.cutoff import Cutoff, format_timestamp
+from lakestate.runtime.executor_stores import STATE_OWNER, ExecutorStores
 from lakestate.runtime.failure import message_of
 from lakestate.runtime.inprocess import InProcessTransport
 from lakestate.runtime.plan import plan_tasks
@@ -134,6 +135,9 @@ class Runner:
         self.dead_letter_topic = ExceptionHandlers.from_config(
             app.config, app.name
         ).dead_letter_topic
+        self._executor_owned: bool | None = None  # decided with the transport
+        self._rewound: dict[TaskId, int] = {}  # per task, the batch of its latest rewind row
+        self._plan_runs: dict[TaskId, str] = {}  # per task, the run its batch is recorded for
 
     def run(self, tasks: list[TaskId], limit: int | None, deadline: float | None) -> RunResult:
         """Batches of ``tasks`` until ``limit`` batches (None: until caught up), no new one
@@ -151,7 +155,11 @@ class Runner:
             self._say_first(self._caught_up())
             return result
         result.transport = self._choose_transport(tasks, committed, sources).name
-        recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
+        self._rewound = dict(standing.rewound)
+        if self._executors_own_state():
+            self.say("state: on Spark's executors (each brings its tasks' stores up itself)")
+        else:
+            recover(self.layout, tasks, self.state_dir, self.isolation, self.say, standing)
         if self.layout.global_topics:
             # Global data is read from where each (now recovered) local store stands: a
             # restored store holds none, and reads its global topics again from offset 0.
@@ -197,7 +205,12 @@ class Runner:
         results, seconds = batch
         for r in results:
             committed[r.task] = TaskCheckpoint(
-                r.batch_id, dict(r.offsets), r.stream_time, r.processor_metadata, r.metrics
+                r.batch_id,
+                dict(r.offsets),
+                r.stream_time,
+                r.processor_metadata,
+                r.metrics,
+                self._plan_runs.get(r.task, self.run_id),
             )
         result.batches.append({str(r.task): r.batch_id for r in results})
         result.records += sum(r.records for r in results)
@@ -205,6 +218,23 @@ class Runner:
         result.figures.append(figures)
         result.dead_letters += figures["dead_letters"]
         self.bar.advance(sum(r.records for r in results))
+
+    def _executors_own_state(self) -> bool:
+        """Whether the run's stores are its Spark executors' (``executor_stores``), not the
+        ones in this instance's state directory; decided once per run."""
+        if self._executor_owned is None:
+            assert self.transport is not None
+            owned = self.transport.state_owner(self.app.config) == "executors"
+            if owned and self.layout.global_topics:
+                raise StreamsException(
+                    f"app {self.app.name}: its global tables ("
+                    + ", ".join(self.layout.global_topics)
+                    + ") need the stores in this instance's state directory, and Spark's "
+                    f"executors own them here: set {STATE_OWNER}=driver with local Spark, "
+                    "or run in process (--transport inprocess)"
+                )
+            self._executor_owned = owned
+        return self._executor_owned
 
     def _choose_transport(
         self, tasks: list[TaskId], committed: dict[TaskId, TaskCheckpoint], sources: _Sources
@@ -319,8 +349,15 @@ class Runner:
                 store.close()
         return starts
 
-    def _batch_input(self, plans: list[TaskPlan]) -> BatchInput:
+    def _batch_input(
+        self, plans: list[TaskPlan], committed: dict[TaskId, TaskCheckpoint]
+    ) -> BatchInput:
         """The batch as its transport gets it, computed once."""
+        self._plan_runs = {p.task: p.run_id or self.run_id for p in plans}
+        executor_stores = None
+        if self._executors_own_state():
+            stand = {p.task: committed.get(p.task, TaskCheckpoint()) for p in plans}
+            executor_stores = ExecutorStores.of(self.layout, stand, self._rewound)
         ctx = BatchContext(
             self.app_path,
             self.app.name,
@@ -329,7 +366,8 @@ class Runner:
             self.isolation,
             dict(self.layout.outputs),
             {str(p.task): {topic: r[0] for topic, r in p.ranges.items()} for p in plans},
-            {str(p.task): p.run_id or self.run_id for p in plans},
+            {str(t): run for t, run in self._plan_runs.items()},
+            executor_stores,
         )
         reads = transport.input_reads(self.layout.inputs, self.layout.global_topics, plans)
         return BatchInput(tuple(plans), ctx, reads, store_kinds(self.app))
@@ -342,7 +380,7 @@ class Runner:
         started = time.monotonic()
         assert self.transport is not None  # chosen before the first batch
         try:
-            output = self.transport.run_batch(self._batch_input(plans))
+            output = self.transport.run_batch(self._batch_input(plans, committed))
         except Exception as exc:
             raise StreamsException(
                 f"app {self.app.name}: batch of tasks "
@@ -358,7 +396,7 @@ class Runner:
             results,
             output.rows,
             replayed,
-            self.state_dir,
+            None if self._executors_own_state() else self.state_dir,
             self.isolation,
             fences,
         )

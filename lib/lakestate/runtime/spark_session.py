@@ -226,6 +226,14 @@ def _resolve_master(master: str | None) -> str:
     return master or os.environ.get("LAKESTATE_SPARK_MASTER") or DEFAULT_MASTER
 
 
+def configured_master(master: str | None) -> str | None:
+    """The master ``get_spark(master)`` starts Spark on; None under spark-submit without
+    one given (spark-submit's ``--master`` then decides)."""
+    if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():
+        return _resolve_master(master)
+    return None
+
+
 def spark_conf(
     master: str | None = None,
     app_name: str = "lakestate",

@@ -20,12 +20,15 @@ import threading
 from collections.abc import Sequence
 
 import pyarrow as pa
+from lakestate.checkpoint import faults
 from lakestate.checkpoint.changelog import ARROW_TYPES
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.errors import StreamsException
 from lakestate.object_store import is_s3
 from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_fields
+from lakestate.runtime.executor_stores import state_owner
 from lakestate.runtime.routing import TASK_KEY_STRIDE, routes
+from lakestate.runtime.spark_session import configured_master
 from lakestate.runtime.spark_topics import read_range
 from lakestate.runtime.task_executor import BatchContext, process_partition
 from lakestate.runtime.transport import BatchInput, BatchOutput, InputRead
@@ -111,6 +114,12 @@ class SparkTransport:
     def close(self) -> None:
         self.spark.join()
 
+    def state_owner(self, config: dict) -> str:
+        """``executor_stores.state_owner`` for this run's Spark master (the one configured,
+        or under spark-submit the running session's)."""
+        master = configured_master(self.spark.master) or self.spark().sparkContext.master
+        return state_owner(config, master)
+
     def run_batch(self, batch: BatchInput) -> BatchOutput:
         """Step 1 in Spark's Python workers: the processing output, collected as Arrow."""
         # One Spark partition per task, so that tasks run in parallel (grouping by task
@@ -191,6 +200,7 @@ def _partition_function(ctx: BatchContext):
     """The function for mapInArrow (a plain function: Spark inspects it)."""
 
     def process(batches):
+        faults.kill_executor(min(ctx.batches.values()))  # tests only: see faults.py
         return process_partition(batches, ctx)
 
     return process

@@ -39,6 +39,7 @@ from lakestate.runtime.batch_rows import (
     state_rows,
     store_kinds,
 )
+from lakestate.runtime.executor_stores import ExecutorStores
 from lakestate.runtime.outcome import TaskOutcome
 from lakestate.runtime.record_decoding import (
     Codec,
@@ -72,6 +73,10 @@ class BatchContext:
     # task id -> the run whose progress row records the batch, staged with it (recovery
     # applies a staged batch only for the row of the same run)
     run_ids: dict[str, str] = field(default_factory=dict)
+    #: set when the executors own the stores (a Spark cluster): each task's store is then in
+    #: the executor's own state directory, brought to the task's committed batch first
+    #: (``state_dir`` is the driver's and unused)
+    executor_stores: ExecutorStores | None = None
 
 
 def loaded_app(path: str) -> App:
@@ -143,13 +148,17 @@ def _process_task(records: pa.Table, ctx: BatchContext) -> pa.Table:
     del records  # the columns above are what is needed: free the Arrow buffers early
     task_id = str(TaskId(sub, partition))
     app = loaded_app(ctx.app_path)
-    store = TaskDir(ctx.state_dir, ctx.app_name, task_id).open(ctx.isolation)
+    state_dir = ctx.state_dir
+    if ctx.executor_stores is not None:
+        state_dir = ctx.executor_stores.bring(app, TaskId(sub, partition), ctx.isolation)
+    local = TaskDir(state_dir, ctx.app_name, task_id)
+    store = local.open(ctx.isolation)
     try:
         _check_starts(store, ctx, app, task_id, partition)
         task, global_views = _open_task(app, sub, partition, store)
         reached, processed, global_reached = _process_all(task, app, global_views, updates, columns)
         del updates, columns
-        return _hand_over(task, store, app, ctx, reached, global_reached, processed)
+        return _hand_over(task, store, local, app, ctx, (reached, global_reached, processed))
     finally:
         store.close()
 
@@ -190,14 +199,16 @@ def _open_task(app: App, sub: int, partition: int, store) -> tuple[Task, dict[st
 def _hand_over(
     task: Task,
     store,
+    local: TaskDir,
     app: App,
     ctx: BatchContext,
-    reached: dict[str, int],
-    global_reached: dict[str, int],
-    processed: int,
+    progress: tuple[dict[str, int], dict[str, int], int],
 ) -> pa.Table:
     """Step 1 of the commit (checkpoint/commit.py): the task's transaction staged durably
-    beside its store; its output, changelog and ``task`` rows returned."""
+    beside its store (``local``); its output, changelog and ``task`` rows returned.
+    ``progress``: the offsets reached per input and per global partition, and the records
+    processed."""
+    reached, global_reached, processed = progress
     sub, partition = task.task_id.subtopology, task.task_id.partition
     task_id = str(task.task_id)
     global_topics = [g.topic for g in app.topology.global_tables]
@@ -208,9 +219,7 @@ def _hand_over(
         offsets.setdefault(offset_tp, offset)
     prepared = task.prepare_commit(offsets)
     writes = prepared.writes()
-    TaskDir(ctx.state_dir, ctx.app_name, task_id).stage(
-        ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id)
-    )
+    local.stage(ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id))
     rows = Rows(out_fields(store_kinds(app)))
     counts = output_rows(
         rows, prepared.output, sub, partition, ctx.topic_partitions, kafka_key_bytes(app)

@@ -188,6 +188,10 @@ class Transport(Protocol):
     def start(self) -> None:
         """Get ready, in the background if it takes time (called once the run chose it)."""
 
+    def state_owner(self, config: dict) -> str:
+        """Whose the tasks' stores are in this transport: ``driver`` (this instance's state
+        directory) or ``executors`` (each Spark executor's own: ``executor_stores``)."""
+
     def run_batch(self, batch: BatchInput) -> BatchOutput:
         """Process ``batch``."""
 

@@ -4,7 +4,8 @@
 The Delta jars, and for a warehouse on a bucket (``get_spark(s3=True)``) Spark's S3A
 connector (``S3A_PACKAGES``: 13 MB, not the AWS SDK's 686 MB bundle), come from Maven Central through Spark's own Ivy resolution
 (``spark.jars.packages``) and are cached in a project-local Ivy directory, so only the first
-run on a machine needs the network. ``s3://`` paths go to S3A (``s3a_conf``), configured from
+run on a machine needs the network. The first start records the jar files Ivy resolved them
+to (``resolved_jars``); later starts hand Spark those files (``spark.jars``) and skip Ivy. ``s3://`` paths go to S3A (``s3a_conf``), configured from
 the ``AWS_*`` variables delta-rs reads (``lakestate.object_store.S3Settings``).
 
 Environment:
@@ -35,11 +36,13 @@ spark-submit, whose JVM is already up, nothing changes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import sys
 import threading
+import urllib.parse
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,6 +171,36 @@ def jars_cached(s3: bool = True) -> bool:
     return True
 
 
+def _resolution_file(s3: bool) -> Path:
+    """Where a start records the jar files Ivy resolved the packages (of ``s3``) to."""
+    what = ",".join((*_packages(s3), *(S3A_EXCLUDES if s3 else ())))
+    return ivy_dir() / f"lakestate-resolved-{hashlib.sha256(what.encode()).hexdigest()[:16]}.txt"
+
+
+def resolved_jars(s3: bool) -> list[str] | None:
+    """The jar files (``file:`` URIs) an earlier start resolved the packages to, when every
+    one is still there; None: resolve them (Ivy's resolution costs seconds at every start,
+    even with every jar cached)."""
+    try:
+        jars = _resolution_file(s3).read_text().split()
+    except FileNotFoundError:
+        return None
+    if not jars or not all(Path(urllib.parse.urlparse(j).path).is_file() for j in jars):
+        return None
+    return jars
+
+
+def _record_resolution(spark: SparkSession, s3: bool) -> None:
+    """Record the jars Ivy resolved this start's packages to (``resolved_jars``)."""
+    jars = [j for j in spark.sparkContext.getConf().get("spark.jars", "").split(",") if j]
+    if not jars:
+        return
+    path = _resolution_file(s3)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text("\n".join(jars) + "\n")
+    os.replace(tmp, path)  # whole or not at all, for a start racing this one
+
+
 def s3a_conf(settings: S3Settings | None = None) -> dict[str, str]:
     """The Spark confs that send ``s3://`` (and ``s3a://``) paths to S3A, at the endpoint,
     region and scheme of ``settings`` (default: the environment's ``AWS_*``). The
@@ -248,8 +281,6 @@ def spark_conf(
     )
     conf: dict[str, str] = {
         "spark.app.name": app_name,
-        "spark.jars.packages": ",".join(_packages(s3)),
-        "spark.jars.ivy": str(ivy_dir()),
         **DELTA_CONF,
         "spark.sql.shuffle.partitions": shuffle_partitions,
         # Delta rebuilds a table's snapshot from its log with this many tasks (default 50):
@@ -270,8 +301,15 @@ def spark_conf(
         # Classic (py4j) Spark: the engine's driver-side commit needs the JVM session.
         "spark.api.mode": "classic",
     }
+    jars = resolved_jars(s3)
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    else:
+        conf["spark.jars.packages"] = ",".join(_packages(s3))
+        conf["spark.jars.ivy"] = str(ivy_dir())
+        if s3:
+            conf["spark.jars.excludes"] = ",".join(S3A_EXCLUDES)
     if s3:
-        conf["spark.jars.excludes"] = ",".join(S3A_EXCLUDES)
         conf.update(s3a_conf())
     if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():
         conf["spark.master"] = _resolve_master(master)
@@ -328,12 +366,16 @@ def get_spark(
         # python3 is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf = spark_conf(master, app_name, extra_conf, s3=s3)
-        Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
+        resolving = conf.get("spark.jars.packages") == ",".join(_packages(s3))
+        if "spark.jars.ivy" in conf:
+            Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
         _launch_jvm_into_log(conf)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
+        if resolving:
+            _record_resolution(spark, s3)
         if s3:
             s3a_credentials(spark)
         spark.sparkContext.setLogLevel(os.environ.get("LAKESTATE_LOG_LEVEL", DEFAULT_LOG_LEVEL))

@@ -127,6 +127,18 @@ def demo_instances(state_root: str) -> list:
     return instances_of(load_app(ROOT / "jobs" / "demo.py"), state_root)
 
 
+def _named_volume_at(service: dict, target: str) -> str | None:
+    """The named volume a service mounts at ``target`` (None: none)."""
+    for volume in service.get("volumes") or []:
+        if isinstance(volume, dict):
+            source, at = volume.get("source", ""), volume["target"]
+        else:
+            source, at = volume.split(":")[:2]
+        if at.rstrip("/") == target and not source.startswith((".", "/")):
+            return source
+    return None
+
+
 def mounts(service: dict) -> dict[str, str]:
     """Bind mounts of a service as {container path: host path relative to the repo}."""
     result = {}
@@ -345,7 +357,7 @@ def test_a_spark_master_and_two_workers(services):
     port = args[args.index("--port") + 1]
     ui = int(args[args.index("--webui-port") + 1])
     assert ui in _published(master)
-    work_dirs = set()
+    work_dirs, state_volumes = set(), set()
     for name in ("spark-worker-1", "spark-worker-2"):
         worker = services[name]
         wargs = command(worker).split()
@@ -356,17 +368,22 @@ def test_a_spark_master_and_two_workers(services):
         ]
         assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy"
         work_dirs.add(environment(worker)["SPARK_WORKER_DIR"])
+        # The executors own their tasks' stores, on a volume of the worker's own.
+        state_dir = environment(worker)["LAKESTATE_STATE_DIR"]
+        state_volumes.add(_named_volume_at(worker, state_dir))
     assert len(work_dirs) == 2, work_dirs
+    assert state_volumes == {"spark-state-1", "spark-state-2"}, state_volumes
     for name in SPARK_SERVICES:
         deps = services[name]["depends_on"]
         assert deps["seaweedfs-init"]["condition"] == "service_completed_successfully", name
         env = environment(services[name])
         assert env["PYTHONPATH"] == f"{REPO}/lib" and env["CONNECTION_CHECK_MAX_COUNT"] == "0"
         assert mounts(services[name]).get(f"{REPO}/lib") == "lib", name
-    # The instances' runs stay on local[*] (see the file's header): no service points them
-    # at the cluster.
+    # The instances' Spark runs go to the cluster through Airflow's spark_default.
     for name in AIRFLOW_SERVICES:
-        assert "LAKESTATE_SPARK_MASTER" not in environment(services[name]), name
+        env = environment(services[name])
+        assert env["AIRFLOW_CONN_SPARK_DEFAULT"] == f"spark://spark-master:{port}", name
+        assert "LAKESTATE_SPARK_MASTER" not in env, name
 
 
 def test_kafka_in_kraft_mode(services):
@@ -441,8 +458,6 @@ def test_airflow_configuration(services, name):
     assert "@postgres" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     # lakestate's DAGs are unpaused when created (make_dag's is_paused_upon_creation=False).
     assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"].lower() == "false"
-    # Each instance runs Spark in its own worker (its stores are on the worker's disk).
-    assert "AIRFLOW_CONN_SPARK_DEFAULT" not in env
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith(
         "http://airflow-apiserver:8080/"
     )

@@ -1,0 +1,130 @@
+"""The demo count's backlog on a Spark standalone cluster of one worker against two (one core
+each), the executors owning the stores (docs/architecture.md, "State on Spark's executors").
+
+    python tests/benchmarks/bench_cluster.py [--records N] [--partitions P] [--repeat R]
+
+Writes N demo events (10,000 users, P partitions) into a local warehouse once, then for each
+cluster size, R times interleaved, starts the cluster (``tests/integration/spark_cluster.py``:
+master and workers from pyspark's ``spark-class``), copies the warehouse and runs the demo
+app over it from empty state in a fresh driver process (``run_app(master=spark://...,
+transport='spark')``, until caught up). Prints, per run, the driver's wall seconds and the
+sum of its batches' seconds (Spark's start excluded), records/s of each, and the two-worker
+/ one-worker ratio of the batches' records/s (the issue's target: at least 1.6), with the
+load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "lib"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+APP = str(REPO / "jobs" / "demo.py")
+CHUNK = 200_000
+
+
+def build(warehouse: Path, records: int, partitions: int) -> None:
+    """The demo app's input: ``records`` sample events of 10,000 users."""
+    from lakestate.app import load_module
+    from lakestate.io import topics
+    from lakestate.warehouse import Warehouse
+
+    demo = load_module(REPO / "jobs" / "demo.py")
+    topic = topics.topic(Warehouse(warehouse), demo.INPUT_TOPIC)
+    topic.create(partitions)
+    chunk = []
+    for key, value, ts in demo.sample_events(records, users=10_000):
+        chunk.append({"key": key, "value": value, "timestamp": ts})
+        if len(chunk) == CHUNK:
+            topic.append(chunk)
+            chunk = []
+    if chunk:
+        topic.append(chunk)
+
+
+def drive(url: str, warehouse: Path, state: Path) -> dict:
+    """One run of the demo app on the cluster at ``url``, its driver a fresh process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
+    conf = {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.memory": "1g",
+    }
+    env["LAKESTATE_SPARK_CONF"] = json.dumps(conf)
+    code = (
+        "from lakestate import run_app; "
+        f"run_app({APP!r}, warehouse={str(warehouse)!r}, state_dir={str(state)!r}, "
+        f"until_caught_up=True, master={url!r}, transport='spark')"
+    )
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=3600
+    )
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-4000:])
+    batches = [float(s) for s in re.findall(r", ([0-9.]+)s$", proc.stdout, re.MULTILINE)]
+    records = sum(int(n) for n in re.findall(r": (\d+) records,", proc.stdout))
+    return {"wall_s": wall, "batch_s": sum(batches), "batches": len(batches), "records": records}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args(argv)
+    from spark_cluster import StandaloneCluster
+
+    load_before = os.getloadavg()
+    root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    template = root / "template"
+    t = time.perf_counter()
+    build(template, args.records, args.partitions)
+    print(
+        f"input: {args.records} records, {args.partitions} partitions "
+        f"({time.perf_counter() - t:.1f}s to write)"
+    )
+    runs: dict[int, list[dict]] = {1: [], 2: []}
+    for n in range(args.repeat):
+        for workers in (2, 1):
+            cluster = StandaloneCluster(root / f"cluster-{workers}-{n}", {})
+            cluster.root.mkdir(parents=True)
+            cluster.start(workers=workers)
+            try:
+                warehouse = root / f"wh-{workers}-{n}"
+                shutil.copytree(template, warehouse)
+                run = drive(cluster.url, warehouse, root / f"state-{workers}-{n}")
+            finally:
+                cluster.stop()
+            runs[workers].append(run)
+            print(
+                f"{workers} worker(s): {run['records']} records in {run['batches']} batches, "
+                f"driver {run['wall_s']:.1f}s ({run['records'] / run['wall_s']:,.0f}/s), "
+                f"batches {run['batch_s']:.1f}s ({run['records'] / run['batch_s']:,.0f}/s)"
+            )
+            shutil.rmtree(warehouse, ignore_errors=True)
+    best = {w: min(r["batch_s"] for r in rs) for w, rs in runs.items()}
+    best_wall = {w: min(r["wall_s"] for r in rs) for w, rs in runs.items()}
+    print(
+        f"two workers / one, records/s of the batches: {best[1] / best[2]:.2f}x (target 1.6x); "
+        f"of the whole driver run: {best_wall[1] / best_wall[2]:.2f}x"
+    )
+    print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -201,6 +201,18 @@ def _record_resolution(spark: SparkSession, s3: bool) -> None:
     os.replace(tmp, path)  # whole or not at all, for a start racing this one
 
 
+def _jars_conf(s3: bool) -> dict[str, str]:
+    """The confs that give Spark its jars: the recorded resolution's files, else the
+    packages for Ivy to resolve (``resolved_jars``)."""
+    jars = resolved_jars(s3)
+    if jars:
+        return {"spark.jars": ",".join(jars)}
+    conf = {"spark.jars.packages": ",".join(_packages(s3)), "spark.jars.ivy": str(ivy_dir())}
+    if s3:
+        conf["spark.jars.excludes"] = ",".join(S3A_EXCLUDES)
+    return conf
+
+
 def s3a_conf(settings: S3Settings | None = None) -> dict[str, str]:
     """The Spark confs that send ``s3://`` (and ``s3a://``) paths to S3A, at the endpoint,
     region and scheme of ``settings`` (default: the environment's ``AWS_*``). The
@@ -301,14 +313,7 @@ def spark_conf(
         # Classic (py4j) Spark: the engine's driver-side commit needs the JVM session.
         "spark.api.mode": "classic",
     }
-    jars = resolved_jars(s3)
-    if jars:
-        conf["spark.jars"] = ",".join(jars)
-    else:
-        conf["spark.jars.packages"] = ",".join(_packages(s3))
-        conf["spark.jars.ivy"] = str(ivy_dir())
-        if s3:
-            conf["spark.jars.excludes"] = ",".join(S3A_EXCLUDES)
+    conf.update(_jars_conf(s3))
     if s3:
         conf.update(s3a_conf())
     if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():

@@ -191,7 +191,7 @@ def test_produce_names_where_a_line_is_wrong(warehouse, tmp_path, capsys):
 
 
 def test_a_run_through_spark_prints_only_lakestate_lines(spark, warehouse, tmp_path):
-    """Spark starts (Ivy resolves the Delta jars, log4j warns): the terminal shows
+    """Spark starts (log4j warns; Ivy resolves the jars on a first start): the terminal shows
     lakestate's lines only, and ``--json`` makes them one JSON document."""
     produce(spark, warehouse, "events", _events(30), partitions=1)
     app = tmp_path / "counts_spark.py"
@@ -219,7 +219,8 @@ def test_a_run_through_spark_prints_only_lakestate_lines(spark, warehouse, tmp_p
     assert batch["tasks"] == {"0_0": 1} and batch["records"] == 30
     [log] = _logs(log_dir)
     text = log.read_text()
-    assert "log4j" in text and "io.delta#delta-spark" in text  # log4j's and Ivy's output
+    # log4j's output (Ivy's too on a first start; later ones take the recorded jars)
+    assert "log4j" in text
     assert "transport: in Spark (30 records pending" in text  # lakestate's lines too
 
 
@@ -259,7 +260,7 @@ def test_spark_from_plain_python_keeps_its_output_off_the_terminal(tmp_path):
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3\n", ""), proc.stderr[-3000:]
     [log] = log_dir.glob("lakestate-spark-*.log")
     text = log.read_text()
-    assert "io.delta#delta-spark" in text and "log4j" in text
+    assert "log4j" in text  # (and Ivy's, on a start that resolves the jars)
 
 
 def test_quiet_and_json(spark, warehouse, tmp_path):

@@ -49,3 +49,12 @@ def test_a_recorded_jar_gone_means_resolving_again(ivy, tmp_path):
     _record(False, [jar, tmp_path / "gone.jar"])
     assert spark_session.resolved_jars(False) is None
     assert "spark.jars.packages" in spark_session.spark_conf("local[1]")
+
+
+def test_a_user_s_jars_go_beside_the_recorded_ones(ivy, tmp_path, monkeypatch):
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"PK")
+    _record(False, [jar])
+    monkeypatch.setenv("LAKESTATE_SPARK_CONF", '{"spark.jars": "file:///opt/mine.jar"}')
+    conf = spark_session.spark_conf("local[1]")
+    assert conf["spark.jars"] == f"{jar.as_uri()},file:///opt/mine.jar"

@@ -191,8 +191,11 @@ def resolved_jars(s3: bool) -> list[str] | None:
 
 
 def _record_resolution(spark: SparkSession, s3: bool) -> None:
-    """Record the jars Ivy resolved this start's packages to (``resolved_jars``)."""
-    jars = [j for j in spark.sparkContext.getConf().get("spark.jars", "").split(",") if j]
+    """Record the jars Ivy resolved this start's packages to (``resolved_jars``): those in
+    its ``jars`` directory, not any the user's confs added."""
+    resolved = (ivy_dir() / "jars").resolve()
+    given = spark.sparkContext.getConf().get("spark.jars", "").split(",")
+    jars = [j for j in given if j and Path(urllib.parse.urlparse(j).path).parent == resolved]
     if not jars:
         return
     path = _resolution_file(s3)
@@ -314,9 +317,10 @@ def spark_conf(
         "spark.api.mode": "classic",
     }
     conf.update(_jars_conf(s3))
+    recorded = conf.get("spark.jars")
     if s3:
         conf.update(s3a_conf())
-    if master or os.environ.get("LAKESTATE_SPARK_MASTER") or not _under_spark_submit():
+    if configured_master(master):
         conf["spark.master"] = _resolve_master(master)
     conf["spark.driver.memory"] = os.environ.get("LAKESTATE_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY)
     # The batch's output comes to the driver in one piece (toArrow): no cap below the
@@ -332,6 +336,9 @@ def spark_conf(
             ) from exc
     if extra_conf:
         conf.update({k: str(v) for k, v in extra_conf.items()})
+    user = conf.get("spark.jars")
+    if recorded and user != recorded:  # a user's jars go beside the recorded ones
+        conf["spark.jars"] = ",".join(filter(None, (recorded, user)))
     return conf
 
 
@@ -371,7 +378,9 @@ def get_spark(
         # python3 is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         conf = spark_conf(master, app_name, extra_conf, s3=s3)
-        resolving = conf.get("spark.jars.packages") == ",".join(_packages(s3))
+        # Under spark-submit the JVM already has spark-submit's jars, not a resolution.
+        packages = ",".join(_packages(s3))
+        resolving = not _under_spark_submit() and conf.get("spark.jars.packages") == packages
         if "spark.jars.ivy" in conf:
             Path(conf["spark.jars.ivy"]).mkdir(parents=True, exist_ok=True)
         _launch_jvm_into_log(conf)

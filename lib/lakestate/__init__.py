@@ -18,7 +18,7 @@ from lakestate.dsl.cogrouped import (
     SessionWindowedCogroupedKStream,
     TimeWindowedCogroupedKStream,
 )
-from lakestate.dsl.consumed import Consumed, Produced
+from lakestate.dsl.consumed import Consumed, Grouped, Produced
 from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
 from lakestate.dsl.kstream import KStream
@@ -55,6 +55,7 @@ __all__ = [
     "Change",
     "CogroupedKStream",
     "Consumed",
+    "Grouped",
     "Deduplicated",
     "DeltaSink",
     "DeltaSource",

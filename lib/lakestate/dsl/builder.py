@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lakestate.delta_sink import DeltaSink
 from lakestate.delta_source import DeltaSource
 from lakestate.dsl.consumed import Consumed, serdes_of
-from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.materialized import Materialized, store_serdes
 from lakestate.errors import TopologyException
 from lakestate.processors.api import Processor
 from lakestate.processors.stateless import ChangeDecodingSource, DecodingSource, PassThrough, Sink
@@ -35,12 +35,16 @@ TIMESTAMPED_KEY_VALUE = "timestamped_key_value"
 VERSIONED = "versioned"
 
 
-def table_store_spec(store: str, materialized: Materialized | None) -> StoreSpec:
+def table_store_spec(
+    store: str, materialized: Materialized | None, topic_serdes: TopicSerdes = DEFAULT_SERDES
+) -> StoreSpec:
     """The store materializing a table: versioned (KIP-889) when ``materialized`` was made
-    with ``Materialized.as_versioned``, else a timestamped key-value store."""
+    with ``Materialized.as_versioned``, else a timestamped key-value store. Its serdes:
+    ``materialized``'s, else ``topic_serdes`` (the source topic's, as Kafka's table)."""
+    serdes = store_serdes(materialized, topic_serdes.key, topic_serdes.value)
     if materialized is not None and materialized.is_versioned:
-        return StoreSpec(store, VERSIONED, materialized.store_options())
-    return StoreSpec(store, TIMESTAMPED_KEY_VALUE)
+        return StoreSpec(store, VERSIONED, materialized.store_options(), serdes=serdes)
+    return StoreSpec(store, TIMESTAMPED_KEY_VALUE, serdes=serdes)
 
 
 def check_topic(topic: Any, node: str) -> None:
@@ -189,9 +193,20 @@ class GraphBuilder:
         self.stores[spec.name] = spec
         self.store_owners.setdefault(spec.name, []).append(owner)
 
-    def store_name(self, materialized: Materialized | None, prefix: str) -> str:
+    def store_name(
+        self, materialized: Materialized | None, prefix: str, takes_serdes: bool = False
+    ) -> str:
+        """The store's name: ``materialized``'s, else a new one with ``prefix``.
+        ``takes_serdes``: the operator applies Materialized serdes (key-value stores of
+        aggregations and tables); elsewhere they are refused, not ignored."""
         if materialized is not None and not isinstance(materialized, Materialized):
             raise TopologyException(f"materialized must be a Materialized, got {materialized!r}")
+        if materialized is not None and materialized.has_serdes and not takes_serdes:
+            raise TopologyException(
+                f"Materialized serdes are taken by the key-value stores of aggregations and "
+                f"tables only, not by this operator's store ({prefix}...): drop "
+                "with_key_serde/with_value_serde here"
+            )
         if materialized is not None and materialized.store_name:
             return materialized.store_name
         return self.new_name(prefix)
@@ -217,10 +232,12 @@ class GraphBuilder:
         carries_changes: bool = False,
         num_partitions: int | None = None,
         named: bool = False,
+        serdes: TopicSerdes = DEFAULT_SERDES,
     ) -> str:
         """Insert a repartition topic after ``parent``; returns the new source node's name.
         ``named``: its sink and source are ``<topic>-sink`` and ``<topic>-source`` (as
-        Kafka names those of a named ``repartition()``), else generated."""
+        Kafka names those of a named ``repartition()``), else generated. ``serdes``: the
+        topic's (``Grouped.with_``): its sink checks what it writes, its source converts."""
         sink, source = self.new_name("KSTREAM-SINK-"), self.new_name("KSTREAM-SOURCE-")
         if named:
             sink, source = f"{topic_suffix}-sink", f"{topic_suffix}-source"
@@ -231,8 +248,11 @@ class GraphBuilder:
             internal=True,
             carries_changes=carries_changes,
             num_partitions=num_partitions,
+            serdes=serdes,
         )
-        self.add_source(source, [topic_suffix], internal=True, carries_changes=carries_changes)
+        self.add_source(
+            source, [topic_suffix], internal=True, carries_changes=carries_changes, serdes=serdes
+        )
         return source
 
 
@@ -288,11 +308,11 @@ class StreamsBuilder:
         source = self._graph.new_name("KSTREAM-SOURCE-")
         topic, delta_source = _source_topic(topic, source)
         materialized, consumed = _kafka_order(materialized, consumed)
-        store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
+        store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-", takes_serdes=True)
         serdes = serdes_of(consumed, Consumed, source)
         self._graph.add_source(source, [topic], serdes=serdes, delta_source=delta_source)
         name = self._graph.new_name("KTABLE-SOURCE-")
-        spec = table_store_spec(store, materialized)
+        spec = table_store_spec(store, materialized, serdes)
         self._graph.add_store(spec, name)
         self._graph.add_processor(name, source, lambda: TableSource(store), [store])
         return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)

@@ -1,10 +1,13 @@
-"""``Consumed`` and ``Produced``: the serdes of a source or sink topic (Kafka's names)."""
+"""``Consumed``, ``Produced`` and ``Grouped``: the serdes of a source, sink or repartition
+topic (Kafka's names)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from lakestate.dsl.branched import check_name
+from lakestate.dsl.repartitioned import ClassOrInstance
 from lakestate.errors import SerializationException, TopologyException
 from lakestate.serdes import DEFAULT_SERDES, Serde, TopicSerdes, check_serde
 
@@ -53,6 +56,68 @@ class Produced:
 
     def with_value_serde(self, value_serde: Serde | None) -> Produced:
         return Produced(_serdes(self.serdes.key, value_serde, "Produced.with_value_serde"))
+
+
+def _serde(serde: Any, where: str) -> Serde | None:
+    """``serde`` checked (None stays None: not given, so Kafka's default applies)."""
+    if serde is None:
+        return None
+    return _serdes(serde, None, where).key
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """How ``group_by``/``group_by_key`` repartition: the repartition topic's name
+    (``<name>-repartition``, else one named after the store) and serdes. As in Kafka, the
+    aggregation's store takes the key serde (and a reduce's the value serde) unless its
+    ``Materialized`` gives one. ``Grouped.with_(Serdes.String(), Serdes.Long())``,
+    ``Grouped.with_("by-user", Serdes.String(), Serdes.Long())``, ``Grouped.as_("by-user")``;
+    None for a serde: not given (Json, unless a store default applies)."""
+
+    name: str | None = None
+    key_serde: Serde | None = None
+    value_serde: Serde | None = None
+
+    @staticmethod
+    def as_(name: str) -> Grouped:
+        return Grouped(check_name(name, "Grouped.as_"))
+
+    @staticmethod
+    def with_(*args: Any) -> Grouped:
+        """``with_(key_serde, value_serde)`` or ``with_(name, key_serde, value_serde)``."""
+        if len(args) == 3:
+            return Grouped.as_(args[0]).with_key_serde(args[1]).with_value_serde(args[2])
+        if len(args) != 2:
+            raise TopologyException(
+                "Grouped.with_ takes (key_serde, value_serde) or (name, key_serde, value_serde)"
+            )
+        return Grouped().with_key_serde(args[0]).with_value_serde(args[1])
+
+    @ClassOrInstance
+    def with_name(self, name: str) -> Grouped:
+        return replace(self, name=check_name(name, "Grouped.with_name"))
+
+    @ClassOrInstance
+    def with_key_serde(self, key_serde: Serde | None) -> Grouped:
+        return replace(self, key_serde=_serde(key_serde, "Grouped key_serde"))
+
+    @ClassOrInstance
+    def with_value_serde(self, value_serde: Serde | None) -> Grouped:
+        return replace(self, value_serde=_serde(value_serde, "Grouped value_serde"))
+
+    @property
+    def serdes(self) -> TopicSerdes:
+        """The repartition topic's serdes (Json where not given)."""
+        return _serdes(self.key_serde, self.value_serde, "Grouped")
+
+
+def grouped_of(grouped: Any, operator: str) -> Grouped:
+    """``grouped`` (None: the defaults) checked to be a Grouped."""
+    if grouped is None:
+        return Grouped()
+    if not isinstance(grouped, Grouped):
+        raise TopologyException(f"{operator} takes a Grouped, got {grouped!r}")
+    return grouped
 
 
 def serdes_of(config: Any, kind: type, node: str) -> TopicSerdes:

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder
+from lakestate.dsl.consumed import Grouped
 from lakestate.dsl.ktable import KTable
-from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.materialized import Materialized, store_serdes
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.errors import TopologyException
@@ -19,6 +20,7 @@ from lakestate.processors.aggregate import (
     reducer_as_aggregator,
 )
 from lakestate.processors.table import TableAggregate
+from lakestate.serdes import JSON, Serde, Serdes, TopicSerdes
 from lakestate.topology.graph import StoreSpec
 
 if TYPE_CHECKING:
@@ -35,13 +37,39 @@ def check_unversioned(materialized: Materialized | None, node: str) -> None:
         )
 
 
-class KGroupedStream:
-    """A stream grouped by key. Records with a null key or value are not aggregated."""
+def aggregate_store_serdes(
+    grouped: Grouped, materialized: Materialized | None, value_default: Serde | None
+) -> TopicSerdes:
+    """The serdes of a grouped aggregation's store, by Kafka's rules: Materialized's, else
+    the Grouped key serde and the operator's value serde (``value_default``: a count's is
+    Long, a reduce's the Grouped value serde). Without any serde given (neither Grouped's
+    nor Materialized's) the store stays Json, as it always was: typing is asked for."""
+    given = grouped.key_serde is not None or grouped.value_serde is not None
+    if not given and (materialized is None or not materialized.has_serdes):
+        return TopicSerdes()
+    return store_serdes(materialized, grouped.key_serde, value_default)
 
-    def __init__(self, graph: GraphBuilder, node: str, repartition_required: bool) -> None:
+
+def _count_serde() -> Serde:
+    return Serdes.Long()
+
+
+class KGroupedStream:
+    """A stream grouped by key. Records with a null key or value are not aggregated.
+    ``grouped``: the repartition topic's name and serdes (when one is needed) and the
+    store's default serdes."""
+
+    def __init__(
+        self,
+        graph: GraphBuilder,
+        node: str,
+        repartition_required: bool,
+        grouped: Grouped | None = None,
+    ) -> None:
         self._graph = graph
         self._node = node
         self._repartition_required = repartition_required
+        self._grouped = grouped or Grouped()
 
     def _aggregate(
         self,
@@ -51,17 +79,22 @@ class KGroupedStream:
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KSTREAM-AGGREGATE-",
         operator: str = "",
+        value_serde: Serde | None = None,
     ) -> KTable:
         # Kafka names reduce nodes and their stores KSTREAM-REDUCE-*.
         name = self._graph.new_name(prefix)
         for fn, signature in checks:
             check_function(fn, name, f"KGroupedStream.{operator}", signature)
-        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
+        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-", takes_serdes=True)
         check_unversioned(materialized, name)
-        parent = self._node
+        parent, grouped = self._node, self._grouped
         if self._repartition_required:
-            parent = self._graph.repartition(parent, f"{store}-repartition")
-        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+            topic = f"{grouped.name or store}-repartition"
+            parent = self._graph.repartition(
+                parent, topic, named=grouped.name is not None, serdes=grouped.serdes
+            )
+        serdes = aggregate_store_serdes(grouped, materialized, value_serde)
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, serdes=serdes), name)
         self._graph.add_processor(
             name, parent, lambda: StreamAggregate(store, initializer, aggregator), [store]
         )
@@ -72,16 +105,22 @@ class KGroupedStream:
     ) -> TimeWindowedKStream | SessionWindowedKStream:
         """Aggregate per key and window: ``TimeWindows`` (tumbling, hopping),
         ``SlidingWindows`` (KIP-450) or ``SessionWindows``. The result is a windowed KTable."""
+        windowed: TimeWindowedKStream | SessionWindowedKStream
         if isinstance(windows, TimeWindows | SlidingWindows):
-            return TimeWindowedKStream(self._graph, self._node, self._repartition_required, windows)
-        if isinstance(windows, SessionWindows):
-            return SessionWindowedKStream(
+            windowed = TimeWindowedKStream(
                 self._graph, self._node, self._repartition_required, windows
             )
-        raise TopologyException(
-            "windowed_by takes TimeWindows, SlidingWindows or SessionWindows, got "
-            f"{type(windows).__name__}"
-        )
+        elif isinstance(windows, SessionWindows):
+            windowed = SessionWindowedKStream(
+                self._graph, self._node, self._repartition_required, windows
+            )
+        else:
+            raise TopologyException(
+                "windowed_by takes TimeWindows, SlidingWindows or SessionWindows, got "
+                f"{type(windows).__name__}"
+            )
+        windowed._grouped = self._grouped
+        return windowed
 
     def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
         """Starts a cogroup (KIP-150) with this stream folded in by
@@ -89,11 +128,17 @@ class KGroupedStream:
         aggregator)``, then ``.aggregate(initializer)`` builds one table of them all."""
         from lakestate.dsl.cogrouped import CogroupedKStream
 
+        if self._grouped != Grouped():
+            raise TopologyException(
+                "cogroup does not take a Grouped name or serdes yet: group without one"
+            )
         return CogroupedKStream(self._graph).cogroup(self, aggregator)
 
     def count(self, materialized: Materialized | None = None) -> KTable:
-        """The number of records per key."""
-        return self._aggregate(count_initializer, count_aggregator, materialized)
+        """The number of records per key (the store's value serde: Long unless given)."""
+        return self._aggregate(
+            count_initializer, count_aggregator, materialized, value_serde=_count_serde()
+        )
 
     def aggregate(
         self,
@@ -116,15 +161,18 @@ class KGroupedStream:
             ((reducer, "reducer(agg, value)"),),
             prefix="KSTREAM-REDUCE-",
             operator="reduce",
+            value_serde=self._grouped.value_serde,
         )
 
 
 class KGroupedTable:
-    """A re-grouped table. Aggregations always read through a repartition topic."""
+    """A re-grouped table. Aggregations always read through a repartition topic
+    (``grouped``: its name and key serde, and the store's default serdes)."""
 
-    def __init__(self, graph: GraphBuilder, node: str) -> None:
+    def __init__(self, graph: GraphBuilder, node: str, grouped: Grouped | None = None) -> None:
         self._graph = graph
         self._node = node
+        self._grouped = grouped or Grouped()
 
     def _aggregate(
         self,
@@ -135,24 +183,41 @@ class KGroupedTable:
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KTABLE-AGGREGATE-",
         operator: str = "",
+        value_serde: Serde | None = None,
     ) -> KTable:
         # Kafka names a table reduce KTABLE-REDUCE-*; its store stays KTABLE-AGGREGATE-STATE-STORE-*.
         name = self._graph.new_name(prefix)
         for fn, signature in checks:
             check_function(fn, name, f"KGroupedTable.{operator}", signature)
-        store = self._graph.store_name(materialized, "KTABLE-AGGREGATE-STATE-STORE-")
+        store = self._graph.store_name(
+            materialized, "KTABLE-AGGREGATE-STATE-STORE-", takes_serdes=True
+        )
         check_unversioned(materialized, name)
-        source = self._graph.repartition(self._node, f"{store}-repartition", carries_changes=True)
-        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), name)
+        grouped = self._grouped
+        # The topic carries changes (new and old value): its key is checked by the key
+        # serde, its values are not (each is a pair).
+        source = self._graph.repartition(
+            self._node,
+            f"{grouped.name or store}-repartition",
+            carries_changes=True,
+            named=grouped.name is not None,
+            serdes=TopicSerdes(grouped.serdes.key, JSON),
+        )
+        serdes = aggregate_store_serdes(grouped, materialized, value_serde)
+        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, serdes=serdes), name)
         self._graph.add_processor(
             name, source, lambda: TableAggregate(store, initializer, adder, subtractor), [store]
         )
         return KTable(self._graph, name, store)
 
     def count(self, materialized: Materialized | None = None) -> KTable:
-        """The number of rows per new key."""
+        """The number of rows per new key (the store's value serde: Long unless given)."""
         return self._aggregate(
-            count_initializer, lambda k, v, agg: agg + 1, lambda k, v, agg: agg - 1, materialized
+            count_initializer,
+            lambda k, v, agg: agg + 1,
+            lambda k, v, agg: agg - 1,
+            materialized,
+            value_serde=_count_serde(),
         )
 
     def aggregate(
@@ -188,4 +253,5 @@ class KGroupedTable:
             ((adder, "adder(agg, value)"), (subtractor, "subtractor(agg, value)")),
             prefix="KTABLE-REDUCE-",
             operator="reduce",
+            value_serde=self._grouped.value_serde,
         )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lakestate.delta_sink import DeltaSink
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder, check_topic
-from lakestate.dsl.consumed import Produced, serdes_of
+from lakestate.dsl.consumed import Grouped, Produced, grouped_of, serdes_of
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.stateless import (
@@ -60,8 +60,9 @@ class KStream:
         fn: Any = None,
         signature: str = "",
         operator: str = "",
+        name: str | None = None,
     ) -> KStream:
-        name = self._graph.new_name(prefix)
+        name = name or self._graph.new_name(prefix)
         if signature:
             check_function(fn, name, f"KStream.{operator}", signature)
         self._graph.add_processor(name, self._node, factory_of(name))
@@ -272,7 +273,9 @@ class KStream:
         from lakestate.processors.table import TableSource
 
         name = self._graph.new_name("KSTREAM-TOTABLE-")
-        store = self._graph.store_name(materialized, "KSTREAM-TOTABLE-STATE-STORE-")
+        store = self._graph.store_name(
+            materialized, "KSTREAM-TOTABLE-STATE-STORE-", takes_serdes=True
+        )
         parent = self._node
         if self._repartition_required:
             parent = self._graph.repartition(parent, f"{store}-repartition")
@@ -396,16 +399,23 @@ class KStream:
             raise TopologyException("a join with a table takes (table, joiner)")
         return stream_table_join(self, other, args[0], left)
 
-    def group_by_key(self) -> KGroupedStream:
-        """Groups by the current key, for an aggregation."""
+    def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
+        """Groups by the current key, for an aggregation; ``grouped``: the repartition
+        topic's name and serdes (if the key changed before) and the store's default serdes."""
         from lakestate.dsl.grouped import KGroupedStream
 
-        return KGroupedStream(self._graph, self._node, self._repartition_required)
+        grouped = grouped_of(grouped, "group_by_key")
+        return KGroupedStream(self._graph, self._node, self._repartition_required, grouped)
 
-    def group_by(self, key_selector: Callable[[Any, Any], Any]) -> KGroupedStream:
-        """Groups by ``key_selector(key, value)``; the aggregation reads through a repartition."""
+    def group_by(
+        self, key_selector: Callable[[Any, Any], Any], grouped: Grouped | None = None
+    ) -> KGroupedStream:
+        """Groups by ``key_selector(key, value)``; the aggregation reads through a repartition
+        (``grouped``: its topic's name and serdes, and the store's default serdes; the
+        key-selecting node takes the Grouped name, as in Kafka)."""
         from lakestate.dsl.grouped import KGroupedStream
 
+        grouped = grouped_of(grouped, "group_by")
         keyed = self._then(
             "KSTREAM-KEY-SELECT-",
             lambda _: lambda: SelectKey(key_selector),
@@ -413,5 +423,6 @@ class KStream:
             fn=key_selector,
             signature="key_selector(key, value)",
             operator="group_by",
+            name=grouped.name,
         )
-        return KGroupedStream(self._graph, keyed._node, True)
+        return KGroupedStream(self._graph, keyed._node, True, grouped)

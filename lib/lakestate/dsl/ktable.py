@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import VERSIONED, GraphBuilder, table_store_spec
+from lakestate.dsl.consumed import Grouped, grouped_of
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.table import (
@@ -198,19 +199,24 @@ class KTable:
 
         return table_table_join(self, other, joiner, "outer", materialized)
 
-    def group_by(self, selector: Callable[[Any, Any], tuple[Any, Any]]) -> KGroupedTable:
+    def group_by(
+        self, selector: Callable[[Any, Any], tuple[Any, Any]], grouped: Grouped | None = None
+    ) -> KGroupedTable:
         """Re-groups rows by ``selector(key, value) -> (new_key, new_value)``, for an
         aggregation that subtracts a row's old value and adds its new one. On a versioned
-        table, out-of-order updates are not aggregated (KIP-914)."""
+        table, out-of-order updates are not aggregated (KIP-914). ``grouped``: the
+        repartition topic's name and key serde and the store's default serdes (the
+        selecting node takes the Grouped name, as in Kafka)."""
         from lakestate.dsl.grouped import KGroupedTable
 
-        name = self._graph.new_name("KTABLE-SELECT-")
+        grouped = grouped_of(grouped, "KTable.group_by")
+        name = grouped.name or self._graph.new_name("KTABLE-SELECT-")
         check_function(selector, name, "KTable.group_by", "selector(key, value)")
         versioned = self._versioned
         self._graph.add_processor(
             name, self._node, lambda: TableRepartitionMap(selector, versioned)
         )
-        return KGroupedTable(self._graph, name)
+        return KGroupedTable(self._graph, name, grouped)
 
 
 @dataclass(frozen=True)

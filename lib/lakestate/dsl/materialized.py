@@ -1,4 +1,5 @@
-"""Config objects for the DSL: how a result is materialized."""
+"""Config objects for the DSL: how a result is materialized (its store's name, kind and
+serdes)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,17 @@ from typing import Any
 
 from lakestate.dsl.arguments import duration_ms
 from lakestate.dsl.names import check_store_name
+from lakestate.errors import SerializationException, TopologyException
+from lakestate.serdes import JSON, Serde, TopicSerdes, check_serde
+
+
+def _checked(serde: Any, where: str) -> Serde | None:
+    if serde is None:
+        return None
+    try:
+        return check_serde(serde, where)
+    except SerializationException as exc:
+        raise TopologyException(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -17,6 +29,12 @@ class Materialized:
     The store's Delta state table is named after it, so named stores are what SQL users
     query. Without a name, a generated one (e.g. KSTREAM-AGGREGATE-STATE-STORE-0000000002)
     is used.
+
+    ``with_(key_serde, value_serde)``, ``with_key_serde``, ``with_value_serde``: the
+    store's serdes (Kafka's). They type the store's SQL view (a String key as text, a Long
+    as BIGINT...) and a value the serde cannot hold fails at the store. A serde not given
+    (None) is the default: the one the operator implies as in Kafka (a count's value is
+    Long, a grouped aggregation's key takes the Grouped key serde), else Json.
     """
 
     store_name: str | None = None
@@ -26,6 +44,8 @@ class Materialized:
     # Set by ``with_retention``: how long a window store keeps a window (ms of stream time
     # after its start; Kafka's default: window size + grace, the time it closes).
     retention_ms: int | None = None
+    key_serde: Serde | None = None
+    value_serde: Serde | None = None
 
     @staticmethod
     def as_(store_name: str) -> Materialized:
@@ -35,6 +55,22 @@ class Materialized:
     @staticmethod
     def with_defaults() -> Materialized:
         return Materialized()
+
+    @staticmethod
+    def with_(key_serde: Serde | None, value_serde: Serde | None) -> Materialized:
+        """An unnamed store with these serdes (Kafka's ``Materialized.with``)."""
+        return Materialized().with_key_serde(key_serde).with_value_serde(value_serde)
+
+    def with_key_serde(self, key_serde: Serde | None) -> Materialized:
+        return replace(self, key_serde=_checked(key_serde, "Materialized key_serde"))
+
+    def with_value_serde(self, value_serde: Serde | None) -> Materialized:
+        return replace(self, value_serde=_checked(value_serde, "Materialized value_serde"))
+
+    @property
+    def has_serdes(self) -> bool:
+        """True when a key or value serde is given."""
+        return self.key_serde is not None or self.value_serde is not None
 
     @staticmethod
     def as_versioned(store_name: str, history_retention: timedelta) -> Materialized:
@@ -65,3 +101,16 @@ class Materialized:
         if self.history_retention_ms is None:
             return {}
         return {"history_retention_ms": self.history_retention_ms}
+
+
+def store_serdes(
+    materialized: Materialized | None,
+    key_default: Serde | None = None,
+    value_default: Serde | None = None,
+) -> TopicSerdes:
+    """A store's serdes: ``materialized``'s where given, else the operator's defaults,
+    else Json (Kafka's rule: the Materialized serde wins over the one the operator
+    implies)."""
+    key = materialized.key_serde if materialized is not None else None
+    value = materialized.value_serde if materialized is not None else None
+    return TopicSerdes(key or key_default or JSON, value or value_default or JSON)

@@ -9,7 +9,7 @@ from lakestate.dsl.branched import check_name
 from lakestate.errors import TopologyException
 
 
-class _ClassOrInstance:
+class ClassOrInstance:
     """A builder method callable on the class (starting from the defaults) or on an
     instance: ``Repartitioned.with_number_of_partitions(4).with_name("by-user")``."""
 
@@ -48,12 +48,12 @@ class Repartitioned:
     def with_defaults() -> Repartitioned:
         return Repartitioned()
 
-    @_ClassOrInstance
+    @ClassOrInstance
     def with_name(self, name: str) -> Repartitioned:
         """The topic's name is ``<name>-repartition``."""
         return replace(self, name=check_name(name, "Repartitioned.with_name"))
 
-    @_ClassOrInstance
+    @ClassOrInstance
     def with_number_of_partitions(self, number_of_partitions: int) -> Repartitioned:
         """The topic has ``number_of_partitions`` partitions (the tasks reading it as many)."""
         return replace(self, number_of_partitions=_check_partitions(number_of_partitions))

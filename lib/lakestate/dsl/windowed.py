@@ -9,6 +9,7 @@ from typing import Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder
+from lakestate.dsl.consumed import Grouped
 from lakestate.dsl.ktable import KTable
 from lakestate.dsl.materialized import Materialized
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
@@ -29,6 +30,9 @@ SESSION = "session"
 
 
 class _Windowed:
+    # The Grouped of the grouped stream: its repartition topic's name and serdes.
+    _grouped: Grouped = Grouped()
+
     def __init__(self, graph: GraphBuilder, node: str, repartition_required: bool) -> None:
         self._graph = graph
         self._node = node
@@ -50,9 +54,14 @@ class _Windowed:
         for fn, signature in checks:
             check_function(fn, name, f"{type(self).__name__}.{operator}", signature)
         store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
-        parent = self._node
+        parent, grouped = self._node, self._grouped
         if self._repartition_required:
-            parent = self._graph.repartition(parent, f"{store}-repartition")
+            parent = self._graph.repartition(
+                parent,
+                f"{grouped.name or store}-repartition",
+                named=grouped.name is not None,
+                serdes=grouped.serdes,
+            )
         self._graph.add_store(StoreSpec(store, kind), name)
         self._graph.add_processor(name, parent, factory_of(store, retention), [store])
         return KTable(self._graph, name, store, window_grace_ms=close_after_ms)

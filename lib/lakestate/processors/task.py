@@ -404,7 +404,7 @@ class Task:
             if name not in self.subtopology.stores:
                 raise StreamsException(f"store {name!r} is not connected to task {self.task_id}")
             spec = self.topology.stores[name]
-            view = open_view(name, spec.kind, spec.options, lambda: self.transaction)
+            view = open_view(name, spec.kind, spec.options, lambda: self.transaction, spec.serdes)
             self._views[name] = view
         return view
 

@@ -7,8 +7,10 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from lakestate.errors import TopologyException
+from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.state.dedup import DedupStore
 from lakestate.state.kv import KeyValueStore
+from lakestate.state.serde_checked import checked_class
 from lakestate.state.stream_join import JoinBufferStore, WaitingRecordsStore
 from lakestate.state.suppression_buffer import SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore
@@ -92,11 +94,20 @@ def columnar_restore(kind: str) -> Callable[[Any, Any], tuple[Any, Any]] | None:
     return view.restore_columns if isinstance(view, ColumnarRestore) else None
 
 
-def open_view(name: str, kind: str, options: dict[str, Any], source: Callable[[], Any]) -> Any:
-    """The typed view of store ``name`` reading and writing through ``source()``."""
+def open_view(
+    name: str,
+    kind: str,
+    options: dict[str, Any],
+    source: Callable[[], Any],
+    serdes: TopicSerdes = DEFAULT_SERDES,
+) -> Any:
+    """The typed view of store ``name`` reading and writing through ``source()``; with
+    ``serdes`` other than Json, every write is checked to fit them (``serde_checked``)."""
     if kind not in STORE_KINDS:
         raise TopologyException(f"store {name!r} has unknown kind {kind!r}")
     view: Any = STORE_KINDS[kind]
+    if not serdes.is_json:
+        view = checked_class(view, serdes)
     return view(name, source, **options) if options else view(name, source)
 
 

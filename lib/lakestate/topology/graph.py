@@ -35,6 +35,9 @@ class StoreSpec:
     kind: str
     options: dict[str, Any] = field(default_factory=dict)
     is_global: bool = False
+    # The store's key and value serdes (Materialized / Grouped, Kafka's defaults): what its
+    # SQL view's key and value columns are typed as, and what a put must fit.
+    serdes: TopicSerdes = DEFAULT_SERDES
 
 
 @dataclass

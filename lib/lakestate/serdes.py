@@ -35,7 +35,7 @@ from typing import Any
 from lakestate.errors import SerializationException
 from lakestate.state.serde import a_type, json_text, loads
 
-__all__ = ["DEFAULT_SERDES", "Serde", "Serdes", "TopicSerdes", "check_serde"]
+__all__ = ["DEFAULT_SERDES", "Serde", "Serdes", "TopicSerdes", "check_serde", "serde_named"]
 
 _LONG = (-(1 << 63), (1 << 63) - 1)
 _INT = (-(1 << 31), (1 << 31) - 1)
@@ -324,3 +324,18 @@ def check_serde(serde: Any, what: str) -> Serde:
             f"{what} must be a serde such as ls.Serdes.Long(), got {_short(serde)}"
         )
     return serde
+
+
+_BY_NAME = {
+    serde.name: type(serde)
+    for serde in (JSON, StringSerde(), LongSerde(), IntegerSerde(), DoubleSerde(), BytesSerde())
+}
+
+
+def serde_named(name: str) -> Serde:
+    """The serde whose ``name`` is ``name`` (e.g. ``Serdes.Long()``, as an app's layout
+    records a store's serdes); ValueError for a name no serde has."""
+    found = _BY_NAME.get(name)
+    if found is None:
+        raise ValueError(f"no serde is named {name!r} (known: {', '.join(sorted(_BY_NAME))})")
+    return found()

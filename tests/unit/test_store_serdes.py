@@ -168,3 +168,50 @@ def test_a_store_refuses_a_value_its_serde_cannot_hold_naming_store_serde_and_ty
         text = str(info.value)
         assert "store '" in text and "value serde Serdes.Long()" in text
         assert ("a str" if bad == "x" else "a dict") in text
+
+
+@pytest.mark.parametrize(
+    ("serde", "json_text", "shown"),
+    [
+        ("Serdes.String()", '"c1"', "c1"),
+        ("Serdes.String()", '"é \\"q\\""', 'é "q"'),
+        ("Serdes.Long()", "9007199254740993", 9007199254740993),
+        ("Serdes.Integer()", "-7", -7),
+        ("Serdes.Double()", "1.5", 1.5),
+        ("Serdes.Double()", "1e+20", 1e20),
+        ("Serdes.Bytes()", '"AP8="', b"\x00\xff"),
+        ("Serdes.Json()", '"c1"', '"c1"'),
+        (None, '{"a":1}', '{"a":1}'),
+    ],
+)
+def test_a_state_view_column_is_typed_by_its_serde_on_duckdb(serde, json_text, shown):
+    from lakestate.read import duckdb_engine
+    from lakestate.read.views import typed_column
+
+    con = duckdb_engine.connect()
+    column = typed_column("key", serde, duckdb_engine.quote)
+    row = con.execute(f"SELECT {column} FROM (SELECT ? AS key) AS t", [json_text]).fetchone()
+    assert row[0] == shown and type(row[0]) is type(shown)
+
+
+def test_the_layout_records_store_serdes_and_reads_an_older_layout_as_json(tmp_path):
+    from deltalake import write_deltalake
+    from lakestate.checkpoint import recorded_layout
+    from lakestate.checkpoint.recorded_layout import RecordedLayout
+    from lakestate.serdes import serde_named
+
+    layout = RecordedLayout(
+        {0: ("in",), 1: ("app-c-repartition",)},
+        {0: (), 1: ("c", "plain")},
+        (),
+        {"c": ("Serdes.String()", "Serdes.Long()")},
+    )
+    recorded_layout.record(str(tmp_path / "new"), layout)
+    assert recorded_layout.read(str(tmp_path / "new")) == layout
+    assert serde_named("Serdes.Long()") == Serdes.Long()
+    with pytest.raises(ValueError, match="no serde is named"):
+        serde_named("Serdes.Short()")
+    # A layout written before serdes were recorded: no serde columns, every store Json.
+    old = layout.to_table().drop_columns(["store_key_serdes", "store_value_serdes"])
+    write_deltalake(str(tmp_path / "old"), old)
+    assert recorded_layout.read(str(tmp_path / "old")).store_serdes == {}

@@ -121,6 +121,11 @@ def ensure_layout(app: App, warehouse: Warehouse) -> AppLayout:
         {s: tuple(ts) for s, ts in found.inputs.items()},
         {sub.id: tuple(sub.stores) for sub in topology.subtopologies},
         global_topics,
+        {
+            name: (spec.serdes.key.name, spec.serdes.value.name)
+            for name, spec in topology.stores.items()
+            if not spec.serdes.is_json
+        },
     )
     recorded_layout.record(warehouse.layout_path(app.name), recorded)
     return AppLayout(

@@ -34,6 +34,8 @@ SPARK_FUNCTIONS: dict[str, tuple[str, str]] = {
     "timestamp_millis": ("ms", "make_timestamp(CAST(ms AS BIGINT) * 1000)"),
     "timestamp_seconds": ("s", "make_timestamp(CAST(s * 1000000 AS BIGINT))"),
     "timestamp_micros": ("us", "make_timestamp(CAST(us AS BIGINT))"),
+    # Spark: base64 text to its bytes (a Bytes store's view column).
+    "unbase64": ("s", "from_base64(s)"),
 }
 
 #: DuckDB settings that give Spark's behaviour (see the module's docstring).

@@ -7,7 +7,15 @@ from collections.abc import Collection
 
 from lakestate.checkpoint.standing import app_pin
 from lakestate.read import catalog
-from lakestate.read.views import View, _store_pin, pinned_app, view_name, views, views_named
+from lakestate.read.views import (
+    View,
+    _store_pin,
+    pinned_app,
+    store_types,
+    view_name,
+    views,
+    views_named,
+)
 from lakestate.warehouse import Warehouse
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -42,7 +50,9 @@ def state_frame(
     helper for plain Spark SQL users."""
     path = warehouse.changelog_path(app, store)
     pin = _store_pin(app, app_pin(warehouse, app, batch), path)
-    return _spark_frame(spark, View(view_name(f"{app}__{store}"), path, pin.version, pin))
+    types = store_types(warehouse, app).get(store, ())
+    view = View(view_name(f"{app}__{store}"), path, pin.version, pin, types=types)
+    return _spark_frame(spark, view)
 
 
 def register_views(

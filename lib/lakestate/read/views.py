@@ -9,6 +9,11 @@ removes it: a view pinned to a batch answers the same before and after a compact
 raw changelog is registered beside it (``<app>__<store>__changelog``), read at the table
 version the pin was checked at, so both answer the same until they are registered again.
 
+A store with serdes (``Materialized.with_``, ``Grouped.with_``; recorded in the app's
+layout) has its state view's ``key`` and ``value`` columns typed by them: a String as text
+(``c1``, not the JSON ``"c1"``), a Long as BIGINT, an Integer as INT, a Double as DOUBLE,
+Bytes as BINARY; Json stays JSON text. The changelog keeps the JSON text; the view casts.
+
 What each view holds is decided here once (``views``: which tables, at which versions, and
 for a store's state the SQL that selects it, ``View.select``); the engines only read the
 tables and run that SQL: Spark (``lakestate.read.spark_engine``) and DuckDB
@@ -25,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from lakestate.assign.history import assignment_path
+from lakestate.checkpoint import recorded_layout
 from lakestate.checkpoint.changelog import SNAPSHOT_COLUMN, compaction_txn_id
 from lakestate.checkpoint.standing import AppPin, app_pin
 from lakestate.delta_sink import META_COLUMNS, OFFSET
@@ -183,6 +189,8 @@ class View:
     pin: _StorePin | None = None
     # A Delta sink's latest row per key: its key columns.
     latest_of: tuple[str, ...] | None = None
+    # A store's state: its columns typed by its serdes, (column, serde name) each.
+    types: tuple[tuple[str, str], ...] = ()
 
     def versions(self) -> list[int | None]:
         """The table versions the view reads, one source each: a store pin's parts'
@@ -202,13 +210,51 @@ class View:
         if self.pin is None:
             return f"SELECT * FROM {sources[0]}"
         parts = self.pin.parts()
-        if len(parts) == 1:
-            return state_sql(sources[0], parts[0], columns, quote)
         listed = ", ".join(quote(c) for c in columns)
-        return " UNION ALL ".join(
-            f"SELECT {listed} FROM ({state_sql(source, part, columns, quote)}) AS _part{i}"
-            for i, (source, part) in enumerate(zip(sources, parts, strict=True))
-        )
+        if len(parts) == 1:
+            select = state_sql(sources[0], parts[0], columns, quote)
+        else:
+            select = " UNION ALL ".join(
+                f"SELECT {listed} FROM ({state_sql(source, part, columns, quote)}) AS _part{i}"
+                for i, (source, part) in enumerate(zip(sources, parts, strict=True))
+            )
+        if not self.types:
+            return select
+        types = dict(self.types)
+        typed = ", ".join(typed_column(c, types.get(c), quote) for c in columns)
+        return f"SELECT {typed} FROM ({select}) AS _typed"
+
+
+# A store column's JSON text as its serde's SQL type, in SQL that Spark and DuckDB both run
+# (DuckDB has Spark's get_json_object and unbase64: read.spark_dialect).
+_TYPED = {
+    "Serdes.String()": "get_json_object({c}, '$')",
+    "Serdes.Long()": "CAST({c} AS BIGINT)",
+    "Serdes.Integer()": "CAST({c} AS INT)",
+    "Serdes.Double()": "CAST({c} AS DOUBLE)",
+    "Serdes.Bytes()": "unbase64(get_json_object({c}, '$'))",
+}
+
+
+def typed_column(column: str, serde: str | None, quote: Callable[[str], str]) -> str:
+    """``column`` as a state view shows it: typed by ``serde`` (its name; None or Json:
+    the JSON text as it is)."""
+    template = _TYPED.get(serde or "")
+    if template is None:
+        return quote(column)
+    return f"{template.format(c=quote(column))} AS {quote(column)}"
+
+
+def store_types(warehouse: Warehouse, app: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per store of ``app`` with serdes other than Json (as its last run recorded them):
+    its state view's typed columns, ``(("key", serde name), ("value", serde name))``."""
+    recorded = recorded_layout.read(warehouse.layout_path(app))
+    if recorded is None:
+        return {}
+    return {
+        store: (("key", key), ("value", value))
+        for store, (key, value) in recorded.store_serdes.items()
+    }
 
 
 def latest_sql(
@@ -274,13 +320,15 @@ def views(
         if states or (app == batch_app and changelogs):
             pin = app_pin(warehouse, app, batch if app == batch_app else None)
         store_pins = {t.path: _store_pin(app, pin, t.path) for t, _ in states}
+        types = store_types(warehouse, app) if states else {}
         for table, name in changelogs:
             # Read at the version its state view is pinned at, so both answer the same.
             version = store_pins[table.path].version if table.path in store_pins else None
             found.append(View(name + CHANGELOG_SUFFIX, table.path, version))
         for table, name in states:
             store_pin = store_pins[table.path]
-            found.append(View(name, table.path, store_pin.version, store_pin))
+            typed = types.get(table.store, ())
+            found.append(View(name, table.path, store_pin.version, store_pin, types=typed))
         for suffix, path in (
             (ASSIGNMENT_VIEW, assignment_path(warehouse, app)),
             (INSTANCES_VIEW, reports_path(warehouse, app)),
@@ -374,6 +422,8 @@ __all__ = [
     "list_views",
     "pinned_app",
     "state_sql",
+    "store_types",
+    "typed_column",
     "view_name",
     "views",
     "views_named",

@@ -34,7 +34,7 @@ from lakestate.processors.task import Task
 from lakestate.records import Record
 from lakestate.serdes import JsonSerde, Serde, TopicSerdes
 from lakestate.state.serde import loads as serde_loads
-from lakestate.topology.graph import SOURCE
+from lakestate.topology.graph import SOURCE, internal_topic_name
 
 # Decoded keys are reused across the records of a batch (a few thousand keys usually carry
 # most records); only immutable ones, and only this many.
@@ -79,14 +79,18 @@ class Codec:
 
 
 def codecs_of(app: App) -> dict[str, Codec]:
-    """The codec of each external source topic of ``app`` read with serdes other than
-    Json (topics not named read as JSON text, the fast path)."""
+    """The codec of each source topic of ``app`` (real names) read with serdes other than
+    Json: external ones (``Consumed``) and repartition topics (``Grouped``, in the
+    warehouse: their JSON form). Topics not named read as JSON text, the fast path."""
     kafka = kafka_topic_names(app)
     found = {}
     for node in app.topology.nodes.values():
-        if node.kind == SOURCE and not node.internal_topic and not node.serdes.is_json:
+        if node.kind == SOURCE and not node.serdes.is_json:
             for topic in node.topics:
-                found[topic] = Codec(node.serdes, topic in kafka)
+                if node.internal_topic:
+                    found[internal_topic_name(app.name, topic)] = Codec(node.serdes, False)
+                else:
+                    found[topic] = Codec(node.serdes, topic in kafka)
     return found
 
 

@@ -1,0 +1,109 @@
+"""A store's SQL view typed by its serdes (Grouped/Materialized, recorded in the app's
+layout): a real run of an app counting per String user (Long counts) and summing amounts
+(Double), then `lakestate sql` on DuckDB (and the same query on Spark): the key is text
+(``u1``, not ``"u1"``), the count a BIGINT, the sum a DOUBLE, each equal to the model's;
+a store without serdes still shows JSON text; the raw changelog stays JSON."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter, defaultdict
+
+import pytest
+from lakestate import run_app
+from lakestate.cli.main import main
+from lakestate.io import topics
+from lakestate.read import duckdb_engine
+from lakestate.warehouse import Warehouse
+
+pytestmark = pytest.mark.integration
+
+APP = textwrap.dedent(
+    """
+    import lakestate as ls
+
+    S, J = ls.Serdes.String(), ls.Serdes.Json()
+    b = ls.StreamsBuilder()
+    events = b.stream("events")
+    user = lambda k, v: v["user"]  # noqa: E731
+    events.group_by(user, ls.Grouped.with_("by-user", S, J)).count(ls.Materialized.as_("counts"))
+    events.group_by(user, ls.Grouped.with_(S, J)).aggregate(
+        lambda: 0.0,
+        lambda k, v, agg: agg + v["amount"],
+        ls.Materialized.as_("sums").with_value_serde(ls.Serdes.Double()),
+    )
+    events.group_by(user).count(ls.Materialized.as_("plain"))
+    app = ls.App("typed", b.build())
+    """
+)
+
+RECORDS = [
+    {"key": f"k{i % 3}", "value": {"user": f"u{i % 4}", "amount": i / 2}, "timestamp": 1000 + i}
+    for i in range(40)
+]
+COUNTS = Counter(r["value"]["user"] for r in RECORDS)
+SUMS: dict[str, float] = defaultdict(float)
+for _r in RECORDS:
+    SUMS[_r["value"]["user"]] += _r["value"]["amount"]
+
+QUERY = (
+    "SELECT c.key, c.value AS n, s.value AS total FROM typed__counts c "
+    "JOIN typed__sums s ON c.key = s.key ORDER BY c.key"
+)
+
+
+@pytest.fixture(scope="module")
+def wh(tmp_path_factory) -> Warehouse:
+    root = tmp_path_factory.mktemp("typed")
+    (root / "app.py").write_text(APP)
+    wh = Warehouse(root / "warehouse")
+    topics.topic(wh, "events").create(2)
+    topics.topic(wh, "events").append(RECORDS)
+    run_app(
+        str(root / "app.py"),
+        warehouse=wh.root,
+        state_dir=str(root / "state"),
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    return wh
+
+
+def _expected() -> list[tuple]:
+    return [(u, COUNTS[u], SUMS[u]) for u in sorted(COUNTS)]
+
+
+def test_duckdb_views_have_typed_key_and_value_columns(wh):
+    result = duckdb_engine.sql(wh, QUERY)
+    assert [tuple(r) for r in result.rows] == _expected()
+    assert all(type(k) is str and type(n) is int and type(t) is float for k, n, t in result.rows)
+    # Typed columns compute as numbers and compare as text, no JSON functions needed.
+    total = duckdb_engine.sql(wh, "SELECT sum(value) FROM typed__counts WHERE key LIKE 'u%'")
+    assert total.rows[0][0] == len(RECORDS)
+    # A store without serdes shows JSON text, as before; its changelog stays JSON too.
+    plain = duckdb_engine.sql(wh, "SELECT key, value FROM typed__plain ORDER BY key")
+    assert [tuple(r) for r in plain.rows] == [
+        (json.dumps(u), str(COUNTS[u])) for u in sorted(COUNTS)
+    ]
+    raw = duckdb_engine.sql(wh, "SELECT DISTINCT key FROM typed__counts__changelog ORDER BY key")
+    assert [r[0] for r in raw.rows] == [json.dumps(u) for u in sorted(COUNTS)]
+
+
+def test_lakestate_sql_prints_the_string_key_as_text(wh, capsys):
+    capsys.readouterr()
+    assert (
+        main(["sql", "SELECT key, value FROM typed__counts ORDER BY key", "--warehouse", wh.root])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "u1" in out and '"u1"' not in out
+
+
+def test_spark_views_have_the_same_typed_columns(spark, wh):
+    from lakestate.read.spark_engine import sql
+
+    df = sql(spark, wh, QUERY)
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    assert types == {"key": "string", "n": "bigint", "total": "double"}
+    assert [tuple(r) for r in df.collect()] == _expected()

@@ -22,6 +22,7 @@ from scenario import (
     Buffer,
     CogroupParams,
     ForeignKeyJoinParams,
+    GroupedSerdesParams,
     Params,
     ProcessorParams,
     SessionWindowedParams,
@@ -125,6 +126,27 @@ def aggregate(params: AggregateParams) -> ls.Topology:
     builder = ls.StreamsBuilder()
     table = _aggregated(_grouped(builder), params.aggregation)
     _suppressed(table, params.suppress).to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def _regroup(key: str | None, _value: Any) -> str | None:
+    return None if key is None else "c" if key == "c" else "ab"
+
+
+def grouped_serdes(params: GroupedSerdesParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    values = ls.Serdes.Long() if params.values == "long" else ls.Serdes.String()
+    grouped = builder.stream(INPUT_TOPIC).group_by(
+        _regroup, ls.Grouped.with_("regrouped", ls.Serdes.String(), values)
+    )
+    store = ls.Materialized.as_("grouped-store")  # the serdes: Kafka's defaults
+    if params.aggregation == "count":
+        table = grouped.count(store)
+    elif params.aggregation == "reduce":
+        table = grouped.reduce(_sum, store)
+    else:
+        table = grouped.aggregate(_init, _append, store.with_value_serde(ls.Serdes.String()))
+    table.to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 
 
@@ -399,6 +421,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     ProcessorParams.kind: processor,
     StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
+    GroupedSerdesParams.kind: grouped_serdes,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,
     SlidingWindowedParams.kind: sliding_windowed_aggregate,

@@ -25,6 +25,7 @@ from scenario import (
     Buffer,
     CogroupParams,
     ForeignKeyJoinParams,
+    GroupedSerdesParams,
     Input,
     Params,
     ProcessorParams,
@@ -198,6 +199,20 @@ def unwindowed(seed: int, aggregation: Aggregation, count: int) -> list[Scenario
         )
         for i in range(count)
     ]
+
+
+def grouped_serdes(seed: int, aggregation: Aggregation, count: int) -> list[Scenario]:
+    """``groupBy`` with Grouped serdes into a store with Kafka's default store serdes; the
+    Grouped value serde is the scenario's value serde."""
+    rng = random.Random(f"{seed}/grouped_serdes/{aggregation}")
+    scenarios = []
+    for i in range(count):
+        serde = _serde(rng, aggregation)
+        records = inputs(rng, rng.randint(8, 40), no_boundaries, 5)
+        params = GroupedSerdesParams(aggregation, serde)
+        name = f"grouped_serdes-{aggregation}-{i}"
+        scenarios.append(Scenario(name, params, _with_values(rng, records, serde), serde))
+    return scenarios
 
 
 def windowed(seed: int, shape: str, aggregation: Aggregation, count: int) -> list[Scenario]:

@@ -65,6 +65,19 @@ class AggregateParams:
 
 
 @dataclass(frozen=True)
+class GroupedSerdesParams:
+    """``groupBy(regroup, Grouped.with("regrouped", String, values))`` ("a" and "b" become
+    "ab", "c" stays, null stays null) then the aggregation into store "grouped-store" named
+    with ``Materialized.as`` and no key serde (Kafka's defaults: the Grouped key serde, a
+    count's Long, a reduce's Grouped value serde; an aggregate's String given). ``values``:
+    the Grouped value serde, the scenario's ``value_serde`` (the input topic's)."""
+
+    kind: ClassVar[str] = "grouped_serdes"
+    aggregation: Aggregation
+    values: Literal["long", "string"] = "long"
+
+
+@dataclass(frozen=True)
 class TimeWindowedParams:
     """``windowedBy(TimeWindows.ofSizeWithNoGrace(size))`` (grace None) or
     ``ofSizeAndGrace(size, grace)``; ``.advanceBy(advance)`` when advance is set (hopping);
@@ -225,6 +238,7 @@ Params = (
     ProcessorParams
     | StatelessParams
     | AggregateParams
+    | GroupedSerdesParams
     | TimeWindowedParams
     | SessionWindowedParams
     | SlidingWindowedParams

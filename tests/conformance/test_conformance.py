@@ -35,6 +35,7 @@ from random_scenarios import (
     AGGREGATIONS,
     cogroups,
     fk_joins,
+    grouped_serdes,
     processors,
     spilling,
     stateless,
@@ -80,6 +81,9 @@ GROUPS: dict[str, list[Scenario]] = {
     # without a count after them (issue 25).
     "stateless": stateless(SEED, 4 * PER_GROUP),
     **{f"aggregate-{a}": unwindowed(SEED, a, PER_GROUP) for a in AGGREGATIONS},
+    # groupBy with Grouped serdes (a named repartition topic) into a store with Kafka's
+    # default store serdes (issue 26).
+    **{f"grouped_serdes-{a}": grouped_serdes(SEED, a, PER_GROUP) for a in AGGREGATIONS},
     **{
         f"{shape}-{a}": windowed(SEED, shape, a, PER_GROUP)
         for shape in ("tumbling", "hopping", "sliding", "session")
@@ -161,7 +165,9 @@ def _group_param(group: str) -> object:
     marks = []
     if group.startswith(("suppress", "spill")):
         marks.append(NO_SUPPRESS)
-    elif not group.startswith(("aggregate-", "join-", "stateless", "cogroup-none")):
+    elif not group.startswith(
+        ("aggregate-", "grouped_serdes-", "join-", "stateless", "cogroup-none")
+    ):
         marks.append(NO_WINDOWS)
     if group in KNOWN_DIFFERENCES:
         marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[group]))

@@ -76,6 +76,7 @@ final class Topologies {
     static final Map<String, Kind> KINDS = Map.ofEntries(
             Map.entry("stateless", (Kind) Topologies::stateless),
             Map.entry("aggregate", (Kind) Topologies::aggregate),
+            Map.entry("grouped_serdes", (Kind) Topologies::groupedSerdes),
             Map.entry("time_windowed_aggregate", (Kind) Topologies::timeWindowedAggregate),
             Map.entry("session_windowed_aggregate", (Kind) Topologies::sessionWindowedAggregate),
             Map.entry("sliding_windowed_aggregate", (Kind) Topologies::slidingWindowedAggregate),
@@ -113,6 +114,40 @@ final class Topologies {
         table = suppress(table, params.get("suppress"));
         table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), outValues));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), outValues.deserializer());
+    }
+
+    /**
+     * groupBy(key -> regrouped key, Grouped.with("regrouped", String, values)) then the
+     * aggregation into the store "grouped-store", named with Materialized.as and given no key
+     * serde: Kafka's defaults give it the Grouped key serde, a count Long values, a reduce the
+     * Grouped value serde; an aggregate's String values are given (withValueSerde).
+     */
+    static Built groupedSerdes(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        // The Grouped value serde is the params' "values" (the scenario's value_serde too).
+        Serde<Object> groupedValues = serde(params.get("values").asText());
+        KGroupedStream<String, Object> grouped = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values))
+                .groupBy((k, v) -> regroup(k), Grouped.with("regrouped", Serdes.String(), groupedValues));
+        String aggregation = params.get("aggregation").asText();
+        Serde<Object> outValues = resultSerde(aggregation, values);
+        KTable<String, Object> table = switch (aggregation) {
+            case "count" -> cast(grouped.count(
+                    Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>as("grouped-store")));
+            case "reduce" -> grouped.reduce(Topologies::sum,
+                    Materialized.<String, Object, KeyValueStore<Bytes, byte[]>>as("grouped-store"));
+            case "aggregate" -> cast(grouped.aggregate(
+                    Topologies::init, (k, v, agg) -> append(agg, v),
+                    Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("grouped-store")
+                            .withValueSerde(Serdes.String())));
+            default -> throw unknown("aggregation", aggregation);
+        };
+        table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), outValues));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), outValues.deserializer());
+    }
+
+    /** The grouped_serdes kind's new key: "a" and "b" become "ab", "c" stays (null: null). */
+    static String regroup(String key) {
+        return key == null ? null : key.equals("c") ? "c" : "ab";
     }
 
     /** A window store with String keys and {@code values}, kept "retention" ms when set. */

@@ -6,6 +6,7 @@ a store without serdes still shows JSON text; the raw changelog stays JSON."""
 
 from __future__ import annotations
 
+import base64
 import json
 import textwrap
 from collections import Counter, defaultdict
@@ -34,10 +35,19 @@ APP = textwrap.dedent(
         ls.Materialized.as_("sums").with_value_serde(ls.Serdes.Double()),
     )
     events.group_by(user).count(ls.Materialized.as_("plain"))
+    # Bytes values through a repartition topic with Bytes serdes: the aggregator sees bytes.
+    B, L = ls.Serdes.Bytes(), ls.Serdes.Long()
+    b.stream("blobs", ls.Consumed.with_(S, B)).group_by(
+        lambda k, v: k.upper(), ls.Grouped.with_(S, B)
+    ).aggregate(lambda: 0, lambda k, v, n: n + len(v), ls.Materialized.as_("lengths").with_(S, L))
     app = ls.App("typed", b.build())
     """
 )
 
+BLOBS = [  # a log table holds Bytes as base64 text (the serde's JSON form)
+    {"key": "k", "value": base64.b64encode(bytes(range(i))).decode(), "timestamp": 1000 + i}
+    for i in range(1, 6)
+]
 RECORDS = [
     {"key": f"k{i % 3}", "value": {"user": f"u{i % 4}", "amount": i / 2}, "timestamp": 1000 + i}
     for i in range(40)
@@ -60,6 +70,8 @@ def wh(tmp_path_factory) -> Warehouse:
     wh = Warehouse(root / "warehouse")
     topics.topic(wh, "events").create(2)
     topics.topic(wh, "events").append(RECORDS)
+    topics.topic(wh, "blobs").create(1)
+    topics.topic(wh, "blobs").append(BLOBS)
     run_app(
         str(root / "app.py"),
         warehouse=wh.root,
@@ -107,3 +119,8 @@ def test_spark_views_have_the_same_typed_columns(spark, wh):
     types = {f.name: f.dataType.simpleString() for f in df.schema.fields}
     assert types == {"key": "string", "n": "bigint", "total": "double"}
     assert [tuple(r) for r in df.collect()] == _expected()
+
+
+def test_bytes_cross_a_repartition_topic_as_bytes(wh):
+    lengths = duckdb_engine.sql(wh, "SELECT key, value FROM typed__lengths")
+    assert [tuple(r) for r in lengths.rows] == [("K", 1 + 2 + 3 + 4 + 5)]  # not base64's

@@ -28,6 +28,7 @@ def test_grouped_builders_chain_name_and_serdes_as_kafkas():
     assert Grouped.with_key_serde(S) == Grouped(None, S, None)  # on the class too
     assert Grouped.with_value_serde(L).with_name("g") == Grouped("g", None, L)
     assert Grouped.with_(S, None).serdes == TopicSerdes(S, J)
+    assert Grouped.as_("g").with_(S, L) == Grouped("g", S, L)  # an instance keeps its name
     with pytest.raises(TopologyException, match="must be a serde"):
         Grouped.with_("not a serde", L)
     with pytest.raises(TopologyException, match="takes"):
@@ -39,6 +40,7 @@ def test_materialized_serdes_chain_with_a_name():
     assert (m.store_name, m.key_serde, m.value_serde) == ("counts", S, L)
     assert Materialized.with_(S, L) == Materialized(None, key_serde=S, value_serde=L)
     assert Materialized.with_(None, None).has_serdes is False
+    assert Materialized.as_("counts").with_(S, L) == m  # an instance keeps its name
     with pytest.raises(TopologyException, match="must be a serde"):
         Materialized.as_("x").with_value_serde(int)
 
@@ -98,6 +100,21 @@ def test_store_serdes_follow_kafkas_defaults():
         )
     )
     assert stores["tc"] == TopicSerdes(S, L) and topic == TopicSerdes(S, J)
+
+
+def test_a_bytes_store_is_refused_while_stores_hold_json():
+    b = StreamsBuilder()
+    grouped = b.stream("in").group_by_key(Grouped.with_(Serdes.Bytes(), J))
+    with pytest.raises(TopologyException, match=r"key serde cannot be Serdes\.Bytes\(\) yet"):
+        grouped.count()
+    with pytest.raises(TopologyException, match=r"value serde cannot be Serdes\.Bytes\(\)"):
+        b.table("t", Consumed.with_(S, Serdes.Bytes()))
+    # The repartition topic itself takes Bytes (its JSON form is base64 text).
+    b = StreamsBuilder()
+    b.stream("in").group_by(lambda k, v: v, Grouped.with_(S, Serdes.Bytes())).count(
+        Materialized.with_(S, L)
+    )
+    b.build()
 
 
 def test_a_grouped_name_names_the_repartition_topic_and_the_key_selector():

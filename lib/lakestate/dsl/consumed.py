@@ -82,16 +82,17 @@ class Grouped:
     def as_(name: str) -> Grouped:
         return Grouped(check_name(name, "Grouped.as_"))
 
-    @staticmethod
-    def with_(*args: Any) -> Grouped:
-        """``with_(key_serde, value_serde)`` or ``with_(name, key_serde, value_serde)``."""
+    @ClassOrInstance
+    def with_(self, *args: Any) -> Grouped:
+        """``with_(key_serde, value_serde)`` or ``with_(name, key_serde, value_serde)``; on
+        an instance, what is not given is kept (``Grouped.as_("g").with_(k, v)``)."""
         if len(args) == 3:
-            return Grouped.as_(args[0]).with_key_serde(args[1]).with_value_serde(args[2])
+            return self.with_name(args[0]).with_key_serde(args[1]).with_value_serde(args[2])
         if len(args) != 2:
             raise TopologyException(
                 "Grouped.with_ takes (key_serde, value_serde) or (name, key_serde, value_serde)"
             )
-        return Grouped().with_key_serde(args[0]).with_value_serde(args[1])
+        return self.with_key_serde(args[0]).with_value_serde(args[1])
 
     @ClassOrInstance
     def with_name(self, name: str) -> Grouped:

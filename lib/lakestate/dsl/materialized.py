@@ -9,8 +9,9 @@ from typing import Any
 
 from lakestate.dsl.arguments import duration_ms
 from lakestate.dsl.names import check_store_name
+from lakestate.dsl.repartitioned import ClassOrInstance
 from lakestate.errors import SerializationException, TopologyException
-from lakestate.serdes import JSON, Serde, TopicSerdes, check_serde
+from lakestate.serdes import JSON, BytesSerde, Serde, TopicSerdes, check_serde
 
 
 def _checked(serde: Any, where: str) -> Serde | None:
@@ -34,7 +35,8 @@ class Materialized:
     store's serdes (Kafka's). They type the store's SQL view (a String key as text, a Long
     as BIGINT...) and a value the serde cannot hold fails at the store. A serde not given
     (None) is the default: the one the operator implies as in Kafka (a count's value is
-    Long, a grouped aggregation's key takes the Grouped key serde), else Json.
+    Long, a grouped aggregation's key takes the Grouped key serde), else Json. Not yet:
+    ``Serdes.Bytes()`` for a store (stores hold JSON values): a TopologyException.
     """
 
     store_name: str | None = None
@@ -56,10 +58,11 @@ class Materialized:
     def with_defaults() -> Materialized:
         return Materialized()
 
-    @staticmethod
-    def with_(key_serde: Serde | None, value_serde: Serde | None) -> Materialized:
-        """An unnamed store with these serdes (Kafka's ``Materialized.with``)."""
-        return Materialized().with_key_serde(key_serde).with_value_serde(value_serde)
+    @ClassOrInstance
+    def with_(self, key_serde: Serde | None, value_serde: Serde | None) -> Materialized:
+        """A store with these serdes (Kafka's ``Materialized.with``): unnamed on the class,
+        keeping the name on an instance (``Materialized.as_("counts").with_(k, v)``)."""
+        return self.with_key_serde(key_serde).with_value_serde(value_serde)
 
     def with_key_serde(self, key_serde: Serde | None) -> Materialized:
         return replace(self, key_serde=_checked(key_serde, "Materialized key_serde"))
@@ -113,4 +116,12 @@ def store_serdes(
     implies)."""
     key = materialized.key_serde if materialized is not None else None
     value = materialized.value_serde if materialized is not None else None
-    return TopicSerdes(key or key_default or JSON, value or value_default or JSON)
+    serdes = TopicSerdes(key or key_default or JSON, value or value_default or JSON)
+    for what, serde in (("key", serdes.key), ("value", serdes.value)):
+        if isinstance(serde, BytesSerde):
+            # Stores hold JSON values (state/serde.py), which bytes are not.
+            raise TopologyException(
+                f"a store's {what} serde cannot be {serde.name} yet: stores hold JSON, and "
+                "bytes are not JSON; give the store another serde (Materialized.with_...)"
+            )
+    return serdes

@@ -10,6 +10,7 @@ import base64
 import json
 import textwrap
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 from lakestate import run_app
@@ -124,3 +125,13 @@ def test_spark_views_have_the_same_typed_columns(spark, wh):
 def test_bytes_cross_a_repartition_topic_as_bytes(wh):
     lengths = duckdb_engine.sql(wh, "SELECT key, value FROM typed__lengths")
     assert [tuple(r) for r in lengths.rows] == [("K", 1 + 2 + 3 + 4 + 5)]  # not base64's
+
+
+def test_describe_names_a_stores_serdes(wh, capsys):
+    capsys.readouterr()
+    assert main(["describe", str(Path(wh.root).parent / "app.py"), "--warehouse", wh.root]) == 0
+    out = capsys.readouterr().out
+    assert "(key Serdes.String(), value Serdes.Long())" in out  # counts (and lengths)
+    assert "(key Serdes.String(), value Serdes.Double())" in out  # sums
+    plain = next(line for line in out.splitlines() if line.strip().startswith("plain "))
+    assert "Serdes" not in plain

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from lakestate.cli import kafka_arg
 from lakestate.cli.table import print_table
+from lakestate.serdes import JSON
+
+JSON_NAME = JSON.name
 
 if TYPE_CHECKING:
     from lakestate.cli.main import Context
@@ -111,7 +114,10 @@ def _store_lines(stores: list[dict]) -> list[tuple[str, ...]]:
             continue
         changelog = s["changelog"] + ("" if s["changelog_exists"] else " (not created yet)")
         views = f"{s['sql_view']}, {s['changelog_view']}"
-        lines.append((s["store"], s["kind"], str(s["subtopology"]), views, changelog))
+        kind = s["kind"]
+        if (s["key_serde"], s["value_serde"]) != (JSON_NAME, JSON_NAME):  # typed views
+            kind += f" (key {s['key_serde']}, value {s['value_serde']})"
+        lines.append((s["store"], kind, str(s["subtopology"]), views, changelog))
     return lines
 
 

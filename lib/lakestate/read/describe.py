@@ -268,8 +268,8 @@ def _subtopology(app: App, sub: SubTopology, reads: list[str], tasks: int | None
 
 
 def _stores(warehouse: Warehouse, app: App) -> list[dict[str, Any]]:
-    """Every store: its kind, sub-topology and options; a local store also its SQL views
-    and changelog table."""
+    """Every store: its kind, sub-topology, options and serdes (``Serde.name``s); a local
+    store also its SQL views and changelog table."""
     topology, name = app.topology, app.name
     stores = []
     for store, spec in topology.stores.items():
@@ -280,6 +280,8 @@ def _stores(warehouse: Warehouse, app: App) -> list[dict[str, Any]]:
             "subtopology": sub,
             "global": spec.is_global,
             "options": dict(spec.options),
+            "key_serde": spec.serdes.key.name,
+            "value_serde": spec.serdes.value.name,
         }
         if not spec.is_global:  # a global store's record is its topic; no changelog
             path = warehouse.changelog_path(name, store)

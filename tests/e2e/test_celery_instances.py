@@ -156,7 +156,7 @@ def test_the_demo_runs_on_two_celery_workers(redis: str, tmp_path: Path) -> None
             return next((r for r in runs if r["state"] == "success"), None)
 
         try:
-            run = wait_for("a green run of the demo DAG", green_run, RUN_TIMEOUT_S, every=5)
+            run = wait_for("a green run of the demo DAG", green_run, RUN_TIMEOUT_S, every=1)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{server.logs()}") from None
         run_id = run["dag_run_id"]

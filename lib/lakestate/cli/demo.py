@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lakestate.cli.main import Context
+    from lakestate.io.topics import Topic
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -52,7 +53,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     module = load_module(REPO / "jobs" / f"{args.app}.py")
     if args.app == "orders":
         return _demo_orders(args, ctx, module)
-    spark = ctx.spark
     topic = topics.topic(ctx.warehouse, module.INPUT_TOPIC)
     topic.create(2)
     start = topic.end_offsets()
@@ -62,9 +62,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         if seed:
             # Go on after the clicks already there: clicks at the same times again would
             # all be late (their windows closed), and dropped.
-            from lakestate.runtime import spark_topics
-
-            newest = spark_topics.read_topic(spark, topic).agg({"timestamp": "max"}).first()[0]
+            newest = _newest_timestamp(topic)
             start_ms = max(start_ms, -(-newest // 60_000) * 60_000)
         sample = module.sample_clicks(args.records, seed=seed, start_ms=start_ms)
     else:
@@ -79,6 +77,14 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     else:
         demo_printers.show_counts(ctx, module)
     return 0
+
+
+def _newest_timestamp(topic: Topic) -> int:
+    """The newest record timestamp of a non-empty ``topic``, read as Arrow (no JVM: the
+    demo starts no Spark of its own; the DAG's runs start theirs)."""
+    import pyarrow.compute as pc
+
+    return max(pc.max(part["timestamp"]).as_py() or 0 for part in topic.read_partitions())
 
 
 def _demo_orders(args: argparse.Namespace, ctx: Context, orders) -> int:

@@ -46,7 +46,7 @@ class NodeContext:
 
     def forward(self, record: Record, child: str | None = None) -> None:
         if self.cached and child is None:
-            for flushed in self._task.cache_put(self._node, record):
+            for flushed in self._task.cached.put(self._node, record):
                 self.forward_now(flushed)
             return
         self.forward_now(record, child)

@@ -14,6 +14,7 @@ from typing import Any
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors import exception_handlers as handlers
 from lakestate.processors.api import Processor
+from lakestate.processors.cached_forwarding import CachedForwarding
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.processors.metrics import NODES, TaskMetrics
@@ -37,7 +38,6 @@ from lakestate.state.constants import (
     UNCOMMITTED_MAX_BYTES,
     UNCOMMITTED_MAX_RECORDS,
 )
-from lakestate.state.record_cache import RecordCache, cache_max_bytes
 from lakestate.state.registry import open_view
 from lakestate.state.serde import checked_json_text
 from lakestate.task_id import TaskId
@@ -99,7 +99,7 @@ class Task:
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
         self._opening = False
-        self.record_cache = self._cache_nodes(cache_max_bytes(config))
+        self.cached = CachedForwarding.of(config, topology, self.subtopology.nodes, self)
         self._plans = {} if self.punctuation else self._chunk_plans()
         self._committed_punctuation = self.punctuation.snapshot()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
@@ -124,67 +124,6 @@ class Task:
                     self._sources[real] = name
             self._processors[name] = processor
             self._contexts[name] = NodeContext(self, name, node.children)
-
-    def _cache_nodes(self, max_bytes: int) -> RecordCache | None:
-        """The task's record cache (None: every update is forwarded at once), and which
-        nodes' updates it holds: those forwarding the changes of a store that is not
-        versioned (Kafka caches no versioned store), each under its store's name (a
-        cogroup's nodes share one); a store's flush is forwarded by its first node."""
-        self._cached: dict[str, str] = {}  # node -> store
-        self._cache_order: dict[str, str] = {}  # store -> the node forwarding its flushes
-        if max_bytes <= 0:
-            return None
-        stores = self.topology.stores
-        for name in self.subtopology.nodes:
-            processor = self._processors[name]
-            store = getattr(processor, "store_name", None)
-            if not processor.forwards_store_changes or store not in stores:
-                continue
-            if stores[store].kind == "versioned" or stores[store].is_global:
-                continue
-            self._cached[name] = store
-            self._cache_order.setdefault(store, name)
-            self._contexts[name].cached = True
-        return RecordCache(max_bytes) if self._cached else None
-
-    def cache_put(self, node: str, record: Record) -> list[Record]:
-        """Hold ``record``, forwarded by cached node ``node``; returns what an eviction
-        flushed, to forward now."""
-        return self.record_cache.put(self._cached[node], record)
-
-    def _absorb(self, processor: Processor, out: Chunk) -> Chunk:
-        """What a node of a chunk plan forwards once its cache (if any) took its output:
-        the records evictions flushed, each at the input position that caused it."""
-        store = self._cached.get(processor.context.node)
-        if store is None:
-            return out
-        put = self.record_cache.put
-        records: list[Record] = []
-        at: list[int] = []
-        for record, position in zip(out.records, out.at, strict=True):
-            flushed = put(store, record)
-            if flushed:
-                records.extend(flushed)
-                at.extend([position] * len(flushed))
-        return out.with_records(records, at)
-
-    def flush_cache(self) -> None:
-        """Forward every update the record cache holds back (a commit's first step, as
-        Kafka flushes its caches on commit), store by store in topological order, each
-        store's in order of last update. A flushed record may update a cache further down:
-        that one is flushed after it."""
-        cache = self.record_cache
-        if cache is None:
-            return
-        # A flushed record is no input record: downstream sees no record metadata.
-        metadata, self.current_metadata = self.current_metadata, None
-        try:
-            while cache.dirty():
-                for store, node in self._cache_order.items():
-                    for record in cache.flush(store):
-                        self._contexts[node].forward_now(record)
-        finally:
-            self.current_metadata = metadata
 
     # -- processing -----------------------------------------------------------------------
 
@@ -278,19 +217,16 @@ class Task:
         if not records:
             return True
         output_mark = len(self._output)
-        metrics = self.metrics.copy()
+        metrics, undo = self.metrics.copy(), self.cached.snapshot()
         chunk = Chunk(topic, offsets, stream_times, records, list(range(len(records))))
         plan = self._plans[topic]
-        cached = None if self.record_cache is None else self.record_cache.snapshot()
-        absorb = None if cached is None else self._absorb
         try:
-            plan.run(chunk, self._forwarded, lambda: self._output, absorb)
+            plan.run(chunk, self._forwarded, lambda: self._output, self.cached.absorber)
         except Exception:
             # Nothing was written to the stores yet (finish_chunk does that): undo the rest.
             del self._output[output_mark:]
             self.metrics = metrics
-            if cached is not None:
-                self.record_cache.restore(cached)
+            self.cached.restore(undo)
             return False
         for processor in plan.processors:
             processor.finish_chunk()
@@ -514,7 +450,7 @@ class Task:
         The runtime then commits (the driver: ``complete_commit`` at once; the engine's
         worker stages the writes, and ``checkpoint/commit.py`` commits Delta, then the local
         store) and calls ``post_commit``. The record cache is flushed first."""
-        self.flush_cache()
+        self.cached.flush(self)
         self.transaction.set_stream_time(self.stream_time)
         committed = self._committed_metadata
         metadata_store.write(
@@ -548,8 +484,7 @@ class Task:
         """Drop everything since the last commit: state changes, output, stream time."""
         self.transaction.close()
         self._output = []
-        if self.record_cache is not None:
-            self.record_cache.clear()
+        self.cached.clear()
         self.metrics = self._committed_metrics.copy()
         committed_time = self.store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time

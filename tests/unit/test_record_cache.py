@@ -114,3 +114,22 @@ def test_config():
     assert cache_max_bytes({"cache.max.bytes.buffering": 5, "statestore.cache.max.bytes": 7}) == 7
     with pytest.raises(ValueError):
         cache_max_bytes({"statestore.cache.max.bytes": -1})
+
+
+def test_the_test_driver_ignores_the_cache_as_kafkas_does():
+    # Kafka's TopologyTestDriver commits (and flushes) after every input record.
+    from lakestate import Materialized, StreamsBuilder
+    from lakestate.testing.driver import TopologyTestDriver
+
+    def outputs(config: dict) -> list:
+        b = StreamsBuilder()
+        b.stream("in").group_by_key().count(Materialized.as_("c")).to_stream().to("out")
+        driver = TopologyTestDriver(b.build(), config)
+        driver.create_input_topic("in").pipe_key_value_list([("a", 1), ("a", 1), ("b", 1)])
+        return driver.create_output_topic("out").read_key_values_to_list()
+
+    assert outputs({"statestore.cache.max.bytes": 10_000}) == outputs({}) == [
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+    ]

@@ -12,8 +12,8 @@ from lakestate.state.record_cache import (
     cache_max_bytes,
 )
 
-# A one-letter key ('"a"': 3 bytes) with a one-digit value: 4 bytes plus the overhead.
-ENTRY = 4 + ENTRY_OVERHEAD_BYTES
+# A one-letter key (1 byte) with a number (8 bytes) plus the overhead.
+ENTRY = 1 + 8 + ENTRY_OVERHEAD_BYTES
 
 
 def _put(cache: RecordCache, key: str, new, old, ts: int = 0, name: str = "s") -> list[tuple]:
@@ -128,8 +128,12 @@ def test_the_test_driver_ignores_the_cache_as_kafkas_does():
         driver.create_input_topic("in").pipe_key_value_list([("a", 1), ("a", 1), ("b", 1)])
         return driver.create_output_topic("out").read_key_values_to_list()
 
-    assert outputs({"statestore.cache.max.bytes": 10_000}) == outputs({}) == [
-        ("a", 1),
-        ("a", 2),
-        ("b", 1),
-    ]
+    assert (
+        outputs({"statestore.cache.max.bytes": 10_000})
+        == outputs({})
+        == [
+            ("a", 1),
+            ("a", 2),
+            ("b", 1),
+        ]
+    )

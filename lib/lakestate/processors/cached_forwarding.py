@@ -15,6 +15,7 @@ from typing import Any
 
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.records import Record
 from lakestate.state.record_cache import RecordCache, cache_max_bytes
 
@@ -33,6 +34,8 @@ class CachedForwarding:
             self._flushers.setdefault(store, node)
             contexts[node].cached = True
         self._contexts = contexts
+        # Per node, how its flushes go on as chunks (None: one by one).
+        self._plans: dict[str, ChunkPlan | None] = {}
 
     @staticmethod
     def of(
@@ -108,7 +111,39 @@ class CachedForwarding:
         try:
             while cache.dirty():
                 for store, node in self._flushers.items():
-                    for record in cache.flush(store):
-                        self._contexts[node].forward_now(record)
+                    records = cache.flush(store)
+                    if records and not self._forward_chunk(task, node, records):
+                        for record in records:
+                            self._contexts[node].forward_now(record)
         finally:
             task.current_metadata = metadata
+
+    def _forward_chunk(self, task: Any, node: str, records: list[Record]) -> bool:
+        """Forward ``records`` from ``node`` to its one child as a chunk, when that child's
+        descendants are all chunk-capable (the same outcome as one by one, as for input
+        records); False, with nothing applied, when they are not or a record fails (the
+        caller then forwards one by one, which raises for the one that fails)."""
+        if node not in self._plans:
+            children = task.topology.nodes[node].children
+            self._plans[node] = (
+                ChunkPlan.of(task.topology, task.subtopology.nodes, children[0], task._processors)
+                if len(children) == 1
+                else None
+            )
+        plan = self._plans[node]
+        if plan is None:
+            return False
+        n = len(records)
+        chunk = Chunk(None, [None] * n, [task.stream_time] * n, records, list(range(n)))
+        mark, metrics, undo = len(task._output), task.metrics.copy(), self.snapshot()
+        try:
+            plan.run(chunk, task._forwarded, lambda: task._output, self.absorber)
+        except Exception:
+            del task._output[mark:]
+            task.metrics = metrics
+            self.restore(undo)
+            return False
+        task._forwarded(task._processors[node], n)
+        for processor in plan.processors:
+            processor.finish_chunk()
+        return True

@@ -8,7 +8,8 @@ the cache holds what would be forwarded: per key, the newest update and the old 
 it was before the key's first update since the last flush (Kafka reads that old value
 from the store under the cache, which is the same value). As in Kafka:
 
-- an entry's size is its key and new value (as JSON text) plus a fixed overhead; a put
+- an entry's size is its key and new value (about their serialized bytes: a string's
+  characters, 8 for a number, else JSON text) plus a fixed overhead; a put
   that takes the total above the budget evicts the put-into cache's least recently
   written entries until the total fits (or that cache is empty);
 - evicting a dirty entry flushes its whole named cache: the evicted entry first, then
@@ -51,9 +52,18 @@ def cache_max_bytes(config: Any) -> int:
     return size
 
 
-def _text_size(value: Any) -> int:
-    if type(value) is Windowed:
-        value = value.as_fields()
+def _size(value: Any) -> int:
+    """About the bytes Kafka's serdes would give ``value``: a string's characters, 8 for a
+    number (a long or double), else its JSON text's length."""
+    kind = type(value)
+    if kind is str:
+        return len(value)
+    if kind is int or kind is float:
+        return 8
+    if value is None:
+        return 0
+    if kind is Windowed:  # the windowed key serde: the key, then the window start
+        return _size(value.key) + 8
     text = json_text(value)
     return len(repr(value) if text is None else text)
 
@@ -80,7 +90,11 @@ class _Named:
 
     def copy(self) -> _Named:
         other = _Named()
-        other.entries, other.dirty, other.size = OrderedDict(self.entries), dict(self.dirty), self.size
+        other.entries, other.dirty, other.size = (
+            OrderedDict(self.entries),
+            dict(self.dirty),
+            self.size,
+        )
         return other
 
 
@@ -103,7 +117,7 @@ class RecordCache:
             named = self._named[name] = _Named()
         change: Change = record.value
         slot = _slot(record.key)
-        size = _text_size(record.key) + _text_size(change.new_value) + ENTRY_OVERHEAD_BYTES
+        size = _size(record.key) + _size(change.new_value) + ENTRY_OVERHEAD_BYTES
         held = named.entries.pop(slot, None)
         if held is None:
             first_old = change.old_value
@@ -139,16 +153,16 @@ class RecordCache:
         return [] if named is None else self._flush(named)
 
     def _flush(self, named: _Named) -> list[Record]:
-        entries = []
+        # Clean now (a clean entry's first old value is never read again); a delete leaves
+        # the cache once flushed.
+        held = named.entries
+        entries = [held[slot] for slot in named.dirty]
         for slot in named.dirty:
-            record, first_old, size = named.entries[slot]
-            entries.append((record, first_old, size))
-            if record.value.new_value is None:  # a delete leaves the cache once flushed
-                del named.entries[slot]
+            record, _first_old, size = held[slot]
+            if record.value.new_value is None:
+                del held[slot]
                 named.size -= size
                 self.size -= size
-            else:
-                named.entries[slot] = (record, None, size)  # clean; keeps its recency
         named.dirty.clear()
         return _emitted(entries)
 

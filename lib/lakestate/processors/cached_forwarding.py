@@ -89,14 +89,12 @@ class CachedForwarding:
         store = self._cached.get(processor.context.node)
         if store is None:
             return out
-        put = self.cache.put
+        flushes = self.cache.put_many(store, out.records)
         records: list[Record] = []
         at: list[int] = []
-        for record, position in zip(out.records, out.at, strict=True):
-            flushed = put(store, record)
-            if flushed:
-                records.extend(flushed)
-                at.extend([position] * len(flushed))
+        for i, flushed in flushes:
+            records.extend(flushed)
+            at.extend([out.at[i]] * len(flushed))
         return out.with_records(records, at)
 
     def flush(self, task: Any) -> None:

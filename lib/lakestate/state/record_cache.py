@@ -112,28 +112,42 @@ class RecordCache:
     def put(self, name: str, record: Record) -> list[Record]:
         """Hold ``record`` (a ``Change`` forwarded by node ``name``) back; returns what an
         eviction this put caused flushes (usually nothing), to forward now in order."""
+        flushed = self.put_many(name, [record])
+        return flushed[0][1] if flushed else []
+
+    def put_many(self, name: str, records: list[Record]) -> list[tuple[int, list[Record]]]:
+        """``put`` of each of ``records`` in turn; returns, for each whose put flushed
+        something, its index and what was flushed."""
         named = self._named.get(name)
         if named is None:
             named = self._named[name] = _Named()
-        change: Change = record.value
-        slot = _slot(record.key)
-        size = _size(record.key) + _size(change.new_value) + ENTRY_OVERHEAD_BYTES
-        held = named.entries.pop(slot, None)
-        if held is None:
-            first_old = change.old_value
-        else:
-            named.size -= held[2]
-            self.size -= held[2]
-            first_old = held[1] if slot in named.dirty else change.old_value
-        named.entries[slot] = (record, first_old, size)
-        named.size += size
-        self.size += size
-        named.dirty.pop(slot, None)
-        named.dirty[slot] = None
-        flushed: list[Record] = []
-        while self.size > self.max_bytes and named.entries:
-            flushed.extend(self._evict(named))
-        return flushed
+        entries, dirty, limit = named.entries, named.dirty, self.max_bytes
+        pop, dirty_pop = entries.pop, dirty.pop
+        flushes: list[tuple[int, list[Record]]] = []
+        for i, record in enumerate(records):
+            change: Change = record.value
+            key = record.key
+            slot = key if type(key) is str or type(key) is int else _slot(key)
+            size = _size(key) + _size(change.new_value) + ENTRY_OVERHEAD_BYTES
+            held = pop(slot, None)
+            if held is None:
+                first_old = change.old_value
+                grown = size
+            else:
+                first_old = held[1] if slot in dirty else change.old_value
+                grown = size - held[2]
+            entries[slot] = (record, first_old, size)
+            named.size += grown
+            self.size += grown
+            dirty_pop(slot, None)
+            dirty[slot] = None
+            if self.size > limit:
+                flushed: list[Record] = []
+                while self.size > limit and entries:
+                    flushed.extend(self._evict(named))
+                if flushed:
+                    flushes.append((i, flushed))
+        return flushes
 
     def _evict(self, named: _Named) -> list[Record]:
         """Drop ``named``'s least recently written entry; a dirty one flushes the cache."""

@@ -1,4 +1,4 @@
-"""The record cache (statestore.cache.max.bytes) in the engine, in process: each batch's
+"""The record cache (statestore.cache.max.bytes) in the engine, in process and in Spark: each batch's
 sinks hold one update per key (its last, in order of last update), so the sinks are the
 uncached run's updates coalesced per batch; and exactly-once holds through kills in the
 middle of a batch's commit (the replayed batch flushes the same updates)."""
@@ -51,7 +51,14 @@ def _sinks(spark, wh: Warehouse) -> dict[int, list[tuple]]:
     return out
 
 
-def test_cached_sinks_hold_one_update_per_key_per_batch_through_kills(spark, tmp_path):
+# inprocess_max_records per transport: 0 processes every batch in Spark.
+TRANSPORTS = {"in_process": 10**9, "spark": 0}
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_cached_sinks_hold_one_update_per_key_per_batch_through_kills(spark, tmp_path, transport):
+    limit = TRANSPORTS[transport]
+    where = "in this process" if transport == "in_process" else "in Spark"
     records = events(N, seed=21)
     reference = Warehouse(tmp_path / "reference")
     produce(spark, reference, "events", records, partitions=2)
@@ -61,7 +68,7 @@ def test_cached_sinks_hold_one_update_per_key_per_batch_through_kills(spark, tmp
         state_dir=str(tmp_path / "ref"),
         max_records=MAX_RECORDS,
         until_caught_up=True,
-        inprocess_max_records=10**9,
+        inprocess_max_records=limit,
         say=lambda _: None,
     )
     inputs = topic_rows(spark, reference, "events")
@@ -76,12 +83,12 @@ def test_cached_sinks_hold_one_update_per_key_per_batch_through_kills(spark, tmp
     state = tmp_path / "state"
     for point in KILLS:
         proc = _run_in_subprocess(
-            wh, state, point, app=APP, max_records=MAX_RECORDS, inprocess_max_records=10**9
+            wh, state, point, app=APP, max_records=MAX_RECORDS, inprocess_max_records=limit
         )
         assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
-        assert "transport: in this process" in proc.stdout
+        assert f"transport: {where}" in proc.stdout
     proc = _run_in_subprocess(
-        wh, state, None, app=APP, max_records=MAX_RECORDS, inprocess_max_records=10**9
+        wh, state, None, app=APP, max_records=MAX_RECORDS, inprocess_max_records=limit
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _sinks(spark, wh) == expected

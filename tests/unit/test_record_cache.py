@@ -137,3 +137,36 @@ def test_the_test_driver_ignores_the_cache_as_kafkas_does():
             ("b", 1),
         ]
     )
+
+
+def test_a_record_failing_below_the_cache_at_a_flush_fails_the_commit():
+    # It is no input record a handler could skip: log-and-continue does not apply.
+    from lakestate import Materialized, StreamsBuilder
+    from lakestate.errors import ProcessingException
+    from lakestate.processors.task import Task
+    from lakestate.state.base import TopicPartition
+    from lakestate.state.memory import in_memory_store
+
+    def no_two(v):
+        if v == 2:
+            raise ValueError("two")
+        return v
+
+    b = StreamsBuilder()
+    (
+        b.stream("in")
+        .group_by_key()
+        .count(Materialized.as_("c"))
+        .to_stream()
+        .map_values(no_two)
+        .to("out")
+    )
+    config = {
+        "statestore.cache.max.bytes": 10_000,
+        "processing.exception.handler": "log_and_continue",
+    }
+    task = Task(b.build(), 0, 0, in_memory_store("0_0"), config, "app")
+    # Both updates of "a" are held back: processing succeeds, the flush meets count 2.
+    assert task.process_chunk("in", [0, 1], [Record("a", 1, 0), Record("a", 1, 1)])
+    with pytest.raises(ProcessingException, match="MAPVALUES.*ValueError: two"):
+        task.commit({TopicPartition("in", 0): 2})

@@ -48,7 +48,9 @@ class StoreBuilder:
         return self.spec.name
 
     def with_caching_enabled(self) -> StoreBuilder:
-        """Accepted for Kafka's API: lakestate has no record cache (every write is seen)."""
+        """Accepted for Kafka's API: the record cache (``statestore.cache.max.bytes``) holds
+        back what the DSL's aggregations and tables forward; a user processor forwards what
+        it forwards, so caching its store would change nothing anyone sees."""
         return self
 
     def with_caching_disabled(self) -> StoreBuilder:

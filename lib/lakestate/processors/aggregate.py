@@ -38,6 +38,7 @@ class StreamAggregate(Processor):
         self.aggregator = aggregator
 
     chunked = True
+    forwards_store_changes = True
 
     def init(self, context) -> None:
         super().init(context)

@@ -99,6 +99,10 @@ class Processor:
     # A chunked processor that sends each record to one child of its choice (split's branch
     # node) implements ``route_chunk`` instead of ``process_chunk``, and ``process``.
     routes_chunks: ClassVar[bool] = False
+    # Its forwarded records are its store's updates, one ``Change`` per key written (Kafka:
+    # a timestamped tuple forwarder over the store), so the task's record cache
+    # (state/record_cache.py) may hold them back and coalesce them per key.
+    forwards_store_changes: ClassVar[bool] = False
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context

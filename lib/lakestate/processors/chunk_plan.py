@@ -94,10 +94,16 @@ class ChunkPlan:
         return ChunkPlan(steps, sort_output)
 
     def run(
-        self, chunk: Chunk, forwarded: Callable[[Processor, int], None], output: Callable[[], list]
+        self,
+        chunk: Chunk,
+        forwarded: Callable[[Processor, int], None],
+        output: Callable[[], list],
+        absorb: Callable[[Processor, Chunk], Chunk] | None = None,
     ) -> None:
         """Run ``chunk`` through every step (``forwarded(processor, n)``: it forwarded n
-        records); ``output()`` is the task's output list, which sinks append to."""
+        records); ``output()`` is the task's output list, which sinks append to.
+        ``absorb(processor, out)``: what a node forwards of its output ``out`` once the
+        task's record cache took it."""
         keys: Keys | None = None
         if self._keyed_source:
             # Positions may be added (see the module docstring): on the run's own lists.
@@ -128,6 +134,8 @@ class ChunkPlan:
                 count = sum(len(o.records) for o in outs)
             else:
                 out = processor.process_chunk(chunk)
+                if absorb is not None:
+                    out = absorb(processor, out)
                 outs = [out] * len(step.children)
                 count = len(out.records)
             if count:

@@ -20,6 +20,8 @@ class NodeContext:
         self._task = task
         self._node = node
         self._children = children
+        # Set by the task when this node's updates go through its record cache.
+        self.cached = False
 
     @property
     def node(self) -> str:
@@ -43,6 +45,14 @@ class NodeContext:
         return self._task.application_id
 
     def forward(self, record: Record, child: str | None = None) -> None:
+        if self.cached and child is None:
+            for flushed in self._task.cached.put(self._node, record):
+                self.forward_now(flushed)
+            return
+        self.forward_now(record, child)
+
+    def forward_now(self, record: Record, child: str | None = None) -> None:
+        """Forward ``record`` past the record cache (what it flushes)."""
         self._task.metrics.add(NODES, self._node, FORWARD_TOTAL)
         targets = self._children if child is None else [child]
         for name in targets:

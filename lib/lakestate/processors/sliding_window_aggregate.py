@@ -88,6 +88,8 @@ class SlidingWindowedAggregate(Processor):
     from later records none. For reduce, ``initializer`` is None and a window's first value
     is its aggregate."""
 
+    forwards_store_changes = True
+
     def __init__(
         self,
         store_name: str,

@@ -52,6 +52,8 @@ class TableSource(Processor):
     history retention is dropped (metric ``dropped-records``).
     """
 
+    forwards_store_changes = True
+
     def __init__(self, store_name: str) -> None:
         self.store_name = store_name
 
@@ -77,6 +79,8 @@ class TableSource(Processor):
 
 class _MaterializingTableProcessor(Processor):
     """Base of table operators that may keep their result in a store."""
+
+    forwards_store_changes = True
 
     def __init__(self, store_name: str | None) -> None:
         self.store_name = store_name
@@ -199,6 +203,8 @@ class TableAggregate(Processor):
 
     For reduce, ``initializer`` is None and the first added value becomes the aggregate.
     """
+
+    forwards_store_changes = True
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ from typing import Any
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
 from lakestate.processors import exception_handlers as handlers
 from lakestate.processors.api import Processor
+from lakestate.processors.cached_forwarding import CachedForwarding
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.processors.metrics import NODES, TaskMetrics
@@ -98,6 +99,7 @@ class Task:
         for name in self.subtopology.nodes:
             self._processors[name].init(self._contexts[name])
         self._opening = False
+        self.cached = CachedForwarding.of(config, topology, self.subtopology.nodes, self)
         self._plans = {} if self.punctuation else self._chunk_plans()
         self._committed_punctuation = self.punctuation.snapshot()
         # Processors may set metrics at init (e.g. a store's size): they count as committed.
@@ -215,15 +217,16 @@ class Task:
         if not records:
             return True
         output_mark = len(self._output)
-        metrics = self.metrics.copy()
+        metrics, undo = self.metrics.copy(), self.cached.snapshot()
         chunk = Chunk(topic, offsets, stream_times, records, list(range(len(records))))
         plan = self._plans[topic]
         try:
-            plan.run(chunk, self._forwarded, lambda: self._output)
+            plan.run(chunk, self._forwarded, lambda: self._output, self.cached.absorber)
         except Exception:
             # Nothing was written to the stores yet (finish_chunk does that): undo the rest.
             del self._output[output_mark:]
             self.metrics = metrics
+            self.cached.restore(undo)
             return False
         for processor in plan.processors:
             processor.finish_chunk()
@@ -446,7 +449,8 @@ class Task:
         open transaction (with the stream time written into it), ``offsets`` and the output.
         The runtime then commits (the driver: ``complete_commit`` at once; the engine's
         worker stages the writes, and ``checkpoint/commit.py`` commits Delta, then the local
-        store) and calls ``post_commit``."""
+        store) and calls ``post_commit``. The record cache is flushed first."""
+        self.cached.flush(self)
         self.transaction.set_stream_time(self.stream_time)
         committed = self._committed_metadata
         metadata_store.write(
@@ -480,6 +484,7 @@ class Task:
         """Drop everything since the last commit: state changes, output, stream time."""
         self.transaction.close()
         self._output = []
+        self.cached.clear()
         self.metrics = self._committed_metrics.copy()
         committed_time = self.store.stream_time()
         self.stream_time = NO_STREAM_TIME if committed_time is None else committed_time

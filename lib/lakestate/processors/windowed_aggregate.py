@@ -125,6 +125,7 @@ class TimeWindowedAggregate(Processor):
     ``size + grace`` past its start, and only such windows are deleted."""
 
     chunked = True
+    forwards_store_changes = True
 
     def __init__(
         self,
@@ -262,6 +263,8 @@ class SessionWindowedAggregate(Processor):
     ``state_key`` (a cogroup's input, KIP-150): the node shares its store and keeps its
     observed stream time and metrics under that key; the store's retention (gap + grace)
     then runs from the latest session end written by any node, as Kafka's store's does."""
+
+    forwards_store_changes = True
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ from lakestate.processors.task import Task
 from lakestate.records import Record, duration_millis, to_millis
 from lakestate.state.base import StateStore, TopicPartition, isolation_for
 from lakestate.state.memory import in_memory_store
+from lakestate.state.record_cache import CACHE_MAX_BYTES, CACHE_MAX_BYTES_OLD
 from lakestate.state.registry import open_view
 from lakestate.state.rocksdb import rocksdb_store
 from lakestate.testing.topics import TestInputTopic, TestOutputTopic, TestRecord
@@ -78,11 +79,16 @@ class TopologyTestDriver:
         }
         self._global_topics = {g.topic: g.store for g in topology.global_tables}
         self._tasks: list[Task] = []
+        # As Kafka's TopologyTestDriver, which behaves as if every input record were
+        # committed (and the caches flushed) at once: the record cache has no effect here.
+        task_config = {
+            k: v for k, v in self.config.items() if k not in (CACHE_MAX_BYTES, CACHE_MAX_BYTES_OLD)
+        }
         for sub in topology.subtopologies:
             store = make_store(f"{sub.id}_0")
             self._tasks.append(
                 Task(
-                    topology, sub.id, 0, store, self.config, self.application_id, self._global_views
+                    topology, sub.id, 0, store, task_config, self.application_id, self._global_views
                 )
             )
         self._task_by_topic = {t: task for task in self._tasks for t in task.source_topics()}

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from engine_helpers import APPS, FAST_TEST_CONF, events, produce, state_rows, topic_rows
 from lakestate import run_app
+from lakestate.checkpoint import faults
 from lakestate.io import delta_commits
+from lakestate.io import topics as io_topics
 from lakestate.runtime.executor_stores import STATE_OWNER, executor_state_dir
 from lakestate.warehouse import Warehouse
 
@@ -126,5 +128,54 @@ def test_driver_killed_at_each_executor_write_step_then_rerun_is_exactly_once(sp
         }
         written = _parquet_files(path)
         assert committed < written
+    finally:
+        shutil.rmtree(executor_state_dir(wh.root), ignore_errors=True)
+
+
+def test_a_sink_append_racing_the_batch_commit_is_renumbered(spark, tmp_path):
+    """A producer's append commits between the batch's plan (its ends read) and its
+    commit, as a writer on another machine can on a bucket: the executors' files are
+    written again, numbered on from the new ends, and the topic stays dense and exact."""
+    records = events(40, seed=29)
+    reference = Warehouse(tmp_path / "reference")
+    produce(spark, reference, "events", records, partitions=2)
+    run_app(
+        str(APPS / "counts.py"),
+        warehouse=reference.root,
+        state_dir=str(tmp_path / "r"),
+        until_caught_up=True,
+        say=lambda _: None,
+    )
+    wh = Warehouse(tmp_path / "wh")
+    produce(spark, wh, "events", records, partitions=2)
+    extra = {"key": "racer", "value": 1, "timestamp": 5, "partition": 0}
+    raced = []
+
+    def race(batch: int) -> None:
+        if not raced:  # the append lock is this thread's: the producer's append goes in
+            raced.append(io_topics.topic(wh, "counts-out").append([extra]))
+
+    try:
+        with faults.hook("after_progress", race):
+            run_app(
+                str(_app_on_executors(tmp_path)),
+                warehouse=wh.root,
+                state_dir=str(tmp_path / "s"),
+                until_caught_up=True,
+                transport="spark",
+                say=lambda _: None,
+            )
+        got, want = topic_rows(spark, wh, "counts-out"), topic_rows(spark, reference, "counts-out")
+        assert raced and raced[0].ranges == {0: (0, 1)}
+        for p in (0, 1):
+            offsets = [r[1] for r in got if r[0] == p]
+            assert offsets == list(range(len(offsets)))
+        racer = [r for r in got if 'racer' in r[2]]
+        assert [(r[0], r[1]) for r in racer] == [(0, 0)]
+        # The batch's records, in their order, numbered after the racer's.
+        assert [r[2:] for r in got if r not in racer] == [r[2:] for r in want]
+        assert sorted(r[:2] for r in got if r not in racer) == sorted(
+            (p, o + (p == 0)) for p, o, *_ in want
+        )
     finally:
         shutil.rmtree(executor_state_dir(wh.root), ignore_errors=True)

@@ -54,7 +54,6 @@ from lakestate.io.deltasink import DeltaSinkTopic
 from lakestate.io.kafka import KafkaTopic
 from lakestate.io.kafka import admin as kafka_admin
 from lakestate.io.logtable import LogTableTopic
-from lakestate.io.logtable.appends import HeldAppend
 from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
 
@@ -212,23 +211,7 @@ def _written_elsewhere(
             stores.setdefault(store, {})[r.task] = r.batch_id
     with executor_writes.planned(layout, counts, stores, batches) as plan:
         files = elsewhere.write_files(plan.writes)
-        commits = {}
-        for write in plan.writes:
-            held, written = plan.held[write.point], files.get(write.point, [])
-            if write.topic is not None:
-                found = layout.topic(write.topic)
-                commit = _bind(found.commit_files, held, written, layout.app.name, identity)
-            else:
-                commit = _bind(_commit_changelog_files, held, written, layout.app.name, identity)
-            commits[write.point] = commit
-        yield commits
-
-
-def _commit_changelog_files(held: HeldAppend, files: list, app: str, identity: dict) -> None:
-    """A changelog's files, committed on the snapshot their tasks were planned on."""
-    if held.todo:
-        adds = [f.add_action() for f in files]
-        delta_commits.append_files(held.table, adds, app, held.todo, identity)
+        yield executor_writes.commits(layout, plan, files, elsewhere, identity)
 
 
 def _complete(

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,9 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lakestate.checkpoint import changelog
 from lakestate.checkpoint.layout import AppLayout
+from lakestate.errors import StreamsException
 from lakestate.io import delta_commits
 from lakestate.io.logtable import LogTableTopic
-from lakestate.io.logtable.appends import HeldAppend
+from lakestate.io.logtable.appends import ATTEMPTS, HeldAppend, back_off
 from lakestate.io.table_files import DataFile, write_file
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.task_id import TaskId
@@ -102,6 +104,67 @@ def planned(
             plan.writes.append(write)
             plan.held[write.point] = HeldAppend(table, todo, {})
         yield plan
+
+
+def commits(
+    layout: AppLayout,
+    plan: Planned,
+    files: Mapping[str, list[DataFile]],
+    elsewhere: RowsElsewhere,
+    identity: dict,
+) -> dict[str, Callable[[], None]]:
+    """Step 3's commit of each planned table's ``files``, by its fault point."""
+    made: dict[str, Callable[[], None]] = {}
+    for write in plan.writes:
+        held, written = plan.held[write.point], files.get(write.point, [])
+        if write.topic is not None:
+            made[write.point] = functools.partial(
+                _commit_topic, layout, write, held, written, elsewhere, identity
+            )
+        else:
+            made[write.point] = functools.partial(
+                _commit_changelog, held, written, layout.app.name, identity
+            )
+    return made
+
+
+def _commit_topic(
+    layout: AppLayout,
+    write: TableWrite,
+    held: HeldAppend,
+    files: list[DataFile],
+    elsewhere: RowsElsewhere,
+    identity: dict,
+) -> None:
+    """A topic's files in one commit. A race lost to a writer outside the append lock
+    (another machine's, on a bucket) renumbers: every base of a partition moves by as much
+    as its end did, and the executors write the files again (the lost ones are never
+    committed), as the driver's append renumbers its rows."""
+    found = layout.topic(write.topic or "")
+    assert isinstance(found, LogTableTopic)
+    app = layout.app.name
+    for attempt in range(ATTEMPTS):
+        try:
+            found.commit_files(held, files, app, identity)
+            return
+        except delta_commits.ConcurrentCommit:
+            back_off(attempt)
+        again = found.held_again(app, held)
+        moved = {p: again.ends[p] - held.ends[p] for p in held.ends}
+        bases = {(s, t, p): b + moved[p] for (s, t, p), b in write.bases.items()}
+        write, held = dataclasses.replace(write, bases=bases), again
+        files = elsewhere.write_files([write]).get(write.point, [])
+    raise StreamsException(
+        f"topic {write.topic!r}: the batch's append lost {ATTEMPTS} races in a row to other "
+        "writers' appends; nothing of it was written (the next run replays the batch)"
+    )
+
+
+def _commit_changelog(held: HeldAppend, files: list[DataFile], app: str, identity: dict) -> None:
+    """A changelog's files, committed on the snapshot their tasks were planned on."""
+    if held.todo:
+        adds = [f.add_action() for f in files]
+        delta_commits.append_files(held.table, adds, app, held.todo, identity)
 
 
 def kept_topics(layout: AppLayout) -> frozenset[str]:
@@ -187,6 +250,7 @@ __all__ = [
     "RowsElsewhere",
     "TableWrite",
     "as_records",
+    "commits",
     "kept_topics",
     "offset_bases",
     "planned",

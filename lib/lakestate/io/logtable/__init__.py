@@ -134,6 +134,9 @@ class LogTableTopic:
             self.warehouse, self.name, self.path, self.partitions(), app, batches
         )
 
+    def held_again(self, app: str, held: appends.HeldAppend) -> appends.HeldAppend:
+        return appends.held_again(self.warehouse, self.path, self.partitions(), app, held)
+
     def commit_files(
         self,
         held: appends.HeldAppend,

@@ -210,6 +210,23 @@ def held_append(
         yield HeldAppend(table, todo, dict(ends))
 
 
+def held_again(
+    warehouse: Warehouse, path: str, num_partitions: int, app: str, held: HeldAppend
+) -> HeldAppend:
+    """``held`` after its commit lost a race to a writer outside the append lock (another
+    machine's, on a bucket): the newest snapshot and its ends, the same task batches.
+    ConcurrentCommit if the winner holds one of them (another run committed the batch)."""
+    table = delta_commits.open_table(path)
+    versions = delta_commits.txn_versions(table, app, list(held.todo))
+    taken = sorted(t for t, b in held.todo.items() if versions[t] >= b)
+    if taken:
+        raise delta_commits.ConcurrentCommit(
+            f"{path}: another writer committed a batch of "
+            f"{', '.join(str(t) for t in taken)} at the same time"
+        )
+    return HeldAppend(table, held.todo, dict(ends_at(warehouse, path, table, num_partitions)))
+
+
 def commit_files(
     warehouse: Warehouse,
     topic: str,
@@ -221,8 +238,8 @@ def commit_files(
 ) -> AppendResult:
     """Commit ``files`` (the records of ``held.todo``, numbered from ``held.ends``) as
     ``append_batch`` commits its rows: one commit with the tasks' txns, the topic's append
-    txn and the end offsets it leaves. ConcurrentCommit (the batch fails; the next run
-    replays it) if a writer outside the append lock committed meanwhile."""
+    txn and the end offsets it leaves. ConcurrentCommit if a writer outside the append
+    lock committed meanwhile (``held_again`` then renumbers)."""
     if not held.todo:
         return AppendResult(topic, {}, skipped=True, version=held.table.version())
     next_offset = dict(held.ends)

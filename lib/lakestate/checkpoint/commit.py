@@ -19,6 +19,9 @@ A batch is a set of task batches: task ``t`` processes its next offset ranges as
    task's rows. When all have succeeded the batch is complete. A Kafka sink topic is one
    more table: each task batch's records in a Kafka transaction that also commits the
    batch as its marker (``io/kafka/appends.py``; docs/architecture.md, "Kafka topics").
+   When Spark's executors own the state, a log table's or changelog's rows stay on them:
+   they are written as files before step 2 and step 3 commits the files
+   (``executor_writes.py``).
 4. Complete: each task's local store applies its staged transaction (data, offsets, stream
    time and batch marker in one RocksDB write batch).
 

@@ -161,10 +161,19 @@ def _commit_topic(
 
 
 def _commit_changelog(held: HeldAppend, files: list[DataFile], app: str, identity: dict) -> None:
-    """A changelog's files, committed on the snapshot their tasks were planned on."""
-    if held.todo:
-        adds = [f.add_action() for f in files]
-        delta_commits.append_files(held.table, adds, app, held.todo, identity)
+    """A changelog's files, committed on its newest snapshot (as the driver's append is:
+    a compaction may have committed since the plan) with the task batches it still does
+    not hold; a file's partition value is its task's partition (one sub-topology per
+    store)."""
+    if not held.todo:
+        return
+    table = delta_commits.open_table(held.table.table_uri)
+    versions = delta_commits.txn_versions(table, app, list(held.todo))
+    todo = {t: b for t, b in held.todo.items() if versions[t] < b}
+    if todo:
+        partitions = {t.partition for t in todo}
+        adds = [f.add_action() for f in files if f.partition_value in partitions]
+        delta_commits.append_files(table, adds, app, todo, identity)
 
 
 def kept_topics(layout: AppLayout) -> frozenset[str]:

@@ -18,6 +18,7 @@ from lakestate.io import delta_commits
 from lakestate.io import topics as io_topics
 from lakestate.read.spark_engine import state_frame
 from lakestate.runtime.executor_stores import STATE_OWNER, executor_state_dir
+from lakestate.runtime.spark_transport import SparkTransport
 from lakestate.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -57,10 +58,27 @@ def _tables(spark, wh: Warehouse) -> tuple:
     return recorded, outputs, state
 
 
-def test_executor_owned_stores_give_the_driver_owned_result(spark, tmp_path):
+def _received_rows(monkeypatch) -> list:
+    """The kinds of the rows each Spark batch handed to the driver, and whether the rest
+    stayed on the executors."""
+    received = []
+    run_batch = SparkTransport.run_batch
+
+    def recording(self, batch):
+        output = run_batch(self, batch)
+        received.append((set(output.rows.column("kind").to_pylist()), output.elsewhere))
+        return output
+
+    monkeypatch.setattr(SparkTransport, "run_batch", recording)
+    return received
+
+
+def test_executor_owned_stores_give_the_driver_owned_result(spark, tmp_path, monkeypatch):
     phases = [events(60, seed=31)[i : i + 20] for i in (0, 20, 40)]
     results = {}
+    received = _received_rows(monkeypatch)
     for owner in ("driver", "executors"):
+        received.clear()
         wh = Warehouse(tmp_path / f"wh-{owner}")
         state = tmp_path / f"state-{owner}"
         app = (
@@ -85,8 +103,14 @@ def test_executor_owned_stores_give_the_driver_owned_result(spark, tmp_path):
                 p.name for p in (Path(executor_state_dir(wh.root)) / "regroup").iterdir()
             )
             assert tasks == ["0_0", "0_1", "1_0", "1_1"]
+            # No batch's records or changelog rows came to the driver: only the outcomes.
+            assert received and all(
+                kinds == {"task"} and kept is not None for kinds, kept in received
+            )
         else:
             assert not any(line.startswith("state: on Spark's executors") for line in said)
+            assert any({"out", "state"} <= kinds for kinds, _ in received)
+            assert all(kept is None for _, kept in received)
     recorded, outputs, state_rows = results["executors"]
     assert len(recorded) > 6 and all(outputs.values()) and state_rows
     assert results["executors"] == results["driver"]

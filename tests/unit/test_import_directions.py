@@ -155,6 +155,7 @@ SPARK_MODULES = {
     "lakestate.runtime.spark_transport",
     "lakestate.runtime.spark_session",
     "lakestate.runtime.spark_topics",
+    "lakestate.runtime.spark_kept",
     "lakestate.read.spark_engine",
     "lakestate.ops.convert",
 }

@@ -19,6 +19,9 @@ A batch is a set of task batches: task ``t`` processes its next offset ranges as
    task's rows. When all have succeeded the batch is complete. A Kafka sink topic is one
    more table: each task batch's records in a Kafka transaction that also commits the
    batch as its marker (``io/kafka/appends.py``; docs/architecture.md, "Kafka topics").
+   When Spark's executors own the state, a log table's or changelog's rows stay on them:
+   they are written as files before step 2 and step 3 commits the files
+   (``executor_writes.py``).
 4. Complete: each task's local store applies its staged transaction (data, offsets, stream
    time and batch marker in one RocksDB write batch).
 
@@ -34,8 +37,9 @@ planned afresh.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +47,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lakestate.checkpoint import changelog, faults, progress
+from lakestate.checkpoint import changelog, executor_writes, faults, progress
+from lakestate.checkpoint.executor_writes import RowsElsewhere, as_records
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import StreamsException, TaskMigratedException
@@ -51,7 +56,7 @@ from lakestate.io import delta_commits
 from lakestate.io.deltasink import DeltaSinkTopic
 from lakestate.io.kafka import KafkaTopic
 from lakestate.io.kafka import admin as kafka_admin
-from lakestate.io.topic_records import RECORD_SCHEMA
+from lakestate.io.logtable import LogTableTopic
 from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
 
@@ -115,6 +120,7 @@ def commit_batch(
     state_dir: str | None,
     isolation: IsolationLevel,
     fences: Mapping[str, int] | None = None,
+    elsewhere: RowsElsewhere | None = None,
 ) -> None:
     """Steps 2-4 for the task batches ``results`` (step 1 done); ``rows`` is the processing
     output (kind ``out`` and ``state`` rows of every task). ``fences``: txn versions the
@@ -123,7 +129,9 @@ def commit_batch(
     batch's staged transactions: nothing of the batch is left anywhere. ``state_dir``
     None: the stores are the Spark executors' (runtime/executor_stores.py), which do step 4
     at the start of each task's next batch, and drop a staged transaction whose progress
-    row is not theirs."""
+    row is not theirs. ``elsewhere``: the rows of the log-table topics and changelogs are
+    not in ``rows`` but where they were made, which writes them as files before step 2
+    (``executor_writes``); step 3 commits those files."""
     app = layout.app.name
     batches = {r.task: r.batch_id for r in results}
     identity = {
@@ -131,29 +139,14 @@ def commit_batch(
         "run_id": run_id,
         "batches": {str(t): b for t, b in sorted(batches.items())},
     }
-    at = progress.now_ms()
-
-    first = min(batches.values())
     outputs = _outputs_by_topic(layout, results, rows)
-    for topic, (topic_rows, _) in outputs.items():
-        layout.topic(topic).check_append(_as_records(topic_rows, topic_rows.column("pseq")))
-    faults.maybe_fail("before_progress", first)
-
-    # 2. Record progress (the fence).
-    fresh = [r for r in results if r.task not in replayed]
-    if fresh:
-        try:
-            _record(layout, run_id, results, replayed, identity, at, fences)
-        except TaskMigratedException as exc:
-            for r in results:
-                if state_dir is not None:
-                    TaskDir(state_dir, app, r.task).discard_staged()
-            raise BatchRefused(str(exc)) from exc
-    faults.maybe_fail("after_progress", first)
-
-    # 3. Commit the tables, at once.
-    _run_all(_table_writes(layout, results, outputs, rows, batches, identity), first)
-    faults.maybe_fail("after_tables", first)
+    with _written_elsewhere(layout, results, outputs, batches, identity, elsewhere) as commits:
+        for topic, (topic_rows, _) in outputs.items():
+            if f"after_sink:{topic}" not in commits:
+                layout.topic(topic).check_append(as_records(topic_rows, topic_rows.column("pseq")))
+        writes = _table_writes(layout, results, outputs, rows, batches, identity)
+        writes = [(point, commits.get(point, write)) for point, write in writes]
+        _steps_2_and_3(layout, run_id, results, replayed, state_dir, fences, identity, writes)
 
     # 4. Complete: the local stores commit.
     if state_dir is not None:
@@ -161,6 +154,67 @@ def commit_batch(
 
     # After the commit: the offsets mirrored to Kafka for the usual lag tools.
     _mirror_offsets(layout, results)
+
+
+def _steps_2_and_3(
+    layout: AppLayout,
+    run_id: str,
+    results: list[TaskResult],
+    replayed: set[TaskId],
+    state_dir: str | None,
+    fences: Mapping[str, int] | None,
+    identity: dict,
+    writes: list[tuple[str, Callable[[], None] | None]],
+) -> None:
+    """Record progress (the fence), then the tables' ``writes`` (``_table_writes``)."""
+    batches = {r.task: r.batch_id for r in results}
+    first = min(batches.values())
+    faults.maybe_fail("before_progress", first)
+
+    # 2. Record progress (the fence).
+    fresh = [r for r in results if r.task not in replayed]
+    if fresh:
+        try:
+            _record(layout, run_id, results, replayed, identity, progress.now_ms(), fences)
+        except TaskMigratedException as exc:
+            for r in results:
+                if state_dir is not None:
+                    TaskDir(state_dir, layout.app.name, r.task).discard_staged()
+            raise BatchRefused(str(exc)) from exc
+    faults.maybe_fail("after_progress", first)
+
+    # 3. Commit the tables, at once.
+    _run_all(writes, first)
+    faults.maybe_fail("after_tables", first)
+
+
+@contextlib.contextmanager
+def _written_elsewhere(
+    layout: AppLayout,
+    results: list[TaskResult],
+    outputs: dict[str, tuple[pa.Table, dict[TaskId, dict[int, int]]]],
+    batches: dict[TaskId, int],
+    identity: dict,
+    elsewhere: RowsElsewhere | None,
+) -> Iterator[dict[str, Callable[[], None]]]:
+    """With ``elsewhere``: the log-table topics' and changelogs' files written where the
+    rows are, the topics' append locks held while the block runs; yields each such
+    table's commit, by its fault point. Without: nothing."""
+    if elsewhere is None:
+        yield {}
+        return
+    counts = {
+        topic: per_task
+        for topic, (_, per_task) in outputs.items()
+        if isinstance(layout.topic(topic), LogTableTopic)
+    }
+    stores: dict[str, dict[TaskId, int]] = {}
+    for r in results:
+        for store in r.stores:
+            stores.setdefault(store, {})[r.task] = r.batch_id
+    with executor_writes.planned(layout, counts, stores, batches) as plan:
+        files = elsewhere.write_files(plan.writes)
+        yield executor_writes.commits(layout, plan, files, elsewhere, identity)
 
 
 def _complete(
@@ -322,12 +376,7 @@ def _append_topic(
 
     def build(todo: dict[TaskId, int], ends: dict[int, int]) -> pa.Table:
         selected = rows if len(todo) == len(counts) else rows.filter(_task_mask(rows, set(todo)))
-        bases: dict[tuple[int, int, int], int] = {}
-        next_offset = dict(ends)
-        for task in sorted(todo):
-            for p, n in sorted(counts[task].items()):
-                bases[(task.subtopology, task.partition, p)] = next_offset[p]
-                next_offset[p] += n
+        bases = executor_writes.offset_bases({t: counts[t] for t in todo}, ends)
         subs = selected.column("sub").to_pylist()
         parts = selected.column("task").to_pylist()
         targets = selected.column("partition").to_pylist()
@@ -337,25 +386,10 @@ def _append_topic(
             count=len(subs),
         )
         offsets = base + selected.column("pseq").to_numpy(zero_copy_only=False)
-        return _as_records(selected, pa.array(offsets, pa.int64()))
+        return as_records(selected, pa.array(offsets, pa.int64()))
 
     tasks = {t: batches[t] for t in counts}
     layout.topic(topic).append_batch(layout.app.name, tasks, build, identity)
-
-
-def _as_records(out: pa.Table, offsets: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """A topic's ``out`` rows as records (``RECORD_SCHEMA``) at ``offsets``."""
-    return pa.table(
-        {
-            "partition": out.column("partition").cast(pa.int32()),
-            "offset": offsets.cast(pa.int64()),
-            "timestamp": out.column("timestamp").cast(pa.int64()),
-            "key": out.column("key"),
-            "value": out.column("value"),
-            "headers": out.column("headers"),
-        },
-        schema=RECORD_SCHEMA,
-    )
 
 
 def _run_all(writes: list[tuple[str, Callable[[], None] | None]], batch_id: int) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction
 
 from lakestate import object_store
 from lakestate.errors import TaskMigratedException
@@ -33,6 +34,7 @@ from lakestate.task_id import TaskId
 __all__ = [
     "ConcurrentCommit",
     "append",
+    "append_files",
     "create_table",
     "open_table",
     "table_exists",
@@ -158,24 +160,69 @@ def append(
     ConcurrentCommit, a TaskMigratedException (nothing is committed). ``table``: a path
     creates the table if missing; ``options``: more of ``write_deltalake``'s
     (``schema_mode``, ``partition_by``)."""
-    txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
-    txns += [Transaction(i, v) for i, v in sorted((extra_txns or {}).items())]
-    properties = CommitProperties(
-        custom_metadata={"userMetadata": json.dumps(dict(metadata), sort_keys=True)},
-        app_transactions=txns,
-    )
+    properties = _properties(app, batches, metadata, extra_txns)
     try:
         target = _uri(table) if isinstance(table, str) else table
         write_deltalake(target, data, mode="append", commit_properties=properties, **options)
     except CommitFailedError as exc:
-        if "oncurrent" in str(exc):
-            where = table if isinstance(table, str) else table.table_uri
-            raise ConcurrentCommit(
-                f"{where}: another writer committed at the same time for "
-                f"{', '.join(str(t) for t in sorted(batches)) or 'the same table'}: {exc}"
-            ) from exc
+        _raise_if_concurrent(exc, table, batches)
         raise
     if isinstance(table, str):
         return open_table(table).version()
     table.update_incremental()
     return table.version()
+
+
+def append_files(
+    table: DeltaTable,
+    files: Sequence[AddAction],
+    app: str,
+    batches: Mapping[TaskId, int],
+    metadata: Mapping[str, Any],
+    extra_txns: Mapping[str, int] | None = None,
+) -> int:
+    """``append``'s commit for data files already written into the table's location
+    (``io/table_files``): one commit adding ``files``, with the same txns and metadata;
+    returns the new table version. ConcurrentCommit as ``append``'s."""
+    properties = _properties(app, batches, metadata, extra_txns)
+    partition_by = table.metadata().partition_columns
+    try:
+        table.create_write_transaction(
+            list(files),
+            "append",
+            table.schema(),
+            partition_by=partition_by or None,
+            commit_properties=properties,
+        )
+    except CommitFailedError as exc:
+        _raise_if_concurrent(exc, table, batches)
+        raise
+    table.update_incremental()
+    return table.version()
+
+
+def _properties(
+    app: str,
+    batches: Mapping[TaskId, int],
+    metadata: Mapping[str, Any],
+    extra_txns: Mapping[str, int] | None,
+) -> CommitProperties:
+    """A commit's txns (a task's version: its batch) and metadata."""
+    txns = [Transaction(txn_app_id(app, t), b) for t, b in sorted(batches.items())]
+    txns += [Transaction(i, v) for i, v in sorted((extra_txns or {}).items())]
+    return CommitProperties(
+        custom_metadata={"userMetadata": json.dumps(dict(metadata), sort_keys=True)},
+        app_transactions=txns,
+    )
+
+
+def _raise_if_concurrent(
+    exc: CommitFailedError, table: DeltaTable | str, batches: Mapping[TaskId, int]
+) -> None:
+    """ConcurrentCommit for ``exc`` when Delta's conflict check raised it."""
+    if "oncurrent" in str(exc):
+        where = table if isinstance(table, str) else table.table_uri
+        raise ConcurrentCommit(
+            f"{where}: another writer committed at the same time for "
+            f"{', '.join(str(t) for t in sorted(batches)) or 'the same table'}: {exc}"
+        ) from exc

@@ -399,6 +399,7 @@ class Runner:
             None if self._executors_own_state() else self.state_dir,
             self.isolation,
             fences,
+            output.elsewhere,
         )
         seconds = time.monotonic() - started
         figures = _figures(results, replayed, seconds, self.dead_letter_topic)

@@ -4,12 +4,14 @@ Spark reads the batch's reads (``transport.input_reads``) from their topics
 (``spark_topics.read_range``), gives each task a partition of its own (``route_column``:
 ``runtime/routing.py`` chooses the routes), and ``mapInArrow`` runs
 ``task_executor.process_partition`` in the Python workers, tasks in parallel; the
-processing output comes back to the driver with ``toArrow``. The session starts only when
+processing output comes back to the driver with ``toArrow``; when the executors own the
+state, only the tasks' outcomes and the rows of non-log-table sinks do, and the rest is
+written as files by the executors (``spark_kept.py``). The session starts only when
 a run chose Spark, in the background while the run recovers its local stores
 (``SparkStarter``).
 
-With ``spark_session.py`` (which it starts Spark with) and ``spark_topics.py`` (its
-reads), the only runtime modules that import pyspark: the runner imports this one only
+With ``spark_session.py`` (which it starts Spark with), ``spark_topics.py`` (its reads)
+and ``spark_kept.py`` (the output kept on the executors), the only runtime modules that import pyspark: the runner imports this one only
 once a run chose Spark, so a run in this process imports no pyspark.
 """
 
@@ -22,12 +24,14 @@ from collections.abc import Sequence
 import pyarrow as pa
 from lakestate.checkpoint import faults
 from lakestate.checkpoint.changelog import ARROW_TYPES
+from lakestate.checkpoint.executor_writes import kept_topics
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.errors import StreamsException
 from lakestate.object_store import is_s3
 from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_fields
 from lakestate.runtime.executor_stores import state_owner
 from lakestate.runtime.routing import TASK_KEY_STRIDE, routes
+from lakestate.runtime.spark_kept import KeptFrames, kept_on_executors
 from lakestate.runtime.spark_session import configured_master
 from lakestate.runtime.spark_topics import read_range
 from lakestate.runtime.task_executor import BatchContext, process_partition
@@ -107,11 +111,13 @@ class SparkTransport:
     def __init__(self, master: str | None, app_name: str, layout: AppLayout) -> None:
         self.spark = SparkStarter(master, app_name, is_s3(layout.warehouse.root))
         self.layout = layout
+        self._kept = KeptFrames()  # the last batch's output kept on the executors
 
     def start(self) -> None:
         self.spark.start()
 
     def close(self) -> None:
+        self._kept.release()
         self.spark.join()
 
     def state_owner(self, config: dict) -> str:
@@ -130,7 +136,9 @@ class SparkTransport:
             .repartition(len(keys), route_column(keys))
             .mapInArrow(_partition_function(batch.ctx), out_schema(batch.store_kinds))
         )
-        return BatchOutput.of(frame.toArrow())
+        if batch.ctx.executor_stores is None:
+            return BatchOutput.of(frame.toArrow())
+        return kept_on_executors(frame, kept_topics(self.layout), self._kept)
 
     def _read(self, reads: tuple[InputRead, ...]) -> DataFrame:
         """The batch's input rows, in ``INPUT_SCHEMA``'s columns, in no particular order

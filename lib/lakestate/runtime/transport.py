@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from lakestate.checkpoint.batch import TaskPlan
+from lakestate.checkpoint.executor_writes import RowsElsewhere
 from lakestate.errors import StreamsException
 from lakestate.runtime.batch_rows import GLOBAL_INPUT
 from lakestate.runtime.outcome import TaskOutcome, outcomes_of
@@ -166,10 +167,14 @@ class BatchInput:
 @dataclass(frozen=True)
 class BatchOutput:
     """What a transport returns: the processing output (every task's ``out``, ``state``
-    and ``task`` rows, columns ``batch_rows.out_fields``) and each task's outcome."""
+    and ``task`` rows, columns ``batch_rows.out_fields``) and each task's outcome. With
+    ``elsewhere`` (Spark's executors own the state), ``rows`` holds only the ``task`` rows
+    and the ``out`` rows of the topics that are not log tables: the rest stayed on the
+    executors, which write them as files for the commit (``checkpoint/executor_writes``)."""
 
     rows: pa.Table
     outcomes: dict[TaskId, TaskOutcome]
+    elsewhere: RowsElsewhere | None = None
 
     @classmethod
     def of(cls, rows: pa.Table) -> BatchOutput:

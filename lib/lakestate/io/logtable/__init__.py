@@ -27,6 +27,7 @@ from lakestate.io.logtable import appends, ends, reads, table
 from lakestate.io.logtable.ends import ENDS_METADATA_KEY, ends_metadata
 from lakestate.io.logtable.reads import LogTableReader
 from lakestate.io.logtable.table import PARTITIONS_PROPERTY
+from lakestate.io.table_files import DataFile
 from lakestate.io.topic_records import AppendResult, TopicDescription, check_txn
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -122,6 +123,29 @@ class LogTableTopic:
     ) -> AppendResult:
         return appends.append_batch(
             self.warehouse, self.name, self.path, self.partitions(), app, batches, build, metadata
+        )
+
+    def held_append(
+        self, app: str, batches: Mapping[TaskId, int]
+    ) -> contextlib.AbstractContextManager[appends.HeldAppend]:
+        """``append_batch`` for records written as files elsewhere: the append lock held
+        and the ends read (``appends.held_append``); commit with ``commit_files``."""
+        return appends.held_append(
+            self.warehouse, self.name, self.path, self.partitions(), app, batches
+        )
+
+    def held_again(self, app: str, held: appends.HeldAppend) -> appends.HeldAppend:
+        return appends.held_again(self.warehouse, self.path, self.partitions(), app, held)
+
+    def commit_files(
+        self,
+        held: appends.HeldAppend,
+        files: Sequence[DataFile],
+        app: str,
+        metadata: Mapping[str, Any],
+    ) -> AppendResult:
+        return appends.commit_files(
+            self.warehouse, self.name, self.path, held, files, app, metadata
         )
 
 

@@ -23,6 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits, txn_ids
 from lakestate.io.logtable.ends import ENDS_METADATA_KEY, ends_at, ends_value, remember_ends
+from lakestate.io.table_files import DataFile
 from lakestate.io.topic_records import AppendResult, normalize_records
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -174,6 +176,85 @@ def append_batch(
             remember_ends(warehouse, path, version, next_offset)
             return _result(topic, ends, next_offset, version)
     raise _gave_up(topic)
+
+
+@dataclass(frozen=True)
+class HeldAppend:
+    """A batch's append of a topic planned under the topic's append lock (``held_append``):
+    the table's snapshot, the task batches it does not hold yet (none: a replay, nothing to
+    write) and the end offsets their records number on from."""
+
+    table: Any
+    todo: dict[TaskId, int]
+    ends: dict[int, int]
+
+
+@contextlib.contextmanager
+def held_append(
+    warehouse: Warehouse,
+    topic: str,
+    path: str,
+    num_partitions: int,
+    app: str,
+    batches: Mapping[TaskId, int],
+) -> Iterator[HeldAppend]:
+    """``append_batch`` in two halves, for records written as files elsewhere (Spark's
+    executors): while the block runs, the topic's append lock is held and its ends stay
+    put; the block numbers the records on from ``HeldAppend.ends``, writes them as files
+    and commits them with ``commit_files``."""
+    with append_lock(warehouse, topic, path):
+        table = delta_commits.open_table(path)
+        held = delta_commits.txn_versions(table, app, list(batches))
+        todo = {t: b for t, b in batches.items() if held[t] < b}
+        ends = ends_at(warehouse, path, table, num_partitions) if todo else {}
+        yield HeldAppend(table, todo, dict(ends))
+
+
+def held_again(
+    warehouse: Warehouse, path: str, num_partitions: int, app: str, held: HeldAppend
+) -> HeldAppend:
+    """``held`` after its commit lost a race to a writer outside the append lock (another
+    machine's, on a bucket): the newest snapshot and its ends, the same task batches.
+    ConcurrentCommit if the winner holds one of them (another run committed the batch)."""
+    table = delta_commits.open_table(path)
+    versions = delta_commits.txn_versions(table, app, list(held.todo))
+    taken = sorted(t for t, b in held.todo.items() if versions[t] >= b)
+    if taken:
+        raise delta_commits.ConcurrentCommit(
+            f"{path}: another writer committed a batch of "
+            f"{', '.join(str(t) for t in taken)} at the same time"
+        )
+    return HeldAppend(table, held.todo, dict(ends_at(warehouse, path, table, num_partitions)))
+
+
+def commit_files(
+    warehouse: Warehouse,
+    topic: str,
+    path: str,
+    held: HeldAppend,
+    files: Sequence[DataFile],
+    app: str,
+    metadata: Mapping[str, Any],
+) -> AppendResult:
+    """Commit ``files`` (the records of ``held.todo``, numbered from ``held.ends``) as
+    ``append_batch`` commits its rows: one commit with the tasks' txns, the topic's append
+    txn and the end offsets it leaves. ConcurrentCommit if a writer outside the append
+    lock committed meanwhile (``held_again`` then renumbers)."""
+    if not held.todo:
+        return AppendResult(topic, {}, skipped=True, version=held.table.version())
+    next_offset = dict(held.ends)
+    for file in files:
+        next_offset[file.partition_value] += file.rows
+    version = delta_commits.append_files(
+        held.table,
+        [f.add_action() for f in files],
+        app,
+        held.todo,
+        {**metadata, ENDS_METADATA_KEY: ends_value(next_offset)},
+        extra_txns=_topic_txn(topic, held.table),
+    )
+    remember_ends(warehouse, path, version, next_offset)
+    return _result(topic, held.ends, next_offset, version)
 
 
 def _topic_txn(topic: str, table: Any) -> dict[str, int]:

@@ -256,12 +256,46 @@ def child_lakestate(args: argparse.Namespace) -> dict[str, Any]:
     return {"main": main, "increment": latency, "counts": counts}
 
 
+def sss_trigger(spark, bootstrap: str, topic: str, table: str, checkpoint: str) -> None:
+    """One AvailableNow run of the SSS query on ``checkpoint``: the Kafka topic ->
+    filter -> count per key (update mode) -> appended to the Delta ``table`` in
+    ``foreachBatch``, idempotently (txnAppId/txnVersion, as Delta's documentation says)."""
+    from pyspark.sql import functions as F
+
+    counts = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(F.col("key").cast("string").alias("key"), F.col("value").cast("string"))
+        .where(F.get_json_object("value", "$.amount").cast("long") > 0)
+        .groupBy("key")
+        .count()
+    )
+
+    def write(batch, epoch: int) -> None:
+        batch.write.format("delta").mode("append").option("txnAppId", "bench-kafka").option(
+            "txnVersion", epoch
+        ).save(table)
+
+    query = (
+        counts.writeStream.outputMode("update")
+        .foreachBatch(write)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"Structured Streaming query failed: {query.exception()}")
+
+
 def child_sss(args: argparse.Namespace) -> dict[str, Any]:
     """``_sss``: the query until the topic is processed (AvailableNow); then an increment,
     one more AvailableNow trigger on the same checkpoint, visible."""
     import pyspark
     from lakestate.runtime.spark_session import get_spark, ivy_dir
-    from pyspark.sql import functions as F
 
     work = Path(args.work)
     table, checkpoint = str(work / "counts-table"), str(work / "checkpoint")
@@ -274,34 +308,8 @@ def child_sss(args: argparse.Namespace) -> dict[str, Any]:
     spark = get_spark(args.master, app_name="bench-kafka-sss", extra_conf=conf)
     spark_start_s = time.monotonic() - started
 
-    def trigger() -> None:
-        counts = (
-            spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", args.bootstrap)
-            .option("subscribe", args.topic)
-            .option("startingOffsets", "earliest")
-            .load()
-            .select(F.col("key").cast("string").alias("key"), F.col("value").cast("string"))
-            .where(F.get_json_object("value", "$.amount").cast("long") > 0)
-            .groupBy("key")
-            .count()
-        )
-
-        def write(batch, epoch: int) -> None:
-            batch.write.format("delta").mode("append").option("txnAppId", "bench-kafka").option(
-                "txnVersion", epoch
-            ).save(table)
-
-        query = (
-            counts.writeStream.outputMode("update")
-            .foreachBatch(write)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        if query.exception() is not None:
-            raise RuntimeError(f"Structured Streaming query failed: {query.exception()}")
+    def trigger() -> None:  # the same query on the same checkpoint, each time
+        sss_trigger(spark, args.bootstrap, args.topic, table, checkpoint)
 
     load = loadavg()
     started = time.monotonic()
@@ -360,7 +368,8 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, work: Path) ->
         done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     wall_s = time.monotonic() - started
     if done.returncode != 0:
-        tail = "\n".join((side_work / "output.log").read_text().splitlines()[-30:])
+        lines = (side_work / "output.log").read_text(errors="replace").splitlines()
+        tail = "\n".join([x for x in lines if not x.startswith("\tat ")][-40:])
         raise RuntimeError(f"{side} exited with {done.returncode}:\n{tail}")
     result = json.loads(report.read_text())
     result.update(wall_s=wall_s, load_before=load_before, load_after=loadavg())
@@ -475,8 +484,13 @@ def main(argv: list[str]) -> int:
         Path(args.json).write_text(json.dumps(r, indent=2) + "\n")
         log(f"results in {args.json}")
     finally:
+        from lakestate.io.kafka import close_clients
+
+        close_clients()  # the cached admin client, before its broker goes
         broker.stop()
-        if not args.keep:
+        if args.keep or "counts_equal" not in r:  # a side failed: its logs stay
+            log(f"kept {work}")
+        else:
             shutil.rmtree(work, ignore_errors=True)
     return 0 if all(r.get("counts_equal", {}).values()) else 1
 

@@ -477,7 +477,11 @@ def main(argv: list[str]) -> int:
             seconds = produce(broker.bootstrap_servers, topic, records)
             log(f"produced {len(records):,} records to {topic} in {seconds:.1f} s")
         for side in args.sides.split(","):
-            r["sides"][side] = run_side(side, args, broker.bootstrap_servers, work)
+            try:
+                r["sides"][side] = run_side(side, args, broker.bootstrap_servers, work)
+            except RuntimeError as exc:  # the other sides' figures still count
+                r.setdefault("errors", {})[side] = str(exc)
+                log(f"ERROR: {exc}")
         figures(r, args.records)
         r["load_end"] = loadavg()
         print_results(r)
@@ -488,11 +492,11 @@ def main(argv: list[str]) -> int:
 
         close_clients()  # the cached admin client, before its broker goes
         broker.stop()
-        if args.keep or "counts_equal" not in r:  # a side failed: its logs stay
+        if args.keep or "counts_equal" not in r or "errors" in r:  # a side's logs stay
             log(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(r.get("counts_equal", {}).values()) else 1
+    return 0 if all(r.get("counts_equal", {}).values()) and "errors" not in r else 1
 
 
 if __name__ == "__main__":

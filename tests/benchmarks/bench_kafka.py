@@ -80,7 +80,8 @@ b = ls.StreamsBuilder()
 counts = b.stream({topic!r}).filter(lambda k, v: v["amount"] > 0).group_by_key().count()
 sink = {sink}
 counts.to_stream().to(sink)
-app = ls.App({app_id!r}, b.build(), {{"bootstrap.servers": {bootstrap!r}}})
+config = {{"bootstrap.servers": {bootstrap!r}, "statestore.cache.max.bytes": {cache_bytes}}}
+app = ls.App({app_id!r}, b.build(), config)
 """
 
 
@@ -214,7 +215,11 @@ def child_lakestate(args: argparse.Namespace) -> dict[str, Any]:
     app = work / "app.py"
     app.write_text(
         APP_SOURCE.format(
-            topic=args.topic, sink=sink, app_id=f"bench-{args.topic}", bootstrap=args.bootstrap
+            topic=args.topic,
+            sink=sink,
+            app_id=f"bench-{args.topic}",
+            bootstrap=args.bootstrap,
+            cache_bytes=args.cache_bytes,
         )
     )
     from lakestate import run_app
@@ -359,6 +364,7 @@ def child(argv: list[str]) -> int:
     p.add_argument("--sink", choices=("kafka", "delta"), default="kafka")
     p.add_argument("--sss-state", choices=("rocksdb", "hdfs"), default="rocksdb")
     p.add_argument("--increment", type=int, required=True)
+    p.add_argument("--cache-bytes", type=int, default=0)
     p.add_argument("--keys", type=int, required=True)
     p.add_argument("--seed", type=int, required=True)
     args = p.parse_args(argv)
@@ -381,6 +387,7 @@ def run_side(side: str, args: argparse.Namespace, bootstrap: str, work: Path) ->
     cmd += ["--report", str(report), "--increment", str(args.increment)]
     cmd += ["--keys", str(args.keys), "--seed", str(args.seed), "--sss-state", args.sss_state]
     cmd += ["--sink", "delta" if side == "lakestate_delta" else "kafka"]
+    cmd += ["--cache-bytes", str(args.cache_bytes)]
     env = {**os.environ, **SPARK_ENV, "LAKESTATE_LOG_DIR": str(side_work)}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "lib"), env.get("PYTHONPATH")]))
     load_before = loadavg()
@@ -477,6 +484,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--sides", default=",".join(SIDES), help="a comma-separated subset")
     p.add_argument("--sss-state", choices=("rocksdb", "hdfs"), default="rocksdb")
+    p.add_argument(
+        "--cache-bytes",
+        type=int,
+        default=0,
+        help="the app's statestore.cache.max.bytes (0, lakestate's default: every update is "
+        "emitted; Kafka Streams' default is 10485760: a key's newest count once per batch)",
+    )
     p.add_argument("--json", default=str(DEFAULT_JSON))
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = p.parse_args(argv)
@@ -487,6 +501,7 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
     broker = start_broker(work / "broker")
     r: dict[str, Any] = {"records": args.records, "keys": args.keys, "master": args.master}
+    r["cache_bytes"] = args.cache_bytes
     r.update(cpus=os.cpu_count(), increment=args.increment, sides={}, load_start=loadavg())
     try:
         log(f"broker on {broker.bootstrap_servers} ({broker.start_seconds:.1f} s); work {work}")

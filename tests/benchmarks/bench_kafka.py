@@ -6,6 +6,7 @@ Run from the repository root::
 
     .venv/bin/python tests/benchmarks/bench_kafka.py                    # N = 1,000,000
     .venv/bin/python tests/benchmarks/bench_kafka.py --records 100000   # a quick check
+    .venv/bin/python tests/benchmarks/bench_kafka.py --cache-bytes 10485760  # record cache on
 
 The broker is the tests' single-node KRaft broker (``tests/integration/kafka_broker.py``:
 Kafka's jars from the project's cache, started on free ports in a temporary directory).

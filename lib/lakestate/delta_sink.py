@@ -196,6 +196,13 @@ class DeltaSink:
 
 def fit_problem(value: Any, type_: pa.DataType) -> str | None:
     """Why ``value`` (as the JSON form gives it) is not of ``type_``, or None."""
+    return kind_problem(value, type_) or conversion_problem(value, type_)
+
+
+def kind_problem(value: Any, type_: pa.DataType) -> str | None:
+    """Why ``value``'s Python type is not one ``type_`` takes (JSON's forms: a whole
+    float as an integer, no bool as a number, a non-finite float only as a float), or None.
+    Arrow's conversion would accept some of these silently, so they are checked first."""
     if value is None:
         return None
     if pa.types.is_integer(type_):
@@ -211,8 +218,14 @@ def fit_problem(value: Any, type_: pa.DataType) -> str | None:
         ok = True  # timestamps, dates, structs, lists: as ``column`` converts them
     if ok and isinstance(value, float) and not math.isfinite(value):
         ok = pa.types.is_floating(type_)
-    if not ok:
-        return f"is {value!r} ({type(value).__name__}), not {type_}"
+    return None if ok else f"is {value!r} ({type(value).__name__}), not {type_}"
+
+
+def conversion_problem(value: Any, type_: pa.DataType) -> str | None:
+    """Why ``column`` cannot convert ``value`` to ``type_`` (out of range, a bad
+    timestamp text, a struct's field), or None."""
+    if value is None:
+        return None
     try:
         column([value], type_)
     except (ValueError, TypeError, pa.ArrowException) as exc:
@@ -259,4 +272,13 @@ def _schema(name: str, given: Any) -> pa.Schema:
     return pa.schema(fields)
 
 
-__all__ = ["META_COLUMNS", "META_SCHEMA", "TYPE_NAMES", "DeltaSink", "column", "fit_problem"]
+__all__ = [
+    "META_COLUMNS",
+    "META_SCHEMA",
+    "TYPE_NAMES",
+    "DeltaSink",
+    "column",
+    "conversion_problem",
+    "fit_problem",
+    "kind_problem",
+]

@@ -201,3 +201,18 @@ def test_two_instances_appending_from_one_snapshot_conflict_and_the_loser_renumb
     assert len(opened) == 2 and result.ranges == {0: (2, 3)}  # lost once, renumbered
     back = sorted((r.offset, r.key) for p in topic.read_partitions() for r in records_of(p))
     assert back == [(0, "a"), (1, "b"), (2, "c")]
+
+
+def test_typed_rows_name_the_record_whose_value_does_not_convert():
+    """A column converts at once; a failure names its record as a value-by-value check
+    would: a Python type the column does not take, or a value out of the column's range."""
+    sink = ls.DeltaSink("s", "/t")
+    existing = pa.schema([("key", pa.string()), ("n", pa.int32()), ("ok", pa.bool_())])
+    fine = rows.typed(sink, _records([(0, 0, 1, "a", {"n": 7, "ok": True})]), existing)
+    assert fine.column("n").to_pylist() == [7] and fine.schema.field("n").type == pa.int32()
+    bool_as_int = _records([(0, 0, 1, "a", {"n": 1}), (0, 1, 1, "b", {"n": True})])
+    with pytest.raises(StreamsException, match="key 'b' is True \\(bool\\), not int32"):
+        rows.typed(sink, bool_as_int, existing)
+    too_big = _records([(0, 0, 1, "a", {"n": 1}), (0, 1, 1, "c", {"n": 2**40})])
+    with pytest.raises(StreamsException, match="key 'c' is 1099511627776, which is not int32"):
+        rows.typed(sink, too_big, existing)

@@ -21,7 +21,8 @@ from lakestate.delta_sink import (
     VALUE,
     DeltaSink,
     column,
-    fit_problem,
+    conversion_problem,
+    kind_problem,
 )
 from lakestate.errors import StreamsException
 from lakestate.io.topic_records import RECORD_SCHEMA
@@ -91,16 +92,31 @@ def _inferred(sink: DeltaSink, name: str, got: list[Any]) -> pa.DataType | None:
 def _column(
     sink: DeltaSink, name: str, got: list[Any], type_: pa.DataType, keys: list[Any]
 ) -> pa.Array:
+    """``got`` as the column of ``type_``: each value's Python type checked, then the
+    column converted at once; only a conversion that fails is redone value by value, to
+    name the record it fails at."""
     for k, v in zip(keys, got, strict=True):
-        problem = fit_problem(v, type_)
-        if problem:
-            raise StreamsException(
-                f"DeltaSink {sink.name!r} (table {sink.table}): field {name!r} of the "
-                f"record with key {k!r} {problem}, the column's type; the batch is retried "
-                "by every run until it fits: fix the value before the sink (map_values), "
-                "or write to a new sink table"
-            )
-    return column(got, type_)
+        _refuse(sink, name, k, kind_problem(v, type_))
+    try:
+        return column(got, type_)
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        for k, v in zip(keys, got, strict=True):
+            _refuse(sink, name, k, conversion_problem(v, type_))
+        raise StreamsException(
+            f"DeltaSink {sink.name!r} (table {sink.table}): field {name!r} does not "
+            f"convert to {type_} ({exc}); fix the values before the sink (map_values), "
+            "or write to a new sink table"
+        ) from None
+
+
+def _refuse(sink: DeltaSink, name: str, key: Any, problem: str | None) -> None:
+    if problem:
+        raise StreamsException(
+            f"DeltaSink {sink.name!r} (table {sink.table}): field {name!r} of the "
+            f"record with key {key!r} {problem}, the column's type; the batch is retried "
+            "by every run until it fits: fix the value before the sink (map_values), "
+            "or write to a new sink table"
+        )
 
 
 def records(sink: DeltaSink, rows: pa.Table) -> pa.Table:

@@ -588,15 +588,23 @@ KAFKA_DEMO_DAG = ROOT / "dags" / "kafka_demo.py"
 def kafka_demo_conn_id() -> str:
     """Param kafka_conn_id's default in dags/kafka_demo.py (its make_dag call's
     ``kafka_conn_id``), read from the file's syntax tree: no Airflow needed."""
+    tree = ast.parse(KAFKA_DEMO_DAG.read_text())
+    constants = {  # NAME = "text" at the module's top level
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     calls = [
         node
-        for node in ast.walk(ast.parse(KAFKA_DEMO_DAG.read_text()))
+        for node in ast.walk(tree)
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "make_dag"
     ]
     (call,) = calls
     assert "jobs" in ast.unparse(call.args[0]) and "kafka_demo.py" in ast.unparse(call.args[0])
-    (conn_id,) = [k.value.value for k in call.keywords if k.arg == "kafka_conn_id"]
-    return conn_id
+    (value,) = [k.value for k in call.keywords if k.arg == "kafka_conn_id"]
+    return value.value if isinstance(value, ast.Constant) else constants[value.id]
 
 
 def kafka_demo_connection(services: dict, name: str) -> tuple[str, dict]:
@@ -648,3 +656,14 @@ def test_the_kafka_demo_s_topic_is_filled_before_the_dag_runs(services):
     assert bind.get(f"{REPO}/lib") == "lib" and env["PYTHONPATH"] == f"{REPO}/lib"
     scheduler = services["airflow-scheduler"]["depends_on"]
     assert scheduler["kafka-demo-init"]["condition"] == "service_completed_successfully"
+
+
+def test_the_compose_s_kafka_connection_reads_as_the_runs_read_it(services, airflow_env):
+    """The connection's value as written in docker-compose.yml, read by a real Airflow as a
+    run task reads Param kafka_conn_id's connection (``operator.kafka_settings``): the
+    client settings of its extra. tests/e2e/test_kafka_demo_dag.py runs the demo on it."""
+    variable, connection = kafka_demo_connection(services, "airflow-worker-a")
+    value = environment(services["airflow-worker-a"])[variable]
+    result = airflow_env.run("kafka", kafka_demo_conn_id(), env={variable: value})
+    assert result == {"settings": connection["extra"]}
+    assert connection["extra"] == {"bootstrap.servers": "kafka:9092"}

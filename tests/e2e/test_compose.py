@@ -12,11 +12,14 @@ demo app (jobs/demo.py's ``lakestate.instances``: the queues are read from the a
 here), each with its own state volume, all sharing the warehouse on the object store (SeaweedFS's
 S3 API; its bucket made by a one-shot service, whose code runs here against the tests' S3
 server), with one set of ``AWS_*`` variables; a Spark master and two workers from the same image;
-a Kafka broker in KRaft mode.
+a Kafka broker in KRaft mode, and the Kafka demo: Airflow's Kafka connection, a one-shot
+service filling the demo's topic in Kafka, and the DAG whose runs read it through that
+connection.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -50,6 +53,7 @@ REQUIRED_SERVICES = {
     "spark-worker-1",
     "spark-worker-2",
     "kafka",
+    "kafka-demo-init",
 }
 SPARK_SERVICES = ["spark-master", "spark-worker-1", "spark-worker-2"]
 #: Every service that runs lakestate (its image) and so reaches the warehouse.
@@ -57,6 +61,7 @@ LAKESTATE_SERVICES = [
     *sorted(s for s in REQUIRED_SERVICES if s.startswith("airflow-")),
     *SPARK_SERVICES,
     "seaweedfs-init",
+    "kafka-demo-init",
 ]
 #: The variables that say where the warehouse is and how to reach it.
 OBJECT_STORE_ENV = (
@@ -575,3 +580,90 @@ def test_image_matches_the_pins(compose):
     assert "ARG JAVA_VERSION=17" in dockerfile
     assert "pip install --no-cache-dir --no-deps -e /opt/lakestate" in dockerfile
     assert pinned("apache-airflow-providers-celery")  # the executor's provider, in the image
+
+
+KAFKA_DEMO_DAG = ROOT / "dags" / "kafka_demo.py"
+
+
+def kafka_demo_conn_id() -> str:
+    """Param kafka_conn_id's default in dags/kafka_demo.py (its make_dag call's
+    ``kafka_conn_id``), read from the file's syntax tree: no Airflow needed."""
+    tree = ast.parse(KAFKA_DEMO_DAG.read_text())
+    constants = {  # NAME = "text" at the module's top level
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "make_dag"
+    ]
+    (call,) = calls
+    assert "jobs" in ast.unparse(call.args[0]) and "kafka_demo.py" in ast.unparse(call.args[0])
+    (value,) = [k.value for k in call.keywords if k.arg == "kafka_conn_id"]
+    return value.value if isinstance(value, ast.Constant) else constants[value.id]
+
+
+def kafka_demo_connection(services: dict, name: str) -> tuple[str, dict]:
+    """The env variable defining the Kafka demo's connection in service ``name``, and the
+    connection (its JSON form)."""
+    variable = f"AIRFLOW_CONN_{kafka_demo_conn_id().upper()}"
+    return variable, json.loads(environment(services[name])[variable])
+
+
+def containers_bootstrap(kafka: dict) -> str:
+    """The address the containers reach the broker at: its PLAINTEXT listener as advertised."""
+    advertised = environment(kafka)["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    (plaintext,) = [a for a in advertised if a.startswith("PLAINTEXT://")]
+    return plaintext.removeprefix("PLAINTEXT://")
+
+
+@pytest.mark.parametrize("name", AIRFLOW_SERVICES)
+def test_airflow_has_the_kafka_demo_s_connection(services, name):
+    """The connection dags/kafka_demo.py's runs read (Param kafka_conn_id's default) is
+    defined for every Airflow service, as the Kafka provider's type whose extra is the client
+    config, naming the broker at the address the containers reach it."""
+    variable, connection = kafka_demo_connection(services, name)
+    assert connection["conn_type"] == "kafka", variable
+    assert connection["extra"] == {"bootstrap.servers": containers_bootstrap(services["kafka"])}
+
+
+def test_the_kafka_demo_s_topic_is_filled_before_the_dag_runs(services):
+    """kafka-demo-init produces the sample of jobs/kafka_demo.py (the app of the DAG) to that
+    app's source topic, in the broker the DAG's connection names, once the broker is healthy;
+    the scheduler starts (so the DAG runs) only after it succeeded."""
+    from lakestate.app import load_app
+
+    init = services["kafka-demo-init"]
+    env = environment(init)
+    _, connection = kafka_demo_connection(services, "airflow-worker-a")
+    assert env["KAFKA_BOOTSTRAP"] == connection["extra"]["bootstrap.servers"]
+    (topic,) = load_app(ROOT / "jobs" / "kafka_demo.py").topology.source_topics()
+    script = command(init)
+    assert init["command"][:2] == ["bash", "-c"] and "set -euo pipefail" in script
+    assert 'load_module("jobs/kafka_demo.py")' in script and init["working_dir"] == REPO
+    assert f"lakestate.cli produce {topic} - " in script
+    assert f"lakestate.cli describe {topic} " in script  # a topic already there is kept
+    assert script.count('--bootstrap-servers "$$KAFKA_BOOTSTRAP"') == 2
+    assert init["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert init["depends_on"]["seaweedfs-init"]["condition"] == "service_completed_successfully"
+    assert init["restart"] == "no"
+    bind = mounts(init)
+    assert bind.get(REPO) == "." and bind.get(f"{REPO}/jobs") == "jobs"
+    assert bind.get(f"{REPO}/lib") == "lib" and env["PYTHONPATH"] == f"{REPO}/lib"
+    scheduler = services["airflow-scheduler"]["depends_on"]
+    assert scheduler["kafka-demo-init"]["condition"] == "service_completed_successfully"
+
+
+def test_the_compose_s_kafka_connection_reads_as_the_runs_read_it(services, airflow_env):
+    """The connection's value as written in docker-compose.yml, read by a real Airflow as a
+    run task reads Param kafka_conn_id's connection (``operator.kafka_settings``): the
+    client settings of its extra. tests/e2e/test_kafka_demo_dag.py runs the demo on it."""
+    variable, connection = kafka_demo_connection(services, "airflow-worker-a")
+    value = environment(services["airflow-worker-a"])[variable]
+    result = airflow_env.run("kafka", kafka_demo_conn_id(), env={variable: value})
+    assert result == {"settings": connection["extra"]}
+    assert connection["extra"] == {"bootstrap.servers": "kafka:9092"}

@@ -4,7 +4,8 @@ until caught up within a time budget, trigger Params (rewind guarded by a confir
 ``rebalance`` task upstream of one task per instance of the app (jobs/demo.py has two, each
 on its own queue), each running ``lakestate run --instance NAME`` in a subprocess with Spark
 on local[*] unless a Spark connection says otherwise; an app without instances has one run
-task; beside it, the demo app's maintenance DAG (compact -> optimize -> vacuum)."""
+task; beside it, the demo app's maintenance DAG (compact -> optimize -> vacuum), and the demo
+on Kafka, whose runs take their cluster from the Kafka connection kafka_default."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.e2e
 
 DEMO_DAG = "lakestate_demo"
 MAINTENANCE_DAG = "lakestate_demo_maintenance"
+KAFKA_DAG = "lakestate_kafka_demo"
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +86,24 @@ def test_orders_dags_run_the_orders_app(described: dict) -> None:
     assert {t["task_id"] for t in maintenance["tasks"]} == {"compact", "optimize", "vacuum"}
 
 
+def test_kafka_demo_dag_reads_through_the_kafka_default_connection(
+    described: dict, airflow_env
+) -> None:
+    """dags/kafka_demo.py: the demo on Kafka, one instance, its runs' Kafka settings from the
+    connection kafka_default (Param kafka_conn_id's default). Where Airflow's environment
+    does not define that connection (as here) it is paused when created, its scheduled runs
+    would fail; where it does (docker-compose.yml), unpaused as every lakestate DAG."""
+    dag = described["dags"][KAFKA_DAG]
+    assert Path(dag["fileloc"]).resolve() == REPO / "dags" / "kafka_demo.py"
+    _assert_one_instance_dag(dag, "kafka_demo")
+    assert dag["params"]["kafka_conn_id"]["default"] == "kafka_default"
+    assert described["dags"][DEMO_DAG]["params"]["kafka_conn_id"]["default"] is None
+    assert dag["is_paused_upon_creation"] is True
+    connection = json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "k:9092"}})
+    defined = airflow_env.run("describe", env={"AIRFLOW_CONN_KAFKA_DEFAULT": connection})
+    assert defined["dags"][KAFKA_DAG]["is_paused_upon_creation"] is False
+
+
 def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
     dag = described["dags"][DEMO_DAG]
     assert dag["max_active_runs"] == 1
@@ -93,7 +113,10 @@ def test_demo_dag_schedule_and_concurrency(described: dict) -> None:
 
 
 def test_every_lakestate_dag_is_unpaused_when_created(described: dict) -> None:
-    lakestate_dags = {i: d for i, d in described["dags"].items() if "lakestate" in d["tags"]}
+    """(But the Kafka demo's where its connection is not in the environment: below.)"""
+    lakestate_dags = {
+        i: d for i, d in described["dags"].items() if "lakestate" in d["tags"] and i != KAFKA_DAG
+    }
     assert {DEMO_DAG, MAINTENANCE_DAG} <= set(lakestate_dags)
     assert {i: d["is_paused_upon_creation"] for i, d in lakestate_dags.items()} == {
         i: False for i in lakestate_dags

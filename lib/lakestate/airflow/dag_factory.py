@@ -4,7 +4,7 @@
 (every 5 minutes by default, one scheduled run at a time, no catch-up of missed intervals,
 unpaused when created) and on demand from the UI's trigger form (Params
 ``until_caught_up``, ``time_budget_s``, ``max_batches``, ``max_records``, ``transport``,
-``rewind``, ``confirm_rewind``).
+``kafka_conn_id``, ``rewind``, ``confirm_rewind``).
 
 Its tasks (``lakestate.airflow.operator``), each the lakestate CLI in a subprocess, its
 output in the task log:
@@ -63,6 +63,12 @@ The Spark master (for runs large enough to use Spark)
     connection ``spark://spark-master:7077?deploy-mode=client`` gives
     ``spark://spark-master:7077`` (the driver is always the task's subprocess). Without such
     a connection: ``default_master`` (``local[*]``).
+
+The Kafka cluster (for apps whose topics are in Kafka)
+    comes from the app's config (``bootstrap.servers``), overridden by the extra of the
+    Airflow connection of type Apache Kafka that Param ``kafka_conn_id`` names (its default:
+    ``make_dag(kafka_conn_id=...)``, e.g. ``kafka_default``), as env
+    ``LAKESTATE_KAFKA_CONFIG`` of the run (``operator.kafka_settings``).
 
 The run's environment (on top of the worker's own)
     ``LAKESTATE_WAREHOUSE`` and ``LAKESTATE_STATE_DIR`` (the ``warehouse``/``state_dir``
@@ -183,10 +189,15 @@ def _doc_md(app_path: Path, app: lakestate.App) -> str:
 
 
 def _params(
-    until_caught_up: bool, time_budget_s: int, max_batches: int, app: str
+    until_caught_up: bool, time_budget_s: int, max_batches: int, app: str, kafka_conn_id: str | None
 ) -> dict[str, Param]:
-    """The DAG's trigger Params: what a run processes, on which transport, and a rewind."""
-    return {**_run_params(until_caught_up, time_budget_s, max_batches), **_rewind_params(app)}
+    """The DAG's trigger Params: what a run processes, on which transport, with which Kafka
+    connection, and a rewind."""
+    return {
+        **_run_params(until_caught_up, time_budget_s, max_batches),
+        **_kafka_params(kafka_conn_id),
+        **_rewind_params(app),
+    }
 
 
 def _run_params(until_caught_up: bool, time_budget_s: int, max_batches: int) -> dict[str, Param]:
@@ -227,15 +238,6 @@ def _run_params(until_caught_up: bool, time_budget_s: int, max_batches: int) -> 
             "(--max-records); the app's statestore.uncommitted.max.records bounds it too. "
             "Empty: that bound alone.",
         ),
-        "kafka_conn_id": Param(
-            None,
-            type=["null", "string"],
-            title="Kafka connection",
-            description="An Airflow connection of type Apache Kafka whose extra holds the "
-            "Kafka client settings (bootstrap.servers, security settings): the app reads "
-            "its source topics from and writes its sink topics to that cluster, these "
-            "settings over its config's. Empty: the app's config alone.",
-        ),
         "transport": Param(
             None,
             type=["null", "string"],
@@ -246,6 +248,21 @@ def _run_params(until_caught_up: bool, time_budget_s: int, max_batches: int) -> 
             "auto (in process when the pending records are at most "
             "lakestate.inprocess.max.records, else Spark). Empty: the app's "
             "lakestate.transport, else auto.",
+        ),
+    }
+
+
+def _kafka_params(kafka_conn_id: str | None) -> dict[str, Param]:
+    """Where a run's Kafka settings come from: the connection ``kafka_conn_id`` (default)."""
+    return {
+        "kafka_conn_id": Param(
+            kafka_conn_id,
+            type=["null", "string"],
+            title="Kafka connection",
+            description="An Airflow connection of type Apache Kafka whose extra holds the Kafka "
+            "client settings (bootstrap.servers, security settings): the app reads its source "
+            "topics from and writes its sink topics to that cluster, these settings over its "
+            "config's. Empty: the app's config alone.",
         ),
     }
 
@@ -312,6 +329,7 @@ def make_dag(
     schedule: Any = timedelta(minutes=5),
     start_date: datetime = DEFAULT_START_DATE,
     spark_conn_id: str = "spark_default",
+    kafka_conn_id: str | None = None,
     default_max_batches: int = 1,
     default_until_caught_up: bool = True,
     default_time_budget_s: int | None = None,
@@ -332,8 +350,10 @@ def make_dag(
     ``time_budget_for(schedule)``) and ``default_max_batches`` are the Params'
     defaults: what scheduled runs do (see the module docstring).
     ``default_master`` is used when connection ``spark_conn_id`` is not defined (and the
-    instance configures no master). ``state_dir``: the state root (the implicit instance's
-    state directory; a configured instance's is ``<state_dir>/<name>`` unless it names one).
+    instance configures no master). ``kafka_conn_id``: Param ``kafka_conn_id``'s default (a
+    Kafka connection giving the runs their Kafka settings; None: the app's config alone).
+    ``state_dir``: the state root (the implicit instance's state directory; a configured
+    instance's is ``<state_dir>/<name>`` unless it names one).
     ``spark_conf`` (Spark confs, as env ``LAKESTATE_SPARK_CONF``) and ``env_vars`` add to
     the run's environment. ``retries`` is 0: a failed batch leaves the committed state as
     it was, and the next scheduled run resumes from the committed offsets.
@@ -343,6 +363,7 @@ def make_dag(
     app_path = Path(app_path).resolve()
     app = load_app(app_path)  # a broken app is an import error of the DAG file
     default_time_budget_s = _time_budget(default_max_batches, default_time_budget_s, schedule)
+    defaults = (default_until_caught_up, default_time_budget_s, default_max_batches)
     state_dir, task_args = _run_args(
         app_path, app.name, warehouse, state_dir, spark_conf, env_vars, execution_timeout
     )
@@ -357,9 +378,7 @@ def make_dag(
         is_paused_upon_creation=is_paused_upon_creation,
         tags=list(tags) if tags is not None else ["lakestate", app.name],
         default_args={"owner": "lakestate", "retries": retries},
-        params=_params(
-            default_until_caught_up, default_time_budget_s, default_max_batches, app.name
-        ),
+        params=_params(*defaults, app.name, kafka_conn_id),
     ) as dag:
         _add_tasks(instance_runs(app, state_dir), task_args, spark_conn_id, default_master)
     return dag

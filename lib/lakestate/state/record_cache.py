@@ -103,9 +103,10 @@ class RecordCache:
     """The record cache of one task: ``max_bytes`` shared by its cached nodes.
 
     Undo (a chunk that fails is undone): between ``snapshot`` and ``restore``/``release``
-    every change is logged as ``(named, slot, previous entry or None, was dirty)``, and a
-    flush's dirty set as ``(named, None, previous dirty dict, None)``; so a chunk costs in
-    proportion to its own updates, and only an undo touches the whole cache (to put
+    a slot's first change is logged as ``(named, slot, previous entry or None, was
+    dirty)``, and a flush's dirty set as ``(named, None, previous dirty dict, None)``;
+    undone newest first, each slot ends as its oldest record says. So a chunk costs in
+    proportion to the keys it touches, and only an undo touches the whole cache (to put
     entries back in write order)."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -118,6 +119,9 @@ class RecordCache:
         self._writes = 0  # write numbers: an entry's order, restored by an undo
         self._log: list[tuple[_Named, Any, Any, Any]] | None = None
         self._marks = 0  # snapshots not yet restored or released
+        # The write number at the latest snapshot: an entry written after it was logged
+        # already (its state before the chunk is in the log), so its changes are not.
+        self._base = 0
 
     def put(self, name: str, record: Record) -> list[Record]:
         """Hold ``record`` (a ``Change`` forwarded by node ``name``) back; returns what an
@@ -132,7 +136,7 @@ class RecordCache:
         if named is None:
             named = self._named[name] = _Named()
         entries, dirty, limit, log = named.entries, named.dirty, self.max_bytes, self._log
-        pop, write = entries.pop, self._writes
+        pop, write, base = entries.pop, self._writes, self._base
         flushes: list[tuple[int, list[Record]]] = []
         for i, record in enumerate(records):
             change: Change = record.value
@@ -141,7 +145,7 @@ class RecordCache:
             size = _size(key) + _size(change.new_value) + ENTRY_OVERHEAD_BYTES
             held = pop(slot, None)
             was_dirty = dirty.pop(slot, 0) is None  # a dirty slot's value is None
-            if log is not None:
+            if log is not None and (held is None or held[3] <= base):
                 log.append((named, slot, held, was_dirty))
             if held is None:
                 first_old = change.old_value
@@ -171,7 +175,7 @@ class RecordCache:
         self.size -= entry[2]
         self.evictions += 1
         was_dirty = named.dirty.pop(slot, 0) is None
-        if self._log is not None:
+        if self._log is not None and entry[3] <= self._base:
             self._log.append((named, slot, entry, was_dirty))
         if not was_dirty:
             return []
@@ -211,6 +215,7 @@ class RecordCache:
         if self._log is None:
             self._log = []
         self._marks += 1
+        self._base = self._writes
         return len(self._log), self.size, self.evictions
 
     def restore(self, mark: tuple[int, int, int]) -> None:

@@ -5,6 +5,8 @@ one flushes that whole cache, evicted entry first), clean entries, deletes."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lakestate.records import Change, Record
 from lakestate.state.record_cache import (
     ENTRY_OVERHEAD_BYTES,
@@ -170,3 +172,79 @@ def test_a_record_failing_below_the_cache_at_a_flush_fails_the_commit():
     assert task.process_chunk("in", [0, 1], [Record("a", 1, 0), Record("a", 1, 1)])
     with pytest.raises(ProcessingException, match="MAPVALUES.*ValueError: two"):
         task.commit({TopicPartition("in", 0): 2})
+
+
+def _state(cache: RecordCache) -> tuple:
+    # An empty named cache is one never put into.
+    named = {
+        name: (list(n.entries.items()), list(n.dirty), n.size)
+        for name, n in cache._named.items()
+        if n.entries
+    }
+    return cache.size, cache.evictions, named
+
+
+ops_st = st.lists(
+    st.tuples(
+        st.sampled_from("xy"), st.sampled_from("abcdef"), st.one_of(st.none(), st.integers(0, 99))
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(ops_st, ops_st, st.integers(1, 8), st.integers(0, 25))
+def test_restore_undoes_a_failed_chunk_with_its_evictions_and_flushes(before, chunk, fits, fail_at):
+    # A chunk puts some updates (evicting and flushing as the budget says) and fails midway:
+    # the undo leaves the cache exactly as before it (entries, their order, dirty slots in
+    # order, sizes), and it then behaves as a cache that never saw the chunk.
+    def run(cache: RecordCache, ops: list) -> list[tuple]:
+        out = []
+        for name, key, new in ops:
+            out += _put(cache, key, new, None, name=name)
+        return out
+
+    cache, twin = RecordCache(fits * ENTRY), RecordCache(fits * ENTRY)
+    run(cache, before)
+    run(twin, before)
+    cache.flush("x")
+    twin.flush("x")
+    expected = _state(cache)
+    mark = cache.snapshot()
+    run(cache, chunk[:fail_at])
+    cache.flush("y")
+    cache.restore(mark)
+    assert _state(cache) == expected
+    assert cache._log is None
+    assert run(cache, chunk) == run(twin, chunk)
+    assert _seen(cache.flush("x") + cache.flush("y")) == _seen(twin.flush("x") + twin.flush("y"))
+
+
+def test_a_chunk_failing_below_the_cache_after_evictions_leaves_the_cache_as_before():
+    from lakestate import Materialized, StreamsBuilder
+    from lakestate.processors.task import Task
+    from lakestate.state.memory import in_memory_store
+
+    def no_ten(v):
+        if v == 10:
+            raise ValueError("ten")
+        return v
+
+    b = StreamsBuilder()
+    b.stream("in").group_by_key().count(Materialized.as_("c")).to_stream().map_values(no_ten).to(
+        "out"
+    )
+    config = {
+        "statestore.cache.max.bytes": 3 * (2 + 8 + ENTRY_OVERHEAD_BYTES),
+        "processing.exception.handler": "log_and_continue",
+    }
+    task = Task(b.build(), 0, 0, in_memory_store("0_0"), config, "app")
+    first = [Record(f"k{i % 5}", 1, i) for i in range(8)]
+    assert task.process_chunk("in", list(range(8)), first)
+    cache = task.cached.cache
+    before = _state(cache)
+    # k0 reaches 10 late in the chunk, after puts of five keys into a cache of three evicted.
+    records = [Record(f"k{i % 5}", 1, 8 + i) for i in range(40)]
+    assert cache.evictions > 0
+    assert not task.process_chunk("in", list(range(8, 48)), records)
+    assert _state(cache) == before

@@ -66,12 +66,17 @@ class CachedForwarding:
         return None if self.cache is None else self.absorb
 
     def snapshot(self) -> Any:
-        """The cache as it stands, for ``restore`` (a chunk that fails is undone)."""
+        """A mark of the cache as it stands, for ``restore`` (a chunk that fails is undone)
+        or ``release`` (it succeeded): the cache logs its changes in between."""
         return None if self.cache is None else self.cache.snapshot()
 
     def restore(self, snapshot: Any) -> None:
         if self.cache is not None:
             self.cache.restore(snapshot)
+
+    def release(self, snapshot: Any) -> None:
+        if self.cache is not None:
+            self.cache.release(snapshot)
 
     def clear(self) -> None:
         """Forget what is held (an abort rolls it back with the rest)."""
@@ -141,6 +146,7 @@ class CachedForwarding:
             task.metrics = metrics
             self.restore(undo)
             return False
+        self.release(undo)
         task._forwarded(task._processors[node], n)
         for processor in plan.processors:
             processor.finish_chunk()

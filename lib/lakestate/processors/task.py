@@ -228,6 +228,7 @@ class Task:
             self.metrics = metrics
             self.cached.restore(undo)
             return False
+        self.cached.release(undo)
         for processor in plan.processors:
             processor.finish_chunk()
         self.stream_time = stream_time

@@ -78,28 +78,36 @@ def _slot(key: Any) -> Hashable:
 
 
 class _Named:
-    """One node's cache: entries ``slot -> (latest record, first old value, size)`` in
-    least-recently-written-first order, and its dirty slots in order of last update."""
+    """One node's cache: entries ``slot -> (latest record, first old value, size, write
+    number)`` in least-recently-written-first order (so in write-number order), and its
+    dirty slots in order of last update (so in write-number order too)."""
 
     __slots__ = ("entries", "dirty", "size")
 
     def __init__(self) -> None:
-        self.entries: OrderedDict[Hashable, tuple[Record, Any, int]] = OrderedDict()
+        self.entries: OrderedDict[Hashable, tuple[Record, Any, int, int]] = OrderedDict()
         self.dirty: dict[Hashable, None] = {}
         self.size = 0
 
-    def copy(self) -> _Named:
-        other = _Named()
-        other.entries, other.dirty, other.size = (
-            OrderedDict(self.entries),
-            dict(self.dirty),
-            self.size,
-        )
-        return other
+    def reorder(self) -> None:
+        """Entries and dirty slots back in write-number order (after an undo put entries
+        back at the end), and the size recounted."""
+        entries = sorted(self.entries.items(), key=lambda item: item[1][3])
+        self.entries = OrderedDict(entries)
+        dirty = self.dirty
+        self.dirty = {slot: None for slot, _entry in entries if slot in dirty}
+        self.size = sum(entry[2] for _slot, entry in entries)
 
 
 class RecordCache:
-    """The record cache of one task: ``max_bytes`` shared by its cached nodes."""
+    """The record cache of one task: ``max_bytes`` shared by its cached nodes.
+
+    Undo (a chunk that fails is undone): between ``snapshot`` and ``restore``/``release``
+    a slot's first change is logged as ``(named, slot, previous entry or None, was
+    dirty)``, and a flush's dirty set as ``(named, None, previous dirty dict, None)``;
+    undone newest first, each slot ends as its oldest record says. So a chunk costs in
+    proportion to the keys it touches, and only an undo touches the whole cache (to put
+    entries back in write order)."""
 
     def __init__(self, max_bytes: int) -> None:
         if max_bytes <= 0:
@@ -108,6 +116,12 @@ class RecordCache:
         self.size = 0
         self._named: dict[str, _Named] = {}
         self.evictions = 0
+        self._writes = 0  # write numbers: an entry's order, restored by an undo
+        self._log: list[tuple[_Named, Any, Any, Any]] | None = None
+        self._marks = 0  # snapshots not yet restored or released
+        # The write number at the latest snapshot: an entry written after it was logged
+        # already (its state before the chunk is in the log), so its changes are not.
+        self._base = 0
 
     def put(self, name: str, record: Record) -> list[Record]:
         """Hold ``record`` (a ``Change`` forwarded by node ``name``) back; returns what an
@@ -121,8 +135,8 @@ class RecordCache:
         named = self._named.get(name)
         if named is None:
             named = self._named[name] = _Named()
-        entries, dirty, limit = named.entries, named.dirty, self.max_bytes
-        pop, dirty_pop = entries.pop, dirty.pop
+        entries, dirty, limit, log = named.entries, named.dirty, self.max_bytes, self._log
+        pop, write, base = entries.pop, self._writes, self._base
         flushes: list[tuple[int, list[Record]]] = []
         for i, record in enumerate(records):
             change: Change = record.value
@@ -130,23 +144,28 @@ class RecordCache:
             slot = key if type(key) is str or type(key) is int else _slot(key)
             size = _size(key) + _size(change.new_value) + ENTRY_OVERHEAD_BYTES
             held = pop(slot, None)
+            was_dirty = dirty.pop(slot, 0) is None  # a dirty slot's value is None
+            if log is not None and (held is None or held[3] <= base):
+                log.append((named, slot, held, was_dirty))
             if held is None:
                 first_old = change.old_value
                 grown = size
             else:
-                first_old = held[1] if slot in dirty else change.old_value
+                first_old = held[1] if was_dirty else change.old_value
                 grown = size - held[2]
-            entries[slot] = (record, first_old, size)
+            write += 1
+            entries[slot] = (record, first_old, size, write)
             named.size += grown
             self.size += grown
-            dirty_pop(slot, None)
             dirty[slot] = None
             if self.size > limit:
                 flushed: list[Record] = []
                 while self.size > limit and entries:
                     flushed.extend(self._evict(named))
+                dirty = named.dirty  # a flush replaced it
                 if flushed:
                     flushes.append((i, flushed))
+        self._writes = write
         return flushes
 
     def _evict(self, named: _Named) -> list[Record]:
@@ -155,9 +174,11 @@ class RecordCache:
         named.size -= entry[2]
         self.size -= entry[2]
         self.evictions += 1
-        if slot not in named.dirty:
+        was_dirty = named.dirty.pop(slot, 0) is None
+        if self._log is not None and entry[3] <= self._base:
+            self._log.append((named, slot, entry, was_dirty))
+        if not was_dirty:
             return []
-        del named.dirty[slot]
         return _emitted([entry]) + self._flush(named)
 
     def flush(self, name: str) -> list[Record]:
@@ -168,42 +189,83 @@ class RecordCache:
 
     def _flush(self, named: _Named) -> list[Record]:
         # Clean now (a clean entry's first old value is never read again); a delete leaves
-        # the cache once flushed.
-        held = named.entries
-        entries = [held[slot] for slot in named.dirty]
-        for slot in named.dirty:
-            record, _first_old, size = held[slot]
-            if record.value.new_value is None:
+        # the cache once flushed. The dirty dict is replaced, not cleared: the undo log
+        # keeps the old one.
+        held, dirty, log = named.entries, named.dirty, self._log
+        named.dirty = {}
+        if log is not None:
+            log.append((named, None, dirty, None))
+        entries = [held[slot] for slot in dirty]
+        for slot, entry in zip(dirty, entries, strict=True):
+            if entry[0].value.new_value is None:
                 del held[slot]
-                named.size -= size
-                self.size -= size
-        named.dirty.clear()
+                named.size -= entry[2]
+                self.size -= entry[2]
+                if log is not None:
+                    log.append((named, slot, entry, False))  # dirty: the dict above has it
         return _emitted(entries)
 
     def dirty(self) -> bool:
         """True while some update is held back."""
         return any(named.dirty for named in self._named.values())
 
-    def snapshot(self) -> tuple[int, dict[str, _Named]]:
-        """The cache as it stands, for ``restore`` (a chunk that fails is undone)."""
-        return self.size, {name: named.copy() for name, named in self._named.items()}
+    def snapshot(self) -> tuple[int, int, int]:
+        """A mark to ``restore`` the cache to (a chunk that fails is undone) or ``release``
+        (it succeeded); from here on changes are logged. Marks nest."""
+        if self._log is None:
+            self._log = []
+        self._marks += 1
+        self._base = self._writes
+        return len(self._log), self.size, self.evictions
 
-    def restore(self, snapshot: tuple[int, dict[str, _Named]]) -> None:
-        self.size, self._named = snapshot[0], snapshot[1]
+    def restore(self, mark: tuple[int, int, int]) -> None:
+        """The cache as it was at ``mark``: the logged changes since undone, newest first."""
+        log = self._log
+        assert log is not None, "restore without a snapshot"
+        start, self.size, self.evictions = mark
+        touched: dict[int, _Named] = {}
+        for named, slot, previous, was_dirty in reversed(log[start:]):
+            touched[id(named)] = named
+            if slot is None:  # a flush: its dirty dict back
+                named.dirty = previous
+                continue
+            named.entries.pop(slot, None)
+            named.dirty.pop(slot, None)
+            if previous is not None:
+                named.entries[slot] = previous
+            if was_dirty:
+                named.dirty[slot] = None
+        del log[start:]
+        for named in touched.values():
+            named.reorder()
+        self.release(mark)
+
+    def release(self, mark: tuple[int, int, int]) -> None:
+        """Done with ``mark`` (its chunk succeeded or was undone): logging stops with the
+        outermost one."""
+        self._marks -= 1
+        if self._marks <= 0:
+            self._marks, self._log = 0, None
 
     def clear(self) -> None:
         """Forget everything (an abort: what was held back is rolled back with the rest)."""
         self.size = 0
         self._named = {}
+        self._marks, self._log = 0, None
 
 
-def _emitted(entries: list[tuple[Record, Any, int]]) -> list[Record]:
+def _emitted(entries: list[tuple[Record, Any, int, int]]) -> list[Record]:
     """The records a flush forwards: the newest value with the first old value, the newest
     record's timestamp and headers; nothing for a key both absent before and after."""
     out = []
-    for record, first_old, _size in entries:
-        new = record.value.new_value
+    for record, first_old, _size, _write in entries:
+        change = record.value
+        new = change.new_value
         if new is None and first_old is None:
             continue
-        out.append(record.with_value(Change(new, first_old)))
+        # One update since the flush (most, with many keys): the record as it came.
+        if first_old is change.old_value and change.is_latest:
+            out.append(record)
+        else:
+            out.append(record.with_value(Change(new, first_old)))
     return out

@@ -201,8 +201,12 @@ def task_files(rows: pa.Table, writes: Sequence[TableWrite]) -> list[tuple[str, 
     each of ``writes`` takes, one Parquet file per task and table partition; the files, each
     with its write's ``point``."""
     written = []
+    # A Spark partition holds one task's rows (or a few): skip the writes' other tasks
+    # instead of filtering the rows once for each of them.
+    pairs = rows.select(["sub", "task"]).group_by(["sub", "task"]).aggregate([])
+    here = set(zip(pairs.column("sub").to_pylist(), pairs.column("task").to_pylist(), strict=True))
     for write in writes:
-        for key in sorted(write.batches):
+        for key in sorted(k for k in write.batches if (k[0], k[1]) in here):
             mine = _of_task(rows, write, key)
             if mine.num_rows:
                 written += [(write.point, f) for f in _write_task(mine, write, key)]

@@ -10,14 +10,14 @@ share its entries; a store's flush is forwarded by its first node (they have one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
 from lakestate.records import Record
-from lakestate.state.record_cache import RecordCache, cache_max_bytes
+from lakestate.state.record_cache import CacheMark, RecordCache, cache_max_bytes
 
 
 class CachedForwarding:
@@ -61,21 +61,21 @@ class CachedForwarding:
         return CachedForwarding(RecordCache(max_bytes), cached, task._contexts)
 
     @property
-    def absorber(self) -> Any:
+    def absorber(self) -> Callable[[Processor, Chunk], Chunk] | None:
         """``absorb`` for a chunk plan, or None without a cache."""
         return None if self.cache is None else self.absorb
 
-    def snapshot(self) -> Any:
+    def snapshot(self) -> CacheMark | None:
         """A mark of the cache as it stands, for ``restore`` (a chunk that fails is undone)
         or ``release`` (it succeeded): the cache logs its changes in between."""
         return None if self.cache is None else self.cache.snapshot()
 
-    def restore(self, snapshot: Any) -> None:
-        if self.cache is not None:
+    def restore(self, snapshot: CacheMark | None) -> None:
+        if self.cache is not None and snapshot is not None:
             self.cache.restore(snapshot)
 
-    def release(self, snapshot: Any) -> None:
-        if self.cache is not None:
+    def release(self, snapshot: CacheMark | None) -> None:
+        if self.cache is not None and snapshot is not None:
             self.cache.release(snapshot)
 
     def clear(self) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 from lakestate.records import Change, Record, Windowed
 from lakestate.state.serde import json_text
@@ -75,6 +75,15 @@ def _slot(key: Any) -> Hashable:
         return key
     except TypeError:
         return ("json", json_text(key) or repr(key))
+
+
+class CacheMark(NamedTuple):
+    """Where a ``RecordCache`` stood at a ``snapshot``: its undo log's length, its size
+    and its eviction count."""
+
+    log_length: int
+    size: int
+    evictions: int
 
 
 class _Named:
@@ -209,16 +218,16 @@ class RecordCache:
         """True while some update is held back."""
         return any(named.dirty for named in self._named.values())
 
-    def snapshot(self) -> tuple[int, int, int]:
+    def snapshot(self) -> CacheMark:
         """A mark to ``restore`` the cache to (a chunk that fails is undone) or ``release``
         (it succeeded); from here on changes are logged. Marks nest."""
         if self._log is None:
             self._log = []
         self._marks += 1
         self._base = self._writes
-        return len(self._log), self.size, self.evictions
+        return CacheMark(len(self._log), self.size, self.evictions)
 
-    def restore(self, mark: tuple[int, int, int]) -> None:
+    def restore(self, mark: CacheMark) -> None:
         """The cache as it was at ``mark``: the logged changes since undone, newest first."""
         log = self._log
         assert log is not None, "restore without a snapshot"
@@ -240,7 +249,7 @@ class RecordCache:
             named.reorder()
         self.release(mark)
 
-    def release(self, mark: tuple[int, int, int]) -> None:
+    def release(self, mark: CacheMark) -> None:
         """Done with ``mark`` (its chunk succeeded or was undone): logging stops with the
         outermost one."""
         self._marks -= 1

@@ -228,7 +228,7 @@ def conversion_problem(value: Any, type_: pa.DataType) -> str | None:
         return None
     try:
         column([value], type_)
-    except (ValueError, TypeError, pa.ArrowException) as exc:
+    except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
         return f"is {value!r}, which is not {type_}: {exc}"
     return None
 

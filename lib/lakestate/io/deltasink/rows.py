@@ -25,6 +25,7 @@ from lakestate.delta_sink import (
     kind_problem,
 )
 from lakestate.errors import StreamsException
+from lakestate.io.deltasink import columnar
 from lakestate.io.topic_records import RECORD_SCHEMA
 
 
@@ -33,7 +34,17 @@ def typed(sink: DeltaSink, records: pa.Table, existing: pa.Schema | None) -> pa.
     schema, else as the table's (``existing``) columns, else as Arrow infers them from the
     batch (a column whose values are all null waits for a batch with a value), then the
     meta columns. ``StreamsException`` naming the sink, the key, the field and what to do
-    for a value that does not fit its column's type."""
+    for a value that does not fit its column's type. A batch of scalar keys and values
+    is converted on its columns (``columnar``), with the same result."""
+    known = _known_types(sink, existing)
+    found = columnar.typed_columns(sink, records, known)
+    if found is None:
+        return typed_by_rows(sink, records, existing)
+    return _with_meta(records, *found)
+
+
+def typed_by_rows(sink: DeltaSink, records: pa.Table, existing: pa.Schema | None) -> pa.Table:
+    """``typed``, each record's key and value parsed and checked in Python."""
     keys = [_loads(k) for k in records.column("key").to_pylist()]
     values = [_loads(v) for v in records.column("value").to_pylist()]
     rows = []
@@ -56,8 +67,12 @@ def typed(sink: DeltaSink, records: pa.Table, existing: pa.Schema | None) -> pa.
                 continue
         arrays.append(_column(sink, name, got, type_, keys))
         fields.append(pa.field(name, type_))
+    return _with_meta(records, arrays, fields)
+
+
+def _with_meta(records: pa.Table, arrays: list[pa.Array], fields: list[pa.Field]) -> pa.Table:
     millis = records.column("timestamp").cast(pa.int64())
-    arrays += [
+    arrays = arrays + [
         millis.cast(pa.timestamp("ms", "UTC")).cast(META_SCHEMA.field(TIMESTAMP).type),
         records.column("partition").cast(pa.int32()),
         records.column("offset").cast(pa.int64()),
@@ -79,7 +94,7 @@ def _known_types(sink: DeltaSink, existing: pa.Schema | None) -> dict[str, pa.Da
 def _inferred(sink: DeltaSink, name: str, got: list[Any]) -> pa.DataType | None:
     try:
         type_ = pa.array(got).type
-    except (pa.ArrowException, TypeError, ValueError) as exc:
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         kinds = sorted({type(v).__name__ for v in got if v is not None})
         raise StreamsException(
             f"DeltaSink {sink.name!r}: field {name!r} has values of different types in one "
@@ -99,7 +114,7 @@ def _column(
         _refuse(sink, name, k, kind_problem(v, type_))
     try:
         return column(got, type_)
-    except (ValueError, TypeError, pa.ArrowException) as exc:
+    except (ValueError, TypeError, OverflowError, pa.ArrowException) as exc:
         for k, v in zip(keys, got, strict=True):
             _refuse(sink, name, k, conversion_problem(v, type_))
         raise StreamsException(
@@ -173,4 +188,4 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-__all__ = ["records", "typed"]
+__all__ = ["records", "typed", "typed_by_rows"]

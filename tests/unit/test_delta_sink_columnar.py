@@ -119,3 +119,25 @@ def test_which_batches_take_the_columnar_path(keys, values, taken):
         schema=RECORD_SCHEMA,
     )
     assert (columnar.typed_columns(sink, records, {}) is not None) is taken
+
+
+_CHECKED_TYPES = [
+    pa.string(), pa.large_string(), pa.int8(), pa.int16(), pa.int32(), pa.int64(),
+    pa.uint8(), pa.uint32(), pa.uint64(), pa.float32(), pa.float64(), pa.bool_(),
+    pa.timestamp("ms", "UTC"), pa.date32(),
+]  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.one_of(_SCALARS, st.integers(-(2**65), 2**65), st.floats()),
+    st.sampled_from(_CHECKED_TYPES),
+)
+def test_the_quick_fit_check_agrees_with_arrow(value, type_):
+    """``fit_problem``'s shortcut (no Arrow conversion for plain values) says a value fits
+    only where the full check (its kind, then Arrow's conversion) finds no problem."""
+    from lakestate import delta_sink
+
+    if delta_sink._plainly_fits(value, type_):
+        assert delta_sink.kind_problem(value, type_) is None
+        assert delta_sink.conversion_problem(value, type_) is None

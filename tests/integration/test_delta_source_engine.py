@@ -56,12 +56,17 @@ def _as_records(rows: list[dict]) -> list[dict]:
     ]
 
 
-def _baked_app(folder: Path, table: Path) -> str:
+def _baked_app(folder: Path, table: Path, workers: bool = False) -> str:
     """delta_counts.py with the table's path written in (Spark's Python workers import the
-    app without this process's environment)."""
+    app without this process's environment); with ``workers``, processed (and read) in
+    two worker processes whatever the batch's size."""
     source = (APPS / "delta_counts.py").read_text()
+    source = source.replace('os.environ["DELTA_SOURCE_TABLE"]', repr(str(table)))
+    if workers:
+        config = '"lakestate.inprocess.workers": 2, "lakestate.inprocess.workers.min.records": 0'
+        source = source.replace("{", "{" + config + ", ", 1)
     path = folder / "delta_counts.py"
-    path.write_text(source.replace('os.environ["DELTA_SOURCE_TABLE"]', repr(str(table))))
+    path.write_text(source)
     return str(path)
 
 
@@ -93,9 +98,12 @@ def _run(app: str, wh: Warehouse, state: Path, inprocess: int) -> object:
     )
 
 
-def test_an_app_over_a_table_appended_to_by_delta_rs_equals_the_test_driver(tmp_path, monkeypatch):
+@pytest.mark.parametrize("workers", [False, True], ids=["driver", "workers"])
+def test_an_app_over_a_table_appended_to_by_delta_rs_equals_the_test_driver(
+    tmp_path, monkeypatch, workers
+):
     table, wh, state = tmp_path / "bronze", Warehouse(tmp_path / "wh"), tmp_path / "state"
-    app = _baked_app(tmp_path, table)
+    app = _baked_app(tmp_path, table, workers)
     rows = _orders(120, seed=3)
     _append(table, rows[:50])
     first = _run(app, wh, state, 10**9)

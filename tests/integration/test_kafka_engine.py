@@ -58,20 +58,27 @@ def _expected(records: list[dict], test_id: str) -> dict[str, list[tuple]]:
     )
 
 
-def _baked_app(folder: Path) -> str:
+def _baked_app(folder: Path, pids: Path | None = None) -> str:
     """The kafka_counts app with this test's id and broker written in: Spark's Python
-    workers, started with the test session's Spark, do not see the environment set here."""
+    workers, started with the test session's Spark, do not see the environment set here.
+    With ``pids``: processed in two worker processes whatever the batch's size, each
+    noting its process id there (a file per process)."""
     source = (APPS / "kafka_counts.py").read_text()
     for name in ("KAFKA_TEST_ID", "KAFKA_TEST_BOOTSTRAP"):
         source = source.replace(f'os.environ["{name}"]', repr(os.environ[name]))
+    if pids is not None:
+        note = f"lambda k, v: __import__('pathlib').Path({str(pids)!r}, str(os.getpid())).touch()"
+        source = source.replace("b.stream(INPUT)", f"b.stream(INPUT).peek({note})")
+        workers = '"lakestate.inprocess.workers": 2, "lakestate.inprocess.workers.min.records": 0,'
+        source = source.replace('"statestore.uncommitted.max.records"', f'{workers} "statestore.uncommitted.max.records"')
     path = folder / "kafka_counts.py"
     path.write_text(source)
     return str(path)
 
 
 # The transports of a batch's processing: inprocess_max_records (Spark's reads of a Kafka
-# topic go through the driver's reader).
-TRANSPORTS = {"spark": 0, "in_process": 10**9}
+# topic go through the driver's reader; worker processes read their tasks' own).
+TRANSPORTS = {"spark": 0, "in_process": 10**9, "in_process_workers": 10**9}
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
@@ -79,7 +86,10 @@ def test_a_kafka_to_kafka_count_app_equals_the_test_driver(kafka_app, tmp_path, 
     cluster, test_id, records = kafka_app
     if transport == "spark":
         request.getfixturevalue("spark")  # the session's Spark, as run_app would start it
-    app_path = _baked_app(tmp_path)
+    pids = tmp_path / "pids" if transport == "in_process_workers" else None
+    if pids is not None:
+        pids.mkdir()
+    app_path = _baked_app(tmp_path, pids)
     result = run_app(
         app_path,
         warehouse=str(tmp_path / "wh"),
@@ -89,8 +99,10 @@ def test_a_kafka_to_kafka_count_app_equals_the_test_driver(kafka_app, tmp_path, 
         inprocess_max_records=TRANSPORTS[transport],
         say=lambda _: None,
     )
-    assert result.transport == transport
+    assert result.transport == transport.removesuffix("_workers")
     assert len(result.batches) >= 4 and result.records == N
+    if pids is not None:  # two worker processes read and processed the tasks
+        assert len({p.name for p in pids.iterdir()} - {str(os.getpid())}) == 2
     expected = _expected(records, test_id)
     for topic, rows in expected.items():
         assert rows and _sink(cluster, topic) == sorted(rows, key=lambda r: r[0]), topic

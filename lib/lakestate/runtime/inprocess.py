@@ -7,16 +7,17 @@ log table, delta-rs reading only the files of the task's partitions and offset r
 in the input rows' columns (``batch_rows.INPUT_SCHEMA``), and each task is processed by
 the very function the Spark workers run (``task_executor.process_task``): one task after
 another in this process, its input freed before the next is read, or, for a big batch of
-several tasks, in worker processes (``worker_pool``), both cores busy. Only the transport
+several tasks, in worker processes (``worker_pool``), both cores busy, each worker reading
+its task's input itself (``TaskReads``: fresh readers of the same ranges). Only the transport
 differs, so the chosen transport cannot change what a batch commits
 (docs/architecture.md, "A batch, step by step").
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import pyarrow as pa
 from lakestate import console
@@ -53,7 +54,7 @@ class InProcessTransport:
     def run_batch(self, batch: BatchInput) -> BatchOutput:
         """Step 1 for every task of ``batch``, in task order: one after another in this
         process, or, for a batch ``worker_pool.workers_wanted`` deems big enough, in
-        worker processes while this one reads the next task's input."""
+        worker processes, each reading its task's input itself."""
         tables = BatchReads(self.layout)
         plans = sorted(batch.plans, key=lambda p: p.task)
         busy = sum(1 for p in plans if p.records)
@@ -77,22 +78,20 @@ class InProcessTransport:
         tables: BatchReads,
         bar: console.Bar,
     ) -> list[pa.Table]:
-        # At most two tasks per worker in flight: the driver reads ahead, but a batch's
-        # whole input is never held at once.
+        # Each worker reads its task's input itself (``TaskReads``), so the reads run on
+        # both cores too and no task's rows are pickled to it; a global topic's rows,
+        # which every task reads whole, are read once here and handed over.
         if self._pool is None:
             self._pool = WorkerPool()
         self._pool.start(workers, batch.ctx.app_path)
-        outputs: list[pa.Table] = []
-        waiting: deque[tuple[Future[pa.Table], str, int]] = deque()
-        for records in _task_inputs(plans, batch, tables):
-            if len(waiting) >= 2 * workers:
-                outputs.append(_collect(waiting.popleft(), bar))
-            task = _task_of(records)
-            future = self._pool.submit(records, batch.ctx)
-            waiting.append((future, task, records.num_rows))
-            del records
-        outputs.extend(_collect(w, bar) for w in list(waiting))
-        return outputs
+        waiting: list[tuple[Future[pa.Table | None], str, int]] = []
+        for plan in plans:
+            reads = TaskReads.of(batch.reads, plan.task, tables)
+            if reads.parts:
+                future = self._pool.submit(read_and_process, reads, batch.ctx)
+                waiting.append((future, str(plan.task), plan.records))
+        outputs = [_collect(w, bar) for w in waiting]
+        return [rows for rows in outputs if rows is not None]
 
 
 def _task_inputs(
@@ -106,11 +105,9 @@ def _task_inputs(
             yield records
 
 
-def _task_of(records: pa.Table) -> str:
-    return str(TaskId(records.column("sub")[0].as_py(), records.column("task")[0].as_py()))
-
-
-def _collect(waiting: tuple[Future[pa.Table], str, int], bar: console.Bar) -> pa.Table:
+def _collect(
+    waiting: tuple[Future[pa.Table | None], str, int], bar: console.Bar
+) -> pa.Table | None:
     future, task, count = waiting
     rows = result_of(future, task)
     bar.advance(count)
@@ -140,7 +137,6 @@ class BatchReads:
 
     def __init__(self, layout: AppLayout) -> None:
         self.layout = layout
-        self._pool: WorkerPool | None = None
         self.opened: dict[str, TopicReader] = {}
         self.global_reads: dict[int, pa.Table] = {}  # id of the InputRead -> its rows
 
@@ -154,6 +150,68 @@ class BatchReads:
         if read.is_global:
             self.global_reads[id(read)] = rows
         return rows
+
+    def new_reader(self, topic: str) -> TopicReader:
+        """A reader of ``topic`` that has read nothing yet (for another process)."""
+        return self.layout.topic(topic).reader()
+
+
+@dataclass(frozen=True)
+class TaskRead:
+    """One of a task's reads, for a worker process: ``rows`` already read (a global
+    topic's), or ``reader``'s ``ranges`` to read."""
+
+    topic: str
+    input_index: int
+    ranges: dict[int, tuple[int, int]]
+    reader: TopicReader | None = None
+    rows: pa.Table | None = None
+
+    def read(self) -> pa.Table:
+        if self.rows is not None:
+            return self.rows
+        assert self.reader is not None
+        return self.reader.read_range(self.ranges)
+
+
+@dataclass(frozen=True)
+class TaskReads:
+    """A task's share of a batch's reads (``read_inputs``'s), picklable."""
+
+    task: TaskId
+    parts: tuple[TaskRead, ...]
+
+    @staticmethod
+    def of(reads: tuple[InputRead, ...], task: TaskId, tables: BatchReads) -> TaskReads:
+        parts = []
+        for read in reads:
+            ranges = read.ranges_of(task)
+            if not ranges:
+                continue
+            if read.is_global:
+                rows = tables.read(read, ranges)
+                parts.append(TaskRead(read.topic, read.input_index, ranges, rows=rows))
+            else:
+                reader = tables.new_reader(read.topic)
+                parts.append(TaskRead(read.topic, read.input_index, ranges, reader=reader))
+        return TaskReads(task, tuple(parts))
+
+    def read(self) -> pa.Table:
+        """The task's input rows, as ``read_inputs`` gives them."""
+        parts = [
+            _with_task(part.read(), self.task, part.input_index, part.topic)
+            for part in self.parts
+        ]
+        return pa.concat_tables(parts) if parts else INPUT_SCHEMA.empty_table()
+
+
+def read_and_process(reads: TaskReads, ctx: BatchContext) -> pa.Table | None:
+    """In a worker process: the task's input read, then processed (``process_task``);
+    None for a task whose ranges held no record (it is skipped, as on Spark)."""
+    records = reads.read()
+    if not records.num_rows:
+        return None
+    return process_task(records, ctx)
 
 
 def _with_task(rows: pa.Table, task: TaskId, index: int, topic: str) -> pa.Table:
@@ -169,4 +227,11 @@ def _with_task(rows: pa.Table, task: TaskId, index: int, topic: str) -> pa.Table
     )
 
 
-__all__ = ["BatchReads", "InProcessTransport", "process_inputs", "read_inputs"]
+__all__ = [
+    "BatchReads",
+    "InProcessTransport",
+    "TaskReads",
+    "process_inputs",
+    "read_and_process",
+    "read_inputs",
+]

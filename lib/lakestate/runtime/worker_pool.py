@@ -1,10 +1,9 @@
 """Worker processes for the in-process transport: both cores without Spark.
 
-A run in process reads each task's input in the driver and, for a batch big enough to
-repay starting them, hands the tasks to a pool of worker processes that run the very
-function Spark's Python workers run (``task_executor.process_task``), one task per worker
-at a time, while the driver reads the next task's input. Processes, not threads: the
-processing is Python code under CPython's GIL. Workers are started with ``spawn``: the
+A run in process, for a batch big enough to repay starting them, hands its tasks to a
+pool of worker processes: each reads its task's input and runs the very function Spark's
+Python workers run (``task_executor.process_task``), one task per worker at a time.
+Processes, not threads: the processing is Python code under CPython's GIL. Workers are started with ``spawn``: the
 driver may hold a JVM or delta-rs threads, which a ``fork`` would copy half-held.
 
 A worker dies with the driver (``PR_SET_PDEATHSIG``): a killed run leaves no worker that
@@ -23,14 +22,13 @@ import ctypes
 import multiprocessing
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from typing import Any, TypeVar
 
-import pyarrow as pa
 from lakestate.errors import StreamsException
-from lakestate.runtime.task_executor import BatchContext, loaded_app, process_task
+from lakestate.runtime.task_executor import BatchContext, loaded_app
 
 #: App config key: worker processes of a run in process (0 or 1: the tasks run in the
 #: driver, one after another). Default: the cores available to the run.
@@ -39,6 +37,8 @@ WORKERS_CONFIG = "lakestate.inprocess.workers"
 MIN_RECORDS_CONFIG = "lakestate.inprocess.workers.min.records"
 DEFAULT_MIN_RECORDS = 100_000
 _PR_SET_PDEATHSIG = 1
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def available_cores() -> int:
@@ -104,10 +104,13 @@ class WorkerPool:
             for _ in range(workers):
                 self._pool.submit(_load, app_path)
 
-    def submit(self, records: pa.Table, ctx: BatchContext) -> Future[pa.Table]:
-        """Process one task's ``records`` (``process_task``) in a worker (after ``start``)."""
+    def submit(
+        self, work: Callable[[T, BatchContext], R], task: T, ctx: BatchContext
+    ) -> Future[R]:
+        """Run ``work(task, ctx)`` for one task in a worker (after ``start``): ``work``
+        a module-level function, ``task`` picklable."""
         assert self._pool is not None, "WorkerPool.start first"
-        return self._pool.submit(process_task, records, ctx)
+        return self._pool.submit(work, task, ctx)
 
     def close(self) -> None:
         """Stop the workers (they hold no store between tasks)."""
@@ -121,7 +124,7 @@ def _load(app_path: str) -> None:
     loaded_app(app_path)
 
 
-def result_of(future: Future[pa.Table], task: str) -> pa.Table:
+def result_of(future: Future[R], task: str) -> R:
     """The processing output of ``task`` from its worker; a worker that died (killed, out
     of memory) fails the batch with a ``StreamsException`` saying so."""
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 DURATIONS_FILE = Path(__file__).resolve().with_name("durations.json")
 
 #: Seconds assumed for a test of a module with no recorded test, by the tests/ subdirectory.
-DEFAULT_SECONDS = {"unit": 0.3, "conformance": 1.0, "integration": 15.0, "e2e": 40.0}
+DEFAULT_SECONDS = {"unit": 0.3, "conformance": 1.0, "integration": 8.0, "e2e": 10.0}
 _OTHER_SECONDS = 5.0
 
 

@@ -118,13 +118,21 @@ TRANSPORTS = {
 }
 
 
+@pytest.fixture(scope="session")
+def counts_reference(spark, tmp_path_factory) -> tuple[list[dict], tuple]:
+    """The records of the kill chains and the disjoint-tasks test, and the results one
+    uninterrupted run of them gives (read only). Computed once per pytest process: every
+    transport's chain is compared with the same independent run."""
+    records = events(N, seed=11)
+    wh = _uninterrupted(spark, tmp_path_factory.mktemp("exactly-once-reference"), records)
+    return records, _results(spark, wh)
+
+
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(
-    spark, tmp_path, transport
+    spark, tmp_path, transport, counts_reference
 ):
-    records = events(N, seed=11)
-    reference = _uninterrupted(spark, tmp_path, records)
-    expected = _results(spark, reference)
+    records, expected = counts_reference
 
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
@@ -203,12 +211,11 @@ def test_two_instances_racing_for_a_batch_commit_it_once(spark, tmp_path):
     assert any(code == 0 for code, _, _ in outcomes), outcomes
 
 
-def test_two_processes_with_disjoint_tasks_commit_side_by_side(spark, tmp_path):
+def test_two_processes_with_disjoint_tasks_commit_side_by_side(spark, tmp_path, counts_reference):
     """Per-task batch identity: one process runs task 0_0, another 0_1, at the same time,
     each with its own state directory; both commit every batch, and the result equals a
     single process's."""
-    records = events(N, seed=15)
-    reference = _uninterrupted(spark, tmp_path, records)
+    records, want = counts_reference
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
     codes = [
@@ -224,7 +231,7 @@ def test_two_processes_with_disjoint_tasks_commit_side_by_side(spark, tmp_path):
         (code, out, _errors(err)) for code, out, err in outcomes
     ]
     assert all("BATCHES" in out and "BATCHES 0" not in out for _, out, _ in outcomes), outcomes
-    got, want = _results(spark, wh), _results(spark, reference)
+    got = _results(spark, wh)
     # Sinks: the same records per partition and key (the two processes' appends interleave,
     # so offsets across tasks differ from the single run's); state: the same.
     for g, w in zip(got[:2], want[:2], strict=True):

@@ -214,24 +214,32 @@ def _first_of_each_step(points: list[str]) -> list[str]:
     return kept
 
 
+def _run(wh: Warehouse, state: Path, fault: str | None, limit: int):
+    return _run_in_subprocess(
+        wh, state, fault, app=APP_FILE, max_records=MAX_RECORDS, inprocess_max_records=limit
+    )
+
+
+@pytest.fixture(scope="session")
+def new_ops_reference(tmp_path_factory) -> Warehouse:
+    """One uninterrupted run of the app over ``_inputs(seed=9)`` in a process of its own,
+    in process: a transport cannot change a result, so every chain is compared with this
+    run (read only; one per pytest process)."""
+    root = tmp_path_factory.mktemp("new-ops-reference")
+    reference = Warehouse(root / "reference")
+    _produce(reference, _inputs(seed=9))
+    proc = _run(reference, root / "ref-state", None, TRANSPORTS["in_process"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return reference
+
+
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 def test_kill_at_every_commit_step_with_state_wiped_gives_the_uninterrupted_and_driver_result(
-    spark, tmp_path, transport
+    spark, tmp_path, transport, new_ops_reference
 ):
     inputs = _inputs(seed=9)
     limit = TRANSPORTS[transport]
-
-    def run(wh: Warehouse, state, fault: str | None, limit: int = limit):
-        return _run_in_subprocess(
-            wh, state, fault, app=APP_FILE, max_records=MAX_RECORDS, inprocess_max_records=limit
-        )
-
-    # The reference runs in process: a transport cannot change a result, so the Spark
-    # chain is compared with the in-process run too.
-    reference = Warehouse(tmp_path / "reference")
-    _produce(reference, inputs)
-    proc = run(reference, tmp_path / "ref-state", None, TRANSPORTS["in_process"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    reference = new_ops_reference
     said = []
     wh = Warehouse(tmp_path / "wh")
     _produce(wh, inputs)
@@ -245,7 +253,7 @@ def test_kill_at_every_commit_step_with_state_wiped_gives_the_uninterrupted_and_
     for n, point in enumerate([*points, None]):
         if n % 4 == 3:  # the local state lost: the rerun restores it from the changelogs
             shutil.rmtree(state, ignore_errors=True)
-        proc = run(wh, state, point)
+        proc = _run(wh, state, point, limit)
         want = 0 if point is None else -9
         assert proc.returncode == want, (point, proc.returncode, proc.stderr[-3000:])
         said.append(proc.stdout)

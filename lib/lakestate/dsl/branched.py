@@ -159,7 +159,7 @@ class BranchedKStream:
         graph.add_processor(child, self._name, PassThrough)
         self._children.append(child)
         graph.nodes[self._name].factory = self._factory()
-        stream = KStream(graph, child, self._stream._repartition_required)
+        stream = KStream(graph, child, self._stream._repartition_required, self._stream.serdes)
         if branched.function is not None:
             result = branched.function(stream)
             if result is not None:

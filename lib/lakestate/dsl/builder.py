@@ -268,14 +268,15 @@ class StreamsBuilder:
         """A record stream read from one or more topics, or from an existing Delta table
         other writers append to (``DeltaSource(name, table, key=..., timestamp=...,
         partitions=n)``: each row a record, its columns the value's fields); ``consumed``:
-        the topics' serdes (``Consumed.with_(key_serde, value_serde)``; default Json)."""
+        the topics' serdes (``Consumed.with_(key_serde, value_serde)``; default Json), known
+        downstream until an operation changes the key's or value's type (see KStream)."""
         from lakestate.dsl.kstream import KStream
 
         name = self._graph.new_name("KSTREAM-SOURCE-")
         if isinstance(topics, DeltaSource):
             serdes = serdes_of(consumed, Consumed, name)
             self._graph.add_source(name, [topics.name], serdes=serdes, delta_source=topics)
-            return KStream(self._graph, name, repartition_required=False)
+            return KStream(self._graph, name, repartition_required=False, serdes=serdes)
         if isinstance(topics, str):
             topic_list = [topics]
         elif isinstance(topics, list | tuple):
@@ -290,7 +291,7 @@ class StreamsBuilder:
             check_topic(topic, name)
         serdes = serdes_of(consumed, Consumed, name)
         self._graph.add_source(name, topic_list, serdes=serdes)
-        return KStream(self._graph, name, repartition_required=False)
+        return KStream(self._graph, name, repartition_required=False, serdes=serdes)
 
     def table(
         self,

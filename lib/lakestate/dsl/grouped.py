@@ -57,7 +57,7 @@ def _count_serde() -> Serde:
 class KGroupedStream:
     """A stream grouped by key. Records with a null key or value are not aggregated.
     ``grouped``: the repartition topic's name and serdes (when one is needed) and the
-    store's default serdes."""
+    store's default serdes; ``given``: False when they are the stream's (not given)."""
 
     def __init__(
         self,
@@ -65,11 +65,13 @@ class KGroupedStream:
         node: str,
         repartition_required: bool,
         grouped: Grouped | None = None,
+        given: bool = True,
     ) -> None:
         self._graph = graph
         self._node = node
         self._repartition_required = repartition_required
         self._grouped = grouped or Grouped()
+        self._given = given
 
     def _aggregate(
         self,
@@ -128,7 +130,7 @@ class KGroupedStream:
         aggregator)``, then ``.aggregate(initializer)`` builds one table of them all."""
         from lakestate.dsl.cogrouped import CogroupedKStream
 
-        if self._grouped != Grouped():
+        if self._given and self._grouped != Grouped():
             raise TopologyException(
                 "cogroup does not take a Grouped name or serdes yet: group without one"
             )

@@ -23,6 +23,7 @@ from lakestate.processors.stateless import (
     Peek,
     SelectKey,
 )
+from lakestate.serdes import DEFAULT_SERDES, JSON, Serde, TopicSerdes
 
 if TYPE_CHECKING:
     from lakestate.dsl.branched import BranchedKStream, Named
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from lakestate.dsl.stream_joins import JoinWindows, StreamJoined
 
 
+def known(serde: Serde) -> Serde | None:
+    """``serde`` as a Grouped takes it: Json (the default) is not given."""
+    return None if serde == JSON else serde
+
+
 class KStream:
     """An unbounded stream of records. Operators return new streams; nothing runs until
     the built topology is run by the test driver or the engine.
@@ -41,12 +47,26 @@ class KStream:
     group_by, or a merge with a stream that changed its key): the
     next stateful operation then reads the records through a repartition topic, so that
     records with the same new key meet in the same task.
+
+    ``serdes``: the key and value serdes known downstream (Kafka's KStreamImpl keySerde and
+    valueSerde; Json: none known, the default): ``Consumed``'s at a source, kept by
+    operations that keep the key's or value's type (filter, peek, map_values keeps the key
+    serde, select_key the value serde), forgotten by the others (map, flat_map, merge,
+    process). ``group_by_key()``, ``group_by()``, ``repartition()``, ``to_table()`` and
+    ``to()`` take them where not given, as Kafka's do.
     """
 
-    def __init__(self, graph: GraphBuilder, node: str, repartition_required: bool) -> None:
+    def __init__(
+        self,
+        graph: GraphBuilder,
+        node: str,
+        repartition_required: bool,
+        serdes: TopicSerdes = DEFAULT_SERDES,
+    ) -> None:
         self._graph = graph
         self._node = node
         self._repartition_required = repartition_required
+        self.serdes = serdes
 
     @property
     def node_name(self) -> str:
@@ -61,12 +81,17 @@ class KStream:
         signature: str = "",
         operator: str = "",
         name: str | None = None,
+        keeps: tuple[bool, bool] = (True, True),
     ) -> KStream:
+        """``keeps``: whether the key serde and the value serde stay known after it."""
         name = name or self._graph.new_name(prefix)
         if signature:
             check_function(fn, name, f"KStream.{operator}", signature)
         self._graph.add_processor(name, self._node, factory_of(name))
-        return KStream(self._graph, name, self._repartition_required or key_changing)
+        serdes = TopicSerdes(
+            self.serdes.key if keeps[0] else JSON, self.serdes.value if keeps[1] else JSON
+        )
+        return KStream(self._graph, name, self._repartition_required or key_changing, serdes)
 
     def filter(self, predicate: Callable[[Any, Any], bool]) -> KStream:
         """Keeps the records for which ``predicate(key, value)`` is true."""
@@ -96,6 +121,7 @@ class KStream:
             fn=mapper,
             signature="mapper(value)",
             operator="map_values",
+            keeps=(True, False),
         )
 
     def select_key(self, selector: Callable[[Any, Any], Any]) -> KStream:
@@ -107,6 +133,7 @@ class KStream:
             fn=selector,
             signature="key_selector(key, value)",
             operator="select_key",
+            keeps=(False, True),
         )
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]]) -> KStream:
@@ -118,6 +145,7 @@ class KStream:
             fn=mapper,
             signature="mapper(key, value)",
             operator="map",
+            keeps=(False, False),
         )
 
     def flat_map(self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]]) -> KStream:
@@ -131,6 +159,7 @@ class KStream:
             fn=mapper,
             signature="mapper(key, value)",
             operator="flat_map",
+            keeps=(False, False),
         )
 
     def flat_map_values(self, mapper: Callable[[Any], Iterable[Any]]) -> KStream:
@@ -142,6 +171,7 @@ class KStream:
             fn=mapper,
             signature="mapper(value)",
             operator="flat_map_values",
+            keeps=(True, False),
         )
 
     def split(self, named: Named | None = None) -> BranchedKStream:
@@ -178,7 +208,9 @@ class KStream:
     def repartition(self, repartitioned: Repartitioned | None = None) -> KStream:
         """The stream through a repartition topic (``<name>-repartition``, see
         ``Repartitioned``): records by their current key's partition. Ends the need to
-        repartition before a stateful operation."""
+        repartition before a stateful operation. The topic's serdes: ``repartitioned``'s,
+        the value serde else the stream's, the key serde else Json (Kafka's: the stream's
+        key serde is not the topic's); after it, Repartitioned's else the stream's."""
         from lakestate.dsl.repartitioned import Repartitioned
 
         if repartitioned is None:
@@ -188,13 +220,16 @@ class KStream:
         graph = self._graph
         name = repartitioned.name or graph.new_name("KSTREAM-REPARTITION-")
         topic = name if name.endswith("-repartition") else f"{name}-repartition"
+        key = repartitioned.key_serde
+        value = repartitioned.value_serde or self.serdes.value
         source = graph.repartition(
             self._node,
             topic,
             num_partitions=repartitioned.number_of_partitions,
             named=repartitioned.name is not None,
+            serdes=TopicSerdes(key or JSON, value),
         )
-        return KStream(graph, source, False)
+        return KStream(graph, source, False, TopicSerdes(key or self.serdes.key, value))
 
     def process(
         self, supplier: Callable[[], Any], *store_names: str, named: Named | None = None
@@ -238,7 +273,9 @@ class KStream:
             return UserProcessorNode(name, supplier, stores, fixed_key)
 
         self._graph.add_processor(name, self._node, factory, list(stores))
-        return KStream(self._graph, name, self._repartition_required or not fixed_key)
+        # Kafka's processValues keeps the key serde; process forgets both.
+        serdes = TopicSerdes(self.serdes.key if fixed_key else JSON, JSON)
+        return KStream(self._graph, name, self._repartition_required or not fixed_key, serdes)
 
     def peek(self, action: Callable[[Any, Any], None]) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged."""
@@ -252,7 +289,8 @@ class KStream:
 
     def to(self, topic: str | DeltaSink, produced: Produced | None = None) -> None:
         """Writes the stream to ``topic``; ``produced``: its serdes
-        (``Produced.with_(key_serde, value_serde)``; default Json). A ``DeltaSink``
+        (``Produced.with_(key_serde, value_serde)``; a Json one, or none given, is the
+        stream's serde, as in Kafka, else Json). A ``DeltaSink``
         writes it to a Delta table with typed columns (``lakestate.delta_sink``)."""
         name = self._graph.new_name("KSTREAM-SINK-")
         if isinstance(topic, DeltaSink):
@@ -263,11 +301,17 @@ class KStream:
             self._graph.add_sink(name, self._node, topic.name, delta_sink=topic)
             return
         check_topic(topic, name)
-        self._graph.add_sink(name, self._node, topic, serdes=serdes_of(produced, Produced, name))
+        given = serdes_of(produced, Produced, name)
+        serdes = TopicSerdes(
+            self.serdes.key if given.key == JSON else given.key,
+            self.serdes.value if given.value == JSON else given.value,
+        )
+        self._graph.add_sink(name, self._node, topic, serdes=serdes)
 
     def to_table(self, materialized: Materialized | None = None) -> KTable:
         """The stream read as a table (latest value per key, null value deletes); versioned
-        (KIP-914) when ``materialized`` is ``Materialized.as_versioned(...)``."""
+        (KIP-914) when ``materialized`` is ``Materialized.as_versioned(...)``. The store's
+        serdes (and a repartition topic's): ``materialized``'s, else the stream's."""
         from lakestate.dsl.builder import VERSIONED, table_store_spec
         from lakestate.dsl.ktable import KTable
         from lakestate.processors.table import TableSource
@@ -277,9 +321,9 @@ class KStream:
             materialized, "KSTREAM-TOTABLE-STATE-STORE-", takes_serdes=True
         )
         parent = self._node
+        spec = table_store_spec(store, materialized, self.serdes)
         if self._repartition_required:
-            parent = self._graph.repartition(parent, f"{store}-repartition")
-        spec = table_store_spec(store, materialized)
+            parent = self._graph.repartition(parent, f"{store}-repartition", serdes=spec.serdes)
         self._graph.add_store(spec, name)
         self._graph.add_processor(name, parent, lambda: TableSource(store), [store])
         return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)
@@ -331,7 +375,7 @@ class KStream:
             deduplicated,
             id_selector,
         )
-        return KStream(self._graph, name, repartition_required)
+        return KStream(self._graph, name, repartition_required, self.serdes)
 
     def join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
         """Inner join.
@@ -377,8 +421,6 @@ class KStream:
         return stream_stream_join(self, other, joiner, windows, "outer", stream_joined)
 
     def _join(self, other: Any, args: tuple[Any, ...], how: str) -> KStream:
-        from lakestate.dsl.joins import stream_global_table_join, stream_table_join
-        from lakestate.dsl.ktable import GlobalKTable
         from lakestate.dsl.stream_joins import stream_stream_join
 
         if isinstance(other, KStream):
@@ -389,6 +431,15 @@ class KStream:
             stream_joined = args[2] if len(args) == 3 else None
             return stream_stream_join(self, other, args[0], args[1], how, stream_joined)
         left = how == "left"
+        joined = self._table_join(other, args, left)
+        # Kafka's stream-table joins keep the key serde; the joiner makes a new value.
+        joined.serdes = TopicSerdes(self.serdes.key, JSON)
+        return joined
+
+    def _table_join(self, other: Any, args: tuple[Any, ...], left: bool) -> KStream:
+        from lakestate.dsl.joins import stream_global_table_join, stream_table_join
+        from lakestate.dsl.ktable import GlobalKTable
+
         if isinstance(other, GlobalKTable):
             if len(args) != 2:
                 raise TopologyException(
@@ -401,9 +452,15 @@ class KStream:
 
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
         """Groups by the current key, for an aggregation; ``grouped``: the repartition
-        topic's name and serdes (if the key changed before) and the store's default serdes."""
+        topic's name and serdes (if the key changed before) and the store's default serdes
+        (not given: the stream's serdes, as Kafka's ``groupByKey()``)."""
         from lakestate.dsl.grouped import KGroupedStream
 
+        if grouped is None:  # Kafka's Grouped.with(keySerde, valueSerde) of the stream
+            carried = Grouped(None, known(self.serdes.key), known(self.serdes.value))
+            return KGroupedStream(
+                self._graph, self._node, self._repartition_required, carried, given=False
+            )
         grouped = grouped_of(grouped, "group_by_key")
         return KGroupedStream(self._graph, self._node, self._repartition_required, grouped)
 
@@ -411,10 +468,14 @@ class KStream:
         self, key_selector: Callable[[Any, Any], Any], grouped: Grouped | None = None
     ) -> KGroupedStream:
         """Groups by ``key_selector(key, value)``; the aggregation reads through a repartition
-        (``grouped``: its topic's name and serdes, and the store's default serdes; the
-        key-selecting node takes the Grouped name, as in Kafka)."""
+        (``grouped``: its topic's name and serdes, and the store's default serdes; not
+        given: the stream's value serde; the key-selecting node takes the Grouped name, as
+        in Kafka)."""
         from lakestate.dsl.grouped import KGroupedStream
 
+        given = grouped is not None
+        if grouped is None:  # Kafka's Grouped.with(null, valueSerde) of the stream
+            grouped = Grouped(None, None, known(self.serdes.value))
         grouped = grouped_of(grouped, "group_by")
         keyed = self._then(
             "KSTREAM-KEY-SELECT-",
@@ -425,4 +486,4 @@ class KStream:
             operator="group_by",
             name=grouped.name,
         )
-        return KGroupedStream(self._graph, keyed._node, True, grouped)
+        return KGroupedStream(self._graph, keyed._node, True, grouped, given=given)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lakestate.dsl.branched import check_name
-from lakestate.errors import TopologyException
+from lakestate.errors import SerializationException, TopologyException
+from lakestate.serdes import Serde, check_serde
 
 
 class ClassOrInstance:
@@ -30,15 +31,31 @@ def _check_partitions(n: Any) -> int:
     return n
 
 
+def optional_serde(serde: Any, where: str) -> Serde | None:
+    """``serde`` checked to be a Serde (None stays None: not given, a default applies);
+    a TopologyException otherwise."""
+    if serde is None:
+        return None
+    try:
+        return check_serde(serde, where)
+    except SerializationException as exc:
+        raise TopologyException(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class Repartitioned:
     """``repartition()``'s topic: ``<name>-repartition`` (``as_(name)`` / ``with_name``;
     else ``KSTREAM-REPARTITION-<n>-repartition``), with ``number_of_partitions`` partitions
-    (else as many as the tasks writing it). Serdes and partitioners are Kafka's only: keys
-    and values are JSON here, and a key's partition is murmur2 of its JSON text."""
+    (else as many as the tasks writing it). ``with_(key_serde, value_serde)``,
+    ``with_key_serde``, ``with_value_serde``: the topic's serdes, as Kafka's: the value
+    serde not given is the stream's (``Consumed``'s, carried forward), the key serde not
+    given is the default (Json) for the topic and the stream's after it. Partitioners are
+    Kafka's only: a key's partition is murmur2 of its JSON text."""
 
     name: str | None = None
     number_of_partitions: int | None = None
+    key_serde: Serde | None = None
+    value_serde: Serde | None = None
 
     @staticmethod
     def as_(name: str) -> Repartitioned:
@@ -57,3 +74,19 @@ class Repartitioned:
     def with_number_of_partitions(self, number_of_partitions: int) -> Repartitioned:
         """The topic has ``number_of_partitions`` partitions (the tasks reading it as many)."""
         return replace(self, number_of_partitions=_check_partitions(number_of_partitions))
+
+    @ClassOrInstance
+    def with_(self, key_serde: Serde | None, value_serde: Serde | None) -> Repartitioned:
+        """The topic's serdes (Kafka's ``Repartitioned.with(keySerde, valueSerde)``); on an
+        instance the name and partitions are kept. None: not given."""
+        return self.with_key_serde(key_serde).with_value_serde(value_serde)
+
+    @ClassOrInstance
+    def with_key_serde(self, key_serde: Serde | None) -> Repartitioned:
+        """The topic's key serde (None: not given)."""
+        return replace(self, key_serde=optional_serde(key_serde, "Repartitioned key_serde"))
+
+    @ClassOrInstance
+    def with_value_serde(self, value_serde: Serde | None) -> Repartitioned:
+        """The topic's value serde (None: not given, the stream's)."""
+        return replace(self, value_serde=optional_serde(value_serde, "Repartitioned value_serde"))

@@ -15,16 +15,18 @@ repartitioned first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder
 from lakestate.dsl.names import check_store_name
+from lakestate.dsl.repartitioned import ClassOrInstance, optional_serde
 from lakestate.errors import TopologyException
 from lakestate.processors.stateless import PassThrough
 from lakestate.processors.stream_join import JoinBuffer, StreamStreamJoin
+from lakestate.serdes import JSON, Serde, TopicSerdes
 from lakestate.state.stream_join import JoinBufferStore, WaitingRecordsStore
 from lakestate.topology.graph import SOURCE, StoreSpec
 
@@ -104,31 +106,86 @@ class StreamJoined:
     (``<name>-this-join-store``, ``<name>-other-join-store``, ``<name>-outer-shared-join-store``
     or ``-left-shared-join-store``; ``outer-`` before ``this``/``other`` on a side whose
     records are emitted without a partner), ``.with_name(name)`` its processors and
-    repartition topics (``<name>-left-repartition``, ``<name>-right-repartition``)."""
+    repartition topics (``<name>-left-repartition``, ``<name>-right-repartition``).
+
+    ``with_(key_serde, value_serde, other_value_serde)`` and ``with_key_serde`` /
+    ``with_value_serde`` / ``with_other_value_serde``: the serdes (Kafka's). This side's
+    buffer store takes the key and value serde, the other side's the key and other value
+    serde (a record they cannot hold fails at the store, as Kafka's put); a side's
+    repartition topic takes them too, else the side stream's (``Consumed``'s, carried
+    forward). The joined stream keeps the key serde. None: not given."""
 
     store_name: str | None = None
     name: str | None = None
+    key_serde: Serde | None = None
+    value_serde: Serde | None = None
+    other_value_serde: Serde | None = None
 
     @staticmethod
     def as_(store_name: str) -> StreamJoined:
         return StreamJoined(check_store_name(store_name, "StreamJoined.as_"), None)
 
+    @ClassOrInstance
+    def with_(
+        self,
+        key_serde: Serde | None,
+        value_serde: Serde | None,
+        other_value_serde: Serde | None,
+    ) -> StreamJoined:
+        """The join's serdes (Kafka's ``StreamJoined.with``); names kept on an instance."""
+        return (
+            self.with_key_serde(key_serde)
+            .with_value_serde(value_serde)
+            .with_other_value_serde(other_value_serde)
+        )
+
+    @ClassOrInstance
     def with_store_name(self, store_name: str) -> StreamJoined:
-        return StreamJoined(check_store_name(store_name, "StreamJoined.with_store_name"), self.name)
+        name = check_store_name(store_name, "StreamJoined.with_store_name")
+        return replace(self, store_name=name)
 
+    @ClassOrInstance
     def with_name(self, name: str) -> StreamJoined:
-        return StreamJoined(self.store_name, check_store_name(name, "StreamJoined.with_name"))
+        return replace(self, name=check_store_name(name, "StreamJoined.with_name"))
+
+    @ClassOrInstance
+    def with_key_serde(self, key_serde: Serde | None) -> StreamJoined:
+        """Both sides' key serde."""
+        return replace(self, key_serde=optional_serde(key_serde, "StreamJoined key_serde"))
+
+    @ClassOrInstance
+    def with_value_serde(self, value_serde: Serde | None) -> StreamJoined:
+        """This (the left) side's value serde."""
+        serde = optional_serde(value_serde, "StreamJoined value_serde")
+        return replace(self, value_serde=serde)
+
+    @ClassOrInstance
+    def with_other_value_serde(self, other_value_serde: Serde | None) -> StreamJoined:
+        """The other (the right) side's value serde."""
+        serde = optional_serde(other_value_serde, "StreamJoined other_value_serde")
+        return replace(self, other_value_serde=serde)
+
+    def side_serdes(self, is_left: bool) -> TopicSerdes | None:
+        """A side's buffer store serdes; None when none is given (no check)."""
+        value = self.value_serde if is_left else self.other_value_serde
+        if self.key_serde is None and value is None:
+            return None
+        return TopicSerdes(self.key_serde or JSON, value or JSON)
 
 
-def _repartitioned(graph: GraphBuilder, stream: KStream, topic: str) -> str:
+def _repartitioned(
+    graph: GraphBuilder, stream: KStream, topic: str, key: Serde | None, value: Serde | None
+) -> str:
     """The node a side's join reads: ``stream``'s own, or, after a key change, the source of
-    its repartition topic ``topic`` (made once: a stream joined with itself shares it)."""
+    its repartition topic ``topic`` (made once: a stream joined with itself shares it),
+    with serdes ``key`` and ``value``, else the stream's (Kafka's repartitionForJoin)."""
     if not stream._repartition_required:
         return stream.node_name
     for node in graph.nodes.values():
         if node.kind == SOURCE and node.internal_topic and node.topics == [topic]:
             return node.name
-    return graph.repartition(stream.node_name, topic)
+    serdes = TopicSerdes(key or stream.serdes.key, value or stream.serdes.value)
+    return graph.repartition(stream.node_name, topic, serdes=serdes)
 
 
 def stream_stream_join(
@@ -149,13 +206,17 @@ def stream_stream_join(
     # Kafka's repartition topics: <name>-left/-right with a name, else <the stream's node>.
     this_topic = f"{named.name}-left" if named.name else this.node_name
     other_topic = f"{named.name}-right" if named.name else other.node_name
-    this_parent = _repartitioned(graph, this, f"{this_topic}-repartition")
-    other_parent = _repartitioned(graph, other, f"{other_topic}-repartition")
+    key = named.key_serde
+    this_parent = _repartitioned(graph, this, f"{this_topic}-repartition", key, named.value_serde)
+    other_parent = _repartitioned(
+        graph, other, f"{other_topic}-repartition", key, named.other_value_serde
+    )
     names = _names(graph, named, left_outer, right_outer)
     operator = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
     check_function(joiner, names["this"], f"KStream.{operator}", "joiner(value, other_value)")
     this_store, other_store, waiting = _stores(graph, named, names, left_outer, right_outer)
-    _add_buffers(graph, names, this_parent, other_parent, this_store, other_store, waiting, windows)
+    stores = (this_store, other_store, waiting)
+    _add_buffers(graph, names, this_parent, other_parent, stores, windows, named)
     tracker = names["this"]
 
     def side(is_left: bool) -> Callable[[], StreamStreamJoin]:
@@ -178,7 +239,8 @@ def stream_stream_join(
     graph.copartition_groups.append(
         (names["this"], graph.source_nodes(this_parent), graph.source_nodes(other_parent))
     )
-    return KStream(graph, names["merge"], repartition_required=False)
+    serdes = TopicSerdes(named.key_serde or JSON, JSON)  # Kafka's: the StreamJoined key serde
+    return KStream(graph, names["merge"], repartition_required=False, serdes=serdes)
 
 
 def _check_arguments(graph: GraphBuilder, other: Any, windows: Any, stream_joined: Any) -> None:
@@ -198,21 +260,26 @@ def _add_buffers(
     names: dict[str, str],
     this_parent: str,
     other_parent: str,
-    this_store: str,
-    other_store: str,
-    waiting: str | None,
+    stores: tuple[str, str, str | None],
     windows: JoinWindows,
+    named: StreamJoined,
 ) -> None:
     """Each side's windowed node, which buffers its records in its store for the other
-    side to join, and the stores (the waiting records' on this side's join node)."""
+    side to join (checked against the side's serdes), and the stores (the waiting
+    records' on this side's join node)."""
+    this_store, other_store, waiting = stores
     retention = windows.retention_ms
+    this_serdes, other_serdes = named.side_serdes(True), named.side_serdes(False)
     graph.add_processor(
-        names["this_windowed"], this_parent, lambda: JoinBuffer(this_store, retention), [this_store]
+        names["this_windowed"],
+        this_parent,
+        lambda: JoinBuffer(this_store, retention, this_serdes),
+        [this_store],
     )
     graph.add_processor(
         names["other_windowed"],
         other_parent,
-        lambda: JoinBuffer(other_store, retention),
+        lambda: JoinBuffer(other_store, retention, other_serdes),
         [other_store],
     )
     graph.add_store(StoreSpec(this_store, JoinBufferStore.kind), names["this_windowed"])

@@ -36,10 +36,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lakestate.errors import SerializationException
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Record
+from lakestate.serdes import TopicSerdes
 from lakestate.state.overlay import Overlay
 from lakestate.state.stream_join import WaitingRecordsStore
 
@@ -62,14 +64,19 @@ def _segment(ts: int, interval: int) -> int:
 
 class JoinBuffer(Processor):
     """Forwards every record and keeps those with a key and a value in its side's buffer
-    (Kafka's KStreamJoinWindow over a window store retaining duplicates)."""
+    (Kafka's KStreamJoinWindow over a window store retaining duplicates). ``serdes``
+    (StreamJoined's): a kept record's key and value must fit them, as Kafka's store
+    serializes each put; None: unchecked (Json)."""
 
     chunked = True
 
-    def __init__(self, store_name: str, retention_ms: int) -> None:
+    def __init__(
+        self, store_name: str, retention_ms: int, serdes: TopicSerdes | None = None
+    ) -> None:
         self.store_name = store_name
         self.retention = retention_ms
         self.interval = max(retention_ms // 2, _MIN_SEGMENT_MS)
+        self.serdes = serdes
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -77,6 +84,18 @@ class JoinBuffer(Processor):
         self._time_key = f"{self.store_name}.observed_stream_time"
         self._seq_key = f"{self.store_name}.seq"
         self._pending: tuple[list[tuple[Any, int, int, Any]], int, int] | None = None
+
+    def _check(self, key: Any, value: Any) -> None:
+        assert self.serdes is not None
+        pairs = (("key", self.serdes.key, key), ("value", self.serdes.value, value))
+        for what, serde, item in pairs:
+            try:
+                serde.to_json(item)
+            except SerializationException as exc:
+                raise SerializationException(
+                    f"store {self.store_name!r} has {what} serde {serde.name} and cannot hold "
+                    f"this {what}: {exc}"
+                ) from None
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         context, retention, interval = self.context, self.retention, self.interval
@@ -88,6 +107,8 @@ class JoinBuffer(Processor):
         for record in chunk.records:
             if record.key is None or record.value is None:
                 continue  # never joins: not kept (a null value is not even seen by the store)
+            if self.serdes is not None:  # Kafka's store serializes before it looks at time
+                self._check(record.key, record.value)
             ts = record.timestamp
             if ts > observed:
                 observed = ts

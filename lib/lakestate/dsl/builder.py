@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from lakestate.delta_sink import DeltaSink
@@ -79,6 +80,8 @@ class GraphBuilder:
         # Per join: (join node, source nodes of one side, of the other); see copartition.py.
         self.copartition_groups: list[tuple[str, list[str], list[str]]] = []
         self._index = 0
+        # Stores named by a Materialized with caching disabled (add_store marks their spec).
+        self._uncached: set[str] = set()
 
     def new_name(self, prefix: str) -> str:
         name = f"{prefix}{self._index:010d}"
@@ -190,6 +193,8 @@ class GraphBuilder:
                 f"node {owner}: store {spec.name!r} already exists with another layout "
                 f"({existing.kind}); choose another name with Materialized.as_()"
             )
+        if spec.name in self._uncached:
+            spec = replace(spec, caching=False)
         self.stores[spec.name] = spec
         self.store_owners.setdefault(spec.name, []).append(owner)
 
@@ -207,9 +212,14 @@ class GraphBuilder:
                 f"tables only, not by this operator's store ({prefix}...): drop "
                 "with_key_serde/with_value_serde here"
             )
-        if materialized is not None and materialized.store_name:
-            return materialized.store_name
-        return self.new_name(prefix)
+        name = (
+            materialized.store_name
+            if materialized is not None and materialized.store_name
+            else self.new_name(prefix)
+        )
+        if materialized is not None and not materialized.caching_enabled:
+            self._uncached.add(name)
+        return name
 
     def source_nodes(self, node: str) -> list[str]:
         """The source nodes whose records reach ``node`` (what a join co-partitions)."""

@@ -48,6 +48,9 @@ class Materialized:
     retention_ms: int | None = None
     key_serde: Serde | None = None
     value_serde: Serde | None = None
+    # Kafka's withCachingDisabled: what the store's processor forwards is not held back by
+    # the record cache (statestore.cache.max.bytes), each update forwarded at once.
+    caching_enabled: bool = True
 
     @staticmethod
     def as_(store_name: str) -> Materialized:
@@ -69,6 +72,16 @@ class Materialized:
 
     def with_value_serde(self, value_serde: Serde | None) -> Materialized:
         return replace(self, value_serde=_checked(value_serde, "Materialized value_serde"))
+
+    def with_caching_disabled(self) -> Materialized:
+        """Every update of this store forwarded at once, whatever the record cache's size
+        (Kafka's ``withCachingDisabled``)."""
+        return replace(self, caching_enabled=False)
+
+    def with_caching_enabled(self) -> Materialized:
+        """The record cache holds back this store's updates (the default; Kafka's
+        ``withCachingEnabled``), when ``statestore.cache.max.bytes`` is above 0."""
+        return replace(self, caching_enabled=True)
 
     @property
     def has_serdes(self) -> bool:

@@ -3,7 +3,8 @@ forwarding of what the cache lets go: at an eviction, at once (one by one) or in
 a node's output (a chunk); at a commit, everything it holds.
 
 A node is cached when it forwards the changes of its store (``forwards_store_changes``)
-and that store is neither versioned nor global (Kafka caches no versioned store). Its
+and that store is neither versioned nor global (Kafka caches no versioned store) nor
+materialized with caching disabled (``Materialized.with_caching_disabled``). Its
 updates are cached under the store's name, so a cogroup's nodes, which share one store,
 share its entries; a store's flush is forwarded by its first node (they have one child).
 """
@@ -54,7 +55,8 @@ class CachedForwarding:
             store = getattr(processor, "store_name", None)
             if not processor.forwards_store_changes or store not in stores:
                 continue
-            if stores[store].kind != "versioned" and not stores[store].is_global:
+            spec = stores[store]
+            if spec.kind != "versioned" and not spec.is_global and spec.caching:
                 cached[name] = store
         if not cached:
             return CachedForwarding(None, {}, {})

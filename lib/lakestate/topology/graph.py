@@ -38,6 +38,9 @@ class StoreSpec:
     # The store's key and value serdes (Materialized / Grouped, Kafka's defaults): what its
     # SQL view's key and value columns are typed as, and what a put must fit.
     serdes: TopicSerdes = DEFAULT_SERDES
+    # False: Materialized.with_caching_disabled(): the record cache (state/record_cache.py)
+    # does not hold back what the store's processor forwards.
+    caching: bool = True
 
 
 @dataclass

@@ -25,6 +25,7 @@ from scenario import (
     GroupedSerdesParams,
     Params,
     ProcessorParams,
+    SerdeFlowParams,
     SessionWindowedParams,
     SlidingWindowedParams,
     StatelessParams,
@@ -147,6 +148,32 @@ def grouped_serdes(params: GroupedSerdesParams) -> ls.Topology:
     else:
         table = grouped.aggregate(_init, _append, store.with_value_serde(ls.Serdes.String()))
     table.to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def _serde_of(name: str) -> ls.Serde:
+    return ls.Serdes.Long() if name == "long" else ls.Serdes.String()
+
+
+def serde_flow(params: SerdeFlowParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    value_serde = _serde_of(params.values)
+    stream = builder.stream(INPUT_TOPIC, ls.Consumed.with_(ls.Serdes.String(), value_serde))
+    if params.step == "filter":
+        stream = stream.filter(lambda k, v: True)
+    else:  # Java's String.valueOf of a Long or a String
+        stream = stream.map_values(lambda v: None if v is None else str(v))
+    if params.repartition is not None:
+        serde = _serde_of(params.repartition)
+        stream = stream.repartition(
+            ls.Repartitioned.with_(ls.Serdes.String(), serde).with_name("rp")
+        )
+    if params.join is not None:
+        other = builder.stream(TABLE_TOPIC, ls.Consumed.with_(ls.Serdes.String(), value_serde))
+        joined = ls.StreamJoined.with_(ls.Serdes.String(), _serde_of(params.join), value_serde)
+        windows = ls.JoinWindows.of_time_difference_without_grace(_ms(3))
+        stream = stream.join(other, _joined, windows, joined)
+    stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 
 
@@ -422,6 +449,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
     GroupedSerdesParams.kind: grouped_serdes,
+    SerdeFlowParams.kind: serde_flow,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,
     SlidingWindowedParams.kind: sliding_windowed_aggregate,

@@ -30,6 +30,7 @@ from scenario import (
     Params,
     ProcessorParams,
     Scenario,
+    SerdeFlowParams,
     SessionWindowedParams,
     SlidingWindowedParams,
     StatelessParams,
@@ -212,6 +213,31 @@ def grouped_serdes(seed: int, aggregation: Aggregation, count: int) -> list[Scen
         params = GroupedSerdesParams(aggregation, serde)
         name = f"grouped_serdes-{aggregation}-{i}"
         scenarios.append(Scenario(name, params, _with_values(rng, records, serde), serde))
+    return scenarios
+
+
+def serde_flows(seed: int, count: int) -> list[Scenario]:
+    """Serdes carried from Consumed through a filter or a ``mapValues`` to text, into a
+    repartition topic and a stream-stream join with serdes that fit or do not (a record that
+    does not fit fails the run: at the topic, or at the buffer store after the join looked
+    for partners, as Kafka's KStreamJoinWindow forwards before it puts), then a count with
+    no serdes given (issue 26). Some inputs go to "table", the join's other side."""
+    rng = random.Random(f"{seed}/serde_flow")
+    scenarios = []
+    for i in range(count):
+        serde = rng.choice(("long", "string"))
+        step = rng.choice(("filter", "to_string"))
+        repartition = rng.choice((None, "long", "string"))
+        join = rng.choice((None, None, "long", "string"))
+        params = SerdeFlowParams(step, repartition, join, serde)
+        records = inputs(rng, rng.randint(8, 30), join_window_boundaries(3, 3, 0), 5)
+        records = [
+            replace(r, topic=TABLE_TOPIC if join and rng.random() < 0.5 else r.topic)
+            for r in records
+        ]
+        scenarios.append(
+            Scenario(f"serde_flow-{i}", params, _with_values(rng, records, serde), serde)
+        )
     return scenarios
 
 

@@ -78,6 +78,25 @@ class GroupedSerdesParams:
 
 
 @dataclass(frozen=True)
+class SerdeFlowParams:
+    """Serdes carried forward, as Kafka's KStreamImpl: ``stream("in", Consumed.with(String,
+    values))``, then ``step``: "filter" (keeps both serdes) or "to_string" (``mapValues`` to the
+    value's text, forgetting the value serde); ``repartition``: ``repartition(Repartitioned
+    .with(String, that serde).withName("rp"))``; ``join``: a join with ``stream("table")``
+    under ``StreamJoined.with(String, that serde, values)`` (3 ms, no grace; joiner
+    "left|right"); then ``groupByKey().count()`` to "out" with no Grouped, Materialized or
+    Produced serdes (Kafka takes the carried ones; the runner sets no default serdes). A
+    serde that does not fit the values fails the run at the topic or store. ``values``: the
+    Consumed value serde, the scenario's ``value_serde``."""
+
+    kind: ClassVar[str] = "serde_flow"
+    step: Literal["filter", "to_string"]
+    repartition: Literal["long", "string"] | None = None
+    join: Literal["long", "string"] | None = None
+    values: Literal["long", "string"] = "long"  # the scenario's value_serde
+
+
+@dataclass(frozen=True)
 class TimeWindowedParams:
     """``windowedBy(TimeWindows.ofSizeWithNoGrace(size))`` (grace None) or
     ``ofSizeAndGrace(size, grace)``; ``.advanceBy(advance)`` when advance is set (hopping);
@@ -239,6 +258,7 @@ Params = (
     | StatelessParams
     | AggregateParams
     | GroupedSerdesParams
+    | SerdeFlowParams
     | TimeWindowedParams
     | SessionWindowedParams
     | SlidingWindowedParams

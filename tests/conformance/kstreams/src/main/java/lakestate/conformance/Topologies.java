@@ -77,6 +77,7 @@ final class Topologies {
             Map.entry("stateless", (Kind) Topologies::stateless),
             Map.entry("aggregate", (Kind) Topologies::aggregate),
             Map.entry("grouped_serdes", (Kind) Topologies::groupedSerdes),
+            Map.entry("serde_flow", (Kind) Topologies::serdeFlow),
             Map.entry("time_windowed_aggregate", (Kind) Topologies::timeWindowedAggregate),
             Map.entry("session_windowed_aggregate", (Kind) Topologies::sessionWindowedAggregate),
             Map.entry("sliding_windowed_aggregate", (Kind) Topologies::slidingWindowedAggregate),
@@ -143,6 +144,39 @@ final class Topologies {
         };
         table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), outValues));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), outValues.deserializer());
+    }
+
+    /**
+     * Serdes carried forward (KStreamImpl): stream("in", Consumed.with(String, values)), then
+     * the "step": "filter" (keeps both serdes) or "to_string" (mapValues to the value's text,
+     * which forgets the value serde); with "repartition", repartition(Repartitioned.with(String,
+     * that serde).withName("rp")); with "join", a join with stream("table") under
+     * StreamJoined.with(String, that serde, values), windows of 3 ms without grace; then
+     * groupByKey().count() and to("out") with no Grouped, Materialized or Produced: Kafka takes
+     * the serdes it carried (the runner sets no default serdes, so a missing one would fail).
+     */
+    static Built serdeFlow(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KStream<String, Object> stream = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        String step = params.get("step").asText();
+        stream = switch (step) {
+            case "filter" -> stream.filter((k, v) -> true);
+            case "to_string" -> stream.mapValues(v -> v == null ? null : (Object) String.valueOf(v));
+            default -> throw unknown("serde_flow step", step);
+        };
+        if (params.hasNonNull("repartition")) {
+            Serde<Object> serde = serde(params.get("repartition").asText());
+            stream = stream.repartition(Repartitioned.with(Serdes.String(), serde).withName("rp"));
+        }
+        if (params.hasNonNull("join")) {
+            KStream<String, Object> other = builder.stream(TABLE_TOPIC, Consumed.with(Serdes.String(), values));
+            Serde<Object> serde = serde(params.get("join").asText());
+            stream = stream.join(other, (v, o) -> (Object) joined(v, o),
+                    JoinWindows.ofTimeDifferenceWithNoGrace(Duration.ofMillis(3)),
+                    StreamJoined.with(Serdes.String(), serde, values));
+        }
+        stream.groupByKey().count().toStream().to(Main.OUTPUT_TOPIC);
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
     }
 
     /** The grouped_serdes kind's new key: "a" and "b" become "ab", "c" stays (null: null). */

@@ -149,6 +149,21 @@ def test_to_and_to_table_take_the_streams_serdes_where_none_is_given():
         ]
 
 
+def test_a_tables_serdes_reach_its_stream_as_kafkas_ktable_passes_them_on():
+    b = StreamsBuilder()
+    # A count's table: its store's serdes (the carried String key, Long), kept by to_stream.
+    _typed(b).group_by_key().count().to_stream().to("counts")
+    table = b.table("t", Consumed.with_(S, D))
+    table.filter(lambda k, v: True).to_stream().to("filtered")
+    table.map_values(str).to_stream().to("mapped")
+    sinks = _sinks(b.build())
+    assert sinks == {
+        "counts": TopicSerdes(S, L),
+        "filtered": TopicSerdes(S, D),
+        "mapped": TopicSerdes(S, J),
+    }
+
+
 def test_a_carried_key_serde_types_the_store_and_a_cogroup_still_builds():
     b = StreamsBuilder()
     counts = _typed(b).group_by_key().count(Materialized.as_("c"))

@@ -326,7 +326,9 @@ class StreamsBuilder:
         spec = table_store_spec(store, materialized, serdes)
         self._graph.add_store(spec, name)
         self._graph.add_processor(name, source, lambda: TableSource(store), [store])
-        return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)
+        return KTable(
+            self._graph, name, store, versioned=spec.kind == VERSIONED, serdes=spec.serdes
+        )
 
     def global_table(
         self,

@@ -100,7 +100,7 @@ class KGroupedStream:
         self._graph.add_processor(
             name, parent, lambda: StreamAggregate(store, initializer, aggregator), [store]
         )
-        return KTable(self._graph, name, store)
+        return KTable(self._graph, name, store, serdes=serdes)
 
     def windowed_by(
         self, windows: TimeWindows | SlidingWindows | SessionWindows
@@ -210,7 +210,7 @@ class KGroupedTable:
         self._graph.add_processor(
             name, source, lambda: TableAggregate(store, initializer, adder, subtractor), [store]
         )
-        return KTable(self._graph, name, store)
+        return KTable(self._graph, name, store, serdes=serdes)
 
     def count(self, materialized: Materialized | None = None) -> KTable:
         """The number of rows per new key (the store's value serde: Long unless given)."""

@@ -326,7 +326,8 @@ class KStream:
             parent = self._graph.repartition(parent, f"{store}-repartition", serdes=spec.serdes)
         self._graph.add_store(spec, name)
         self._graph.add_processor(name, parent, lambda: TableSource(store), [store])
-        return KTable(self._graph, name, store, versioned=spec.kind == VERSIONED)
+        versioned = spec.kind == VERSIONED
+        return KTable(self._graph, name, store, versioned=versioned, serdes=spec.serdes)
 
     def deduplicate_by_key(
         self, interval: timedelta, deduplicated: Deduplicated | None = None

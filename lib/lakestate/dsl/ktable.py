@@ -17,6 +17,7 @@ from lakestate.processors.table import (
     TableRepartitionMap,
     TableToStream,
 )
+from lakestate.serdes import DEFAULT_SERDES, JSON, TopicSerdes
 
 if TYPE_CHECKING:
     from lakestate.dsl.grouped import KGroupedTable
@@ -34,12 +35,17 @@ class KTable:
         store_name: str | None,
         window_grace_ms: int | None = None,
         versioned: bool = False,
+        serdes: TopicSerdes = DEFAULT_SERDES,
     ) -> None:
         self._graph = graph
         self._node = node
         self._store_name = store_name
         self._window_grace_ms = window_grace_ms
         self._versioned = versioned
+        # The key and value serdes known downstream (Kafka's KTableImpl's; Json: none):
+        # its store's for a source table, to_table or a grouped aggregation; filter keeps
+        # them, map_values the key serde; to_stream passes them on (see KStream.serdes).
+        self.serdes = serdes
 
     @property
     def is_versioned(self) -> bool:
@@ -75,6 +81,7 @@ class KTable:
         fn: Any,
         operator: str,
         signature: str,
+        keeps_value_serde: bool = True,
     ) -> KTable:
         name = self._graph.new_name(prefix)
         check_function(fn, name, f"KTable.{operator}", signature)
@@ -87,7 +94,8 @@ class KTable:
             self._graph.add_store(spec, name)
             versioned = spec.kind == VERSIONED
         self._graph.add_processor(name, self._node, factory_of(store), [store] if store else [])
-        return KTable(self._graph, name, store, versioned=versioned)
+        serdes = TopicSerdes(self.serdes.key, self.serdes.value if keeps_value_serde else JSON)
+        return KTable(self._graph, name, store, versioned=versioned, serdes=serdes)
 
     def filter(
         self, predicate: Callable[[Any, Any], bool], materialized: Materialized | None = None
@@ -127,6 +135,7 @@ class KTable:
             mapper,
             "map_values",
             "mapper(value)",
+            keeps_value_serde=False,
         )
 
     def to_stream(self) -> KStream:
@@ -135,7 +144,7 @@ class KTable:
 
         name = self._graph.new_name("KTABLE-TOSTREAM-")
         self._graph.add_processor(name, self._node, TableToStream)
-        return KStream(self._graph, name, repartition_required=False)
+        return KStream(self._graph, name, repartition_required=False, serdes=self.serdes)
 
     def suppress(self, suppressed: Suppressed) -> KTable:
         """Holds back updates as ``suppressed`` says (KIP-328): final window results

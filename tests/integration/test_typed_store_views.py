@@ -38,9 +38,12 @@ APP = textwrap.dedent(
     events.group_by(user).count(ls.Materialized.as_("plain"))
     # Bytes values through a repartition topic with Bytes serdes: the aggregator sees bytes.
     B, L = ls.Serdes.Bytes(), ls.Serdes.Long()
-    b.stream("blobs", ls.Consumed.with_(S, B)).group_by(
-        lambda k, v: k.upper(), ls.Grouped.with_(S, B)
-    ).aggregate(lambda: 0, lambda k, v, n: n + len(v), ls.Materialized.as_("lengths").with_(S, L))
+    blobs = b.stream("blobs", ls.Consumed.with_(S, B))
+    blobs.group_by(lambda k, v: k.upper(), ls.Grouped.with_(S, B)).aggregate(
+        lambda: 0, lambda k, v, n: n + len(v), ls.Materialized.as_("lengths").with_(S, L)
+    )
+    # No serde given: the Consumed key serde, carried through map_values, types the store.
+    blobs.map_values(len).group_by_key().count(ls.Materialized.as_("carried"))
     app = ls.App("typed", b.build())
     """
 )
@@ -125,6 +128,11 @@ def test_spark_views_have_the_same_typed_columns(spark, wh):
 def test_bytes_cross_a_repartition_topic_as_bytes(wh):
     lengths = duckdb_engine.sql(wh, "SELECT key, value FROM typed__lengths")
     assert [tuple(r) for r in lengths.rows] == [("K", 1 + 2 + 3 + 4 + 5)]  # not base64's
+
+
+def test_a_consumed_key_serde_carried_to_a_count_types_its_view(wh):
+    carried = duckdb_engine.sql(wh, "SELECT key, value FROM typed__carried")
+    assert [tuple(r) for r in carried.rows] == [("k", len(BLOBS))]  # text, BIGINT
 
 
 def test_describe_names_a_stores_serdes(wh, capsys):

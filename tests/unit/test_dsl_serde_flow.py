@@ -156,12 +156,17 @@ def test_a_tables_serdes_reach_its_stream_as_kafkas_ktable_passes_them_on():
     table = b.table("t", Consumed.with_(S, D))
     table.filter(lambda k, v: True).to_stream().to("filtered")
     table.map_values(str).to_stream().to("mapped")
-    sinks = _sinks(b.build())
-    assert sinks == {
+    table.filter(lambda k, v: v > 0, Materialized.as_("f"))
+    table.map_values(str, Materialized.as_("m"))
+    topology = b.build()
+    assert _sinks(topology) == {
         "counts": TopicSerdes(S, L),
         "filtered": TopicSerdes(S, D),
         "mapped": TopicSerdes(S, J),
     }
+    # Materialized results (Kafka's doFilter/doMapValues): the serdes the result knows.
+    assert topology.stores["f"].serdes == TopicSerdes(S, D)
+    assert topology.stores["m"].serdes == TopicSerdes(S, J)
 
 
 def test_a_carried_key_serde_types_the_store_and_a_cogroup_still_builds():

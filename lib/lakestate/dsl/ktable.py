@@ -88,13 +88,14 @@ class KTable:
         store = None
         # Without its own store the result inherits versioned-ness; with one, the store says.
         versioned = self._versioned
+        serdes = TopicSerdes(self.serdes.key, self.serdes.value if keeps_value_serde else JSON)
         if materialized is not None:
             store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
-            spec = table_store_spec(store, materialized)
+            # Kafka's doFilter/doMapValues: the store takes the serdes the result knows.
+            spec = table_store_spec(store, materialized, serdes)
             self._graph.add_store(spec, name)
             versioned = spec.kind == VERSIONED
         self._graph.add_processor(name, self._node, factory_of(store), [store] if store else [])
-        serdes = TopicSerdes(self.serdes.key, self.serdes.value if keeps_value_serde else JSON)
         return KTable(self._graph, name, store, versioned=versioned, serdes=serdes)
 
     def filter(

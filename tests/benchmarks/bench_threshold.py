@@ -285,6 +285,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=28)
     p.add_argument("--json", default=str(DEFAULT_JSON))
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--flip", action="store_true", help="start with the other order")
     args = p.parse_args(argv)
     if args.sizes:
         args.sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")]
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         for i, n in enumerate(args.sizes):
-            rows.append(measure_size(n, args, work, flip=bool(i % 2)))
+            rows.append(measure_size(n, args, work, flip=bool(i % 2) != args.flip))
             Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
         report(rows)

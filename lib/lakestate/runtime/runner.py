@@ -250,7 +250,11 @@ class Runner:
         pending = sum(p.records for p in plans)
         self.bar.update(total=pending)
         choice = transport.choose(
-            self.transport_option, self.app.config, pending, self.inprocess_max_records
+            self.transport_option,
+            self.app.config,
+            pending,
+            self.inprocess_max_records,
+            transport.local_master(self.master),
         )
         self._say_first(choice.line())
         made = self._made.get(choice.transport)

@@ -130,15 +130,15 @@ def plot(rows: list[dict[str, Any]], top: dict[str, Any] | None, png: Path) -> N
     fig, ax = plt.subplots(figsize=(10, 5.2), dpi=110)
     width = 0.27
     for i, row in enumerate(rows):
-        bars = [
-            (i - width, row["lakestate"]["records_per_s"], "tab:blue"),
-            (i, row["sss"]["records_per_s"], "tab:orange"),
-        ]
+        bars = [(i - width, row["lakestate"], "tab:blue"), (i, row["sss"], "tab:orange")]
         if row["newest"]:
-            bars.append((i + width, row["newest"]["records_per_s"], "tab:green"))
-        for x, value, color in bars:
+            bars.append((i + width, row["newest"], "tab:green"))
+        for x, fig_, color in bars:
+            value = fig_["records_per_s"]
             ax.bar(x, value, width, color=color)
-            ax.text(x, value * 1.08, f"{value / 1000:.0f}k", ha="center", fontsize=7)
+            load = fig_["load"].split("-")[0]
+            text = f"{value / 1000:.0f}k\nload {load}"
+            ax.text(x, value * 1.08, text, ha="center", fontsize=6)
     ax.bar(0, 0, 0, color="tab:blue", label="lakestate, same run as SSS")
     ax.bar(0, 0, 0, color="tab:orange", label="Structured Streaming (local[2], RocksDB)")
     ax.bar(0, 0, 0, color="tab:green", label="lakestate, newest run in process (no SSS beside)")
@@ -153,7 +153,7 @@ def plot(rows: list[dict[str, Any]], top: dict[str, Any] | None, png: Path) -> N
     ax.set_ylabel("records/s (log scale)")
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([f"{r['operator']}\n{r['file']}, {r['date']}" for r in rows], fontsize=8)
-    ax.set_title("1M-record backlogs from empty state, 2-core shared machine (loads in docs)")
+    ax.set_title("1M-record backlogs from empty state, 2-core shared machine (load: 1-min average)")
     ax.set_ylim(top=(top["records_per_s"] if top else 1e5) * 4)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()

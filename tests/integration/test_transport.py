@@ -210,9 +210,13 @@ def _check_branching(tables: dict, counts_state: dict) -> None:
     assert counts_state == final and None not in final and len(final) > 3
 
 
-def test_the_threshold_chooses_the_transport_from_the_pending_input(spark, warehouse, tmp_path):
+def test_the_threshold_chooses_the_transport_from_the_pending_input(
+    spark, warehouse, tmp_path, monkeypatch
+):
     produce(spark, warehouse, "events", events(40, seed=4), partitions=2)
     said: list[str] = []
+    # As on a cluster: with a local master a run is in process at any size (below).
+    monkeypatch.setattr(transports, "local_master", lambda master: False)
 
     def run(limit: int | None) -> int:
         return run_app(
@@ -237,6 +241,15 @@ def test_the_threshold_chooses_the_transport_from_the_pending_input(spark, wareh
     ]
     with pytest.raises(Exception, match=transports.MAX_RECORDS_CONFIG):
         run(-1)
+    # Spark's master local (the tests' local[2]): in process whatever the pending records.
+    monkeypatch.undo()
+    assert transports.local_master(None)
+    produce(spark, warehouse, "events", events(40, seed=5), partitions=2)
+    run(39)
+    assert [line for line in said if line.startswith("transport:")][-1] == (
+        f"transport: in this process, no Spark (40 records pending; "
+        f"{transports.MAX_RECORDS_CONFIG} 39; Spark's master is local: in process at any size)"
+    )
 
 
 def test_a_small_run_in_a_fresh_process_starts_no_jvm(spark, warehouse, tmp_path):

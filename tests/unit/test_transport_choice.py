@@ -20,6 +20,7 @@ from lakestate.runtime.transport import (
     TRANSPORTS,
     choose,
     input_reads,
+    local_master,
 )
 from lakestate.task_id import TaskId
 
@@ -35,6 +36,46 @@ def test_auto_is_in_process_up_to_the_threshold(pending, limit, in_process):
     assert choice.line() == (
         f"transport: {where} ({pending} records pending; {MAX_RECORDS_CONFIG} {limit})"
     )
+
+
+@pytest.mark.parametrize(
+    ("pending", "limit", "in_process", "why"),
+    [
+        (10, 10, True, ""),
+        (11, 10, True, "; Spark's master is local: in process at any size"),
+        (5, 0, False, ""),  # 0: always Spark, whatever the master
+    ],
+)
+def test_auto_with_a_local_master_is_in_process_at_any_size(pending, limit, in_process, why):
+    choice = choose(None, {}, pending, limit, local=True)
+    assert choice.in_process is in_process
+    assert choice.why == f"{pending} records pending; {MAX_RECORDS_CONFIG} {limit}{why}"
+    # Asked for, Spark it is, local or not.
+    assert not choose("spark", {}, pending, limit, local=True).in_process
+
+
+@pytest.mark.parametrize(
+    ("master", "env", "submit", "local"),
+    [
+        ("local[2]", None, False, True),
+        ("local", None, False, True),
+        ("spark://host:7077", "local[2]", False, False),  # the run's master wins
+        (None, "local[*]", True, True),
+        (None, "spark://host:7077", False, False),
+        (None, None, False, True),  # Spark's default: local[*]
+        (None, None, True, False),  # spark-submit's --master decides: not known
+    ],
+)
+def test_local_master_follows_the_master_spark_would_start_on(
+    monkeypatch, master, env, submit, local
+):
+    monkeypatch.delenv("LAKESTATE_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    if env:
+        monkeypatch.setenv("LAKESTATE_SPARK_MASTER", env)
+    if submit:
+        monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "40000")
+    assert local_master(master) is local
 
 
 def test_the_run_option_wins_over_the_app_config_which_wins_over_auto():

@@ -246,7 +246,8 @@ def _run_params(until_caught_up: bool, time_budget_s: int, max_batches: int) -> 
             description="Where the run reads and processes its batches (--transport): "
             "inprocess (delta-rs, in the task's process, no JVM), spark (Spark's workers), "
             "auto (in process when the pending records are at most "
-            "lakestate.inprocess.max.records, else Spark). Empty: the app's "
+            "lakestate.inprocess.max.records or Spark's master is local, else Spark). Empty: "
+            "the app's "
             "lakestate.transport, else auto.",
         ),
     }

@@ -37,8 +37,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the DAG's runs on the Spark transport (its Param transport: spark; Spark's "
         "master: the DAGs' spark_default connection, local[*] from scripts/airflow.sh); "
-        "default: each run chooses (auto: in process up to lakestate.inprocess.max.records "
-        "pending records, else Spark)",
+        "default: each run chooses (auto: in process with a local master or up to "
+        "lakestate.inprocess.max.records pending records, else Spark)",
     )
 
 

@@ -57,7 +57,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         choices=("auto", "inprocess", "spark"),
         help="where the batches are read and processed: inprocess (delta-rs, in this "
         "process, no JVM), spark (Spark's workers), auto (in this process when the pending "
-        "records are at most lakestate.inprocess.max.records, else Spark); default: the "
+        "records are at most lakestate.inprocess.max.records or Spark's master is local, else "
+        "Spark); default: the "
         "app's lakestate.transport, else auto",
     )
     p.add_argument(

@@ -21,6 +21,7 @@ from lakestate.io import delta_commits, topics
 from lakestate.io.kafka import KIND as KAFKA
 from lakestate.io.kafka import KafkaCluster, connect
 from lakestate.read.views import CHANGELOG_SUFFIX, view_name
+from lakestate.runtime import plan
 from lakestate.runtime.transport import (
     AUTO,
     DEFAULT_MAX_RECORDS,
@@ -40,6 +41,7 @@ _CONFIG_DEFAULTS: dict[str, Any] = {
     constants.UNCOMMITTED_MAX_BYTES: constants.DEFAULT_UNCOMMITTED_MAX_BYTES,
     TRANSPORT_CONFIG: AUTO,
     MAX_RECORDS_CONFIG: DEFAULT_MAX_RECORDS,
+    plan.BATCH_MAX_RECORDS_CONFIG: plan.default_batch_max_records(),
     "processing.exception.handler": "log_and_fail",
     "deserialization.exception.handler": "log_and_fail",
     "errors.dead.letter.queue.topic.name": None,

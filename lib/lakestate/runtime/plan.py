@@ -21,15 +21,40 @@ does not depend on ``--max-records``. (That prefix is what one uncapped batch wo
 first: each choice of the whole merge is the lowest head among all inputs, so also among the
 prefix's.) It needs the timestamps of at most ``max_records`` records per input. A replayed
 batch reads the ranges its progress row recorded, never a new plan.
+
+A batch as a whole is bounded too (``BATCH_MAX_RECORDS_CONFIG``): its records, every task's
+together, are what a transport holds in memory at once (the tasks' input columns, their
+output rows until the commit), and a backlog larger than that goes in several batches, each
+committed before the next is planned, rather than in one that runs out of memory. When the
+per-task plans exceed it, every task gets the same smaller cap (``batch_cap``: the tasks
+with less pending keep all of theirs, the rest share what is left), so tasks still advance
+together and each batch's cut is one a smaller ``max_records`` would have made: the output
+does not depend on it.
 """
 
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from lakestate.checkpoint.batch import TaskCheckpoint, TaskPlan, global_key
+from lakestate.errors import StreamsException
 from lakestate.task_id import TaskId
+
+#: App config key: at most this many records in one batch, all tasks together (a task still
+#: gets at least one). Default: ``default_batch_max_records()``, from the machine's memory.
+BATCH_MAX_RECORDS_CONFIG = "lakestate.batch.max.records"
+#: Peak memory per record of a batch run in process, rounded up: the demo's count, measured
+#: by tests/benchmarks/bench_threshold.py (peak RSS of the run's processes: 2,048 MiB for a
+#: 1M-record batch, 3,800 MiB for 2M, so about 1.8 KiB per record; docs/benchmarks.md).
+BYTES_PER_RECORD = 2048
+#: The share of the machine's memory a batch may take by default.
+MEMORY_SHARE = 0.25
+#: The default's floor and ceiling: a small machine still runs batches of useful size, and a
+#: big one does not plan batches so large that one failure replays minutes of work.
+MIN_BATCH_RECORDS, MAX_BATCH_RECORDS = 100_000, 10_000_000
 
 #: The timestamps of one partition's records ``start <= offset < end``, in offset order.
 Timestamps = Callable[[str, int, int, int], Sequence[int]]
@@ -126,3 +151,35 @@ def _one_after_another(
             if budget is not None:
                 budget -= end - start
     return budget
+
+
+def default_batch_max_records(memory_bytes: int | None = None) -> int:
+    """``MEMORY_SHARE`` of ``memory_bytes`` (default: this machine's physical memory) in
+    records of ``BYTES_PER_RECORD``, within ``MIN_BATCH_RECORDS``..``MAX_BATCH_RECORDS``."""
+    if memory_bytes is None:
+        memory_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    fits = int(memory_bytes * MEMORY_SHARE) // BYTES_PER_RECORD
+    return max(MIN_BATCH_RECORDS, min(MAX_BATCH_RECORDS, fits))
+
+
+def batch_max_records(config: Mapping[str, Any]) -> int:
+    """The app's bound on a batch's records (``BATCH_MAX_RECORDS_CONFIG``), checked."""
+    value = config.get(BATCH_MAX_RECORDS_CONFIG)
+    if value is None:
+        return default_batch_max_records()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StreamsException(f"{BATCH_MAX_RECORDS_CONFIG} must be an int >= 1, got {value!r}")
+    return value
+
+
+def batch_cap(records: Sequence[int], bound: int) -> int:
+    """The largest per-task cap ``c`` with ``sum(min(r, c) for r in records) <= bound``
+    (``records``: each task's planned records), at least 1: the tasks with fewer than ``c``
+    keep theirs, the others take ``c`` each."""
+    left, ordered = bound, sorted(records)
+    for i, r in enumerate(ordered):
+        sharing = len(ordered) - i
+        if r * sharing > left:
+            return max(1, left // sharing)
+        left -= r
+    return max(ordered, default=1)

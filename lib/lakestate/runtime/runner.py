@@ -43,7 +43,7 @@ from lakestate.runtime.cutoff import Cutoff, format_timestamp
 from lakestate.runtime.executor_stores import STATE_OWNER, ExecutorStores
 from lakestate.runtime.failure import message_of
 from lakestate.runtime.inprocess import InProcessTransport
-from lakestate.runtime.plan import plan_tasks
+from lakestate.runtime.plan import batch_cap, batch_max_records, plan_tasks
 from lakestate.runtime.task_executor import BatchContext
 from lakestate.runtime.transport import BatchInput, BatchOutput, Transport
 from lakestate.state.base import isolation_for
@@ -113,6 +113,8 @@ class Runner:
         bound = int(app.config.get(UNCOMMITTED_MAX_RECORDS, DEFAULT_UNCOMMITTED_MAX_RECORDS))
         self.max_records = min(bound, max_records) if max_records else bound
         self.inprocess_max_records = transport.max_records(app.config)
+        #: at most this many records in one batch, all tasks together (``plan.py``)
+        self.batch_max_records = batch_max_records(app.config)
         #: ``run_app(transport=...)`` (``--transport``): overrides the app's
         #: ``lakestate.transport`` (None: the app's, else ``auto``).
         self.transport_option: str | None = None
@@ -248,7 +250,11 @@ class Runner:
         pending = sum(p.records for p in plans)
         self.bar.update(total=pending)
         choice = transport.choose(
-            self.transport_option, self.app.config, pending, self.inprocess_max_records
+            self.transport_option,
+            self.app.config,
+            pending,
+            self.inprocess_max_records,
+            transport.local_master(self.master),
         )
         self._say_first(choice.line())
         made = self._made.get(choice.transport)
@@ -274,18 +280,22 @@ class Runner:
         sources: _Sources | None = None,
     ) -> list[TaskPlan]:
         """The next batch's plans (``unbounded``: everything to the ends, in one), from
-        ``sources`` when given (read now otherwise)."""
+        ``sources`` when given (read now otherwise); within ``batch_max_records`` in all
+        (``plan.batch_cap``: a smaller cap per task), unless unbounded."""
         ends, starts = sources or self._sources(tasks, committed)
-        return plan_tasks(
-            tasks,
-            self.layout.inputs,
-            committed,
-            ends,
-            None if unbounded else self.max_records,
-            self.layout.global_topics,
-            starts,
-            self._timestamps,
-        )
+
+        def plans_within(cap: int | None) -> list[TaskPlan]:
+            return plan_tasks(
+                tasks, self.layout.inputs, committed, ends, cap, self.layout.global_topics,
+                starts, self._timestamps,
+            )  # fmt: skip
+
+        if unbounded:
+            return plans_within(None)
+        plans = plans_within(self.max_records)
+        if sum(p.records for p in plans) > self.batch_max_records:
+            plans = plans_within(batch_cap([p.records for p in plans], self.batch_max_records))
+        return plans
 
     def _timestamps(self, topic: str, partition: int, start: int, end: int) -> list[int]:
         """The timestamps of ``topic``'s records ``start <= offset < end`` in ``partition``,

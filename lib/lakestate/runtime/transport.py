@@ -11,11 +11,17 @@ of ``input_reads``, so the transport cannot change what a batch commits.
 
 Which one a run uses is chosen once, at its start (``choose``): ``--transport`` /
 ``run_app(transport=...)``, else the app config ``lakestate.transport``, else ``auto``:
-in process when the run's pending records are at most ``lakestate.inprocess.max.records``.
+in process when the run's pending records are at most ``lakestate.inprocess.max.records``,
+or whatever their number when Spark's master is local (``local_master``). Why: on this
+machine's cores alone, in process was faster than Spark ``local[2]`` at every size measured
+(10k to 5M records, 1.1-30x; tests/benchmarks/bench_threshold.py, docs/benchmarks.md) with
+at most Spark's memory, a batch's memory being bounded by ``lakestate.batch.max.records``
+(``plan.py``), not by the transport: Spark is worth it for a cluster's machines.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -49,6 +55,17 @@ def max_records(config: Mapping[str, Any]) -> int:
     return value
 
 
+def local_master(master: str | None) -> bool:
+    """Whether Spark, started for this run, would run on this machine alone: ``master``,
+    else env ``LAKESTATE_SPARK_MASTER``, else ``local[*]`` (``spark_session``'s choice,
+    repeated here because that module imports pyspark), is ``local`` or ``local[...]``;
+    under spark-submit without either, its ``--master`` decides: not known here, so no."""
+    chosen = master or os.environ.get("LAKESTATE_SPARK_MASTER")
+    if chosen is None:
+        return "PYSPARK_GATEWAY_PORT" not in os.environ
+    return chosen == "local" or chosen.startswith("local[")
+
+
 def checked(value: Any, where: str) -> str:
     """``value`` if it names a transport; else a clear error saying ``where`` it came from."""
     if value not in TRANSPORTS:
@@ -77,10 +94,13 @@ class Choice:
         return f"transport: {where} ({self.why})"
 
 
-def choose(option: str | None, config: Mapping[str, Any], pending: int, limit: int) -> Choice:
+def choose(
+    option: str | None, config: Mapping[str, Any], pending: int, limit: int, local: bool = False
+) -> Choice:
     """The run's transport: ``option`` (the run's ``--transport``) if given, else the app
-    config's ``TRANSPORT_CONFIG``, else ``auto``; ``auto`` is in process when ``pending``
-    (the run's pending records) is at most ``limit`` (``MAX_RECORDS_CONFIG``, > 0)."""
+    config's ``TRANSPORT_CONFIG``, else ``auto``; ``auto`` is in process when ``limit``
+    (``MAX_RECORDS_CONFIG``) is > 0 and ``pending`` (the run's pending records) is at most
+    ``limit`` or Spark's master is ``local`` (``local_master``)."""
     if option is not None:
         asked, source = checked(option, "--transport"), f"--transport {option}"
     else:
@@ -88,11 +108,11 @@ def choose(option: str | None, config: Mapping[str, Any], pending: int, limit: i
         source = f"{TRANSPORT_CONFIG} {asked}"
     if asked != AUTO:
         return Choice(asked, f"{source}; {pending} records pending")
-    in_process = 0 < limit and pending <= limit
-    return Choice(
-        IN_PROCESS if in_process else SPARK,
-        f"{pending} records pending; {MAX_RECORDS_CONFIG} {limit}",
-    )
+    in_process = 0 < limit and (pending <= limit or local)
+    why = f"{pending} records pending; {MAX_RECORDS_CONFIG} {limit}"
+    if in_process and pending > limit:
+        why += "; Spark's master is local: in process at any size"
+    return Choice(IN_PROCESS if in_process else SPARK, why)
 
 
 @dataclass(frozen=True)
@@ -220,5 +240,6 @@ __all__ = [
     "checked",
     "choose",
     "input_reads",
+    "local_master",
     "max_records",
 ]

@@ -38,6 +38,9 @@ class Lateness:
         self.count = 0
         self.total = 0
         self.max = 0
+        # Observed stream time after the chunk's first keyed record: where emit-rate's
+        # span starts when the node has none yet (as record by record starts it).
+        self.first_observed: int | None = None
 
     def record(self, lateness: int) -> None:
         self.count += 1
@@ -90,7 +93,8 @@ class WindowMetrics:
             )
             self._raise_max(chunk.max)
         first = context.processor_metadata(self.first_key)
-        first = observed if first is None else first
+        if first is None:
+            first = observed if chunk.first_observed is None else chunk.first_observed
         seconds = max(1.0, (observed - first) / 1000)
         context.set_metric(
             "late-record-drop-rate", context.get_metric("late-record-drop-total") / seconds
@@ -104,7 +108,8 @@ class WindowMetrics:
             return
         context, prefix = self.context, self.prefix
         if context.processor_metadata(self.first_key) is None:
-            context.set_processor_metadata(self.first_key, observed)
+            first = chunk.first_observed
+            context.set_processor_metadata(self.first_key, observed if first is None else first)
         for name, delta in zip(_TOTALS, (chunk.late_drops, chunk.count, chunk.total), strict=True):
             if delta:
                 held = context.processor_metadata(prefix + name) or 0
@@ -159,6 +164,8 @@ class TimeWindowedAggregate(Processor):
         self._metrics = WindowMetrics(context, key)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
+        if not chunk.records:
+            return self._nothing(chunk)
         store, windows = self.store, self.windows
         grace = windows.grace_ms
         observed = self.context.processor_metadata(self._time_key)
@@ -180,6 +187,8 @@ class TimeWindowedAggregate(Processor):
             metrics.record(observed - ts if observed > ts else 0)
             if ts > observed:
                 observed = ts
+            if metrics.first_observed is None:
+                metrics.first_observed = observed
             close = observed - grace
             for window in windows.windows_for(ts):
                 if window.end <= close:
@@ -213,6 +222,13 @@ class TimeWindowedAggregate(Processor):
         self._observed = observed
         self._store_time = store_time
         return chunk.with_records(out, at)
+
+    def _nothing(self, chunk: Chunk) -> Chunk:
+        """No record reached the node (one by one it is not called): no metric moves and
+        ``finish_chunk`` writes nothing."""
+        self._pending, self._observed, self._store_time = {}, NO_TIME, NO_TIME
+        self._metrics.pending = None
+        return chunk
 
     def finish_chunk(self) -> None:
         pending, self._pending = self._pending, {}

@@ -138,6 +138,9 @@ class Suppress(Processor):
         super().init(context)
         self.buffer: SuppressionBuffer = context.get_state_store(self.store_name)
         self._keys = {field: f"{self.store_name}.{field}" for field in _STATS}
+        # The stats and metrics the last record left (record by record), reused while the
+        # metadata's sample count says no rollback or chunk came between.
+        self._last: tuple[dict[str, int], dict[str, float]] | None = None
         # Every metric is a value derived from the committed stats (processor metadata):
         # the emit figures of the node, the buffer's of its store, as Kafka scopes them.
         self._publish({}, buffer_metrics(self._stats()))
@@ -156,6 +159,12 @@ class Suppress(Processor):
 
     def _stats(self) -> dict[str, int]:
         held = self.context.processor_metadata
+        last = self._last
+        if last is not None and held(self._keys["samples"]) == last[0]["samples"]:
+            stats = dict(last[0])  # a copy: a record that fails leaves the last one's
+            stats["count"] = self.buffer.num_records()
+            stats["size"] = self.buffer.buffer_size()
+            return stats
         stats = {f: held(key) for f, key in self._keys.items()}
         stats = {f: _STATS[f] if v is None else v for f, v in stats.items()}
         stats["count"] = self.buffer.num_records()
@@ -170,12 +179,18 @@ class Suppress(Processor):
     def process(self, record: Record) -> None:
         self._staged = None  # a chunk that failed further on: never applied
         stats = self._stats()
-        before = buffer_metrics(stats)
+        last = self._last
+        if last is not None and last[0] == stats:
+            before = last[1]
+        else:
+            before = buffer_metrics(stats)
         out: list[Record] = []
         self._step(self.buffer, stats, record, out)
         self.buffer.flush()
         self._keep(stats)
-        self._publish(before, buffer_metrics(stats))
+        after = buffer_metrics(stats)
+        self._publish(before, after)
+        self._last = (stats, after)
         for r in out:
             self.context.forward(r)
 
@@ -188,6 +203,7 @@ class Suppress(Processor):
             self._staged = None
             return chunk
         staged = StagedBuffer(self.buffer)
+        self._last = None
         stats = self._stats()
         before = buffer_metrics(stats)
         count, size = stats["count"], stats["size"]

@@ -200,7 +200,7 @@ class TimeWindowedAggregate(Processor):
                 elif windowed in pending:
                     held = pending[windowed]
                 else:
-                    found = store.get_with_timestamp(key, window)
+                    found = store.get_windowed(windowed)
                     held = None if found is None else (found.value, found.timestamp)
                 old = None if held is None else held[0]
                 if old is None:
@@ -251,7 +251,15 @@ class TimeWindowedAggregate(Processor):
                 # are late): scan from there.
                 kept = self.kept_after_end_ms
                 since = None if previous is None else previous - kept + 1
-                self.store.delete_ending_before(observed - kept + 1, since)
+                if since is None or self._may_end_within(since, observed - kept + 1):
+                    self.store.delete_ending_before(observed - kept + 1, since)
+
+    def _may_end_within(self, low: int, high: int) -> bool:
+        """Whether a window of this node can end in ``[low, high)``: windows end at
+        ``k * advance + size``, so between two such ends there is nothing to scan for
+        (most records move stream time by less than the advance)."""
+        size, advance = self.windows.size_ms, self.windows.advance_ms
+        return low + (size - low) % advance < high
 
     def _forget_shared(self) -> None:
         """A cogroup's node: keep its observed stream time, and delete the windows past

@@ -113,11 +113,15 @@ def encode_key(value: Any) -> bytes:
     # A processor usually reads a key and then writes it: the second encoding of the same
     # (immutable) str or int object is the first one's.
     # (One tuple, swapped whole: safe across threads.)
+    # A windowed aggregation reads and writes one Windowed object, which its suppress node
+    # then buffers: three encodings of one object. Only immutable values are kept (a
+    # Windowed is frozen; its key must be a str or int too), so identity means the same
+    # encoding; the memo holds the object, so its id is not reused meanwhile.
     global _last
     last = _last
-    t = type(value)
-    if value is last[0] and t in _MEMO_TYPES:
+    if value is last[0]:
         return last[1]
+    t = type(value)
     if t is str:  # the commonest key: what _encode writes, without its dispatch
         raw = _STR_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
         raw += _END_BYTE
@@ -125,7 +129,7 @@ def encode_key(value: Any) -> bytes:
         out = bytearray()
         _encode(value, out, "key")
         raw = bytes(out)
-    if t in _MEMO_TYPES:
+    if t in _MEMO_TYPES or (t is Windowed and type(value.key) in _MEMO_TYPES):
         _last = (value, raw)
     return raw
 

@@ -251,13 +251,7 @@ class Suppress(Processor):
         )
         emitted = len(out)
         emit = self._emitter(out)
-        expiry = observed - self.duration_ms
-
-        def expired() -> bool:
-            oldest = buffer.min_buffer_time()
-            return oldest is not None and oldest <= expiry
-
-        buffer.evict_while(expired, emit)
+        buffer.evict_through(observed - self.duration_ms, emit)
         if self.when_full != SPILL_TO_DISK and self._over_capacity(buffer):
             if self.when_full == EMIT_EARLY:
                 buffer.evict_while(lambda: self._over_capacity(buffer), emit)

@@ -172,9 +172,8 @@ class TimeWindowedAggregate(Processor):
         observed = NO_TIME if observed is None else observed
         # Windowed key -> (aggregate, timestamp); an aggregate of None is a deleted window.
         pending: dict[Windowed, tuple[Any, int] | None] = {}
-        out: list[Record] = []
-        at: list[int] = []
-        metrics = Lateness()
+        same: dict[Windowed, Windowed] = {}
+        out, at, metrics = [], [], Lateness()
         shared = self.state_key is not None
         store_time = self.context.processor_metadata(self._store_time_key) if shared else None
         store_time = NO_TIME if store_time is None else store_time
@@ -194,7 +193,8 @@ class TimeWindowedAggregate(Processor):
                 if window.end <= close:
                     metrics.late_drops += 1
                     continue
-                windowed = Windowed(key, window)
+                # One object per window: its key encoding is computed once (state/keys.py).
+                windowed = same.setdefault(windowed := Windowed(key, window), windowed)
                 if shared and window.end <= store_time - grace:
                     held = None  # past the shared store's retention: gone, as in Kafka
                 elif windowed in pending:

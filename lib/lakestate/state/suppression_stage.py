@@ -21,6 +21,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from lakestate.errors import InvalidStateStoreException
+from lakestate.records import Windowed
 from lakestate.state.keys import decode_key, encode_key
 from lakestate.state.serde import encode_value
 from lakestate.state.suppression_buffer import (
@@ -36,6 +37,7 @@ from lakestate.state.suppression_buffer import (
 __all__ = ["StagedBuffer"]
 
 _ABSENT = object()
+_SAME = frozenset((str, int))
 
 
 class StagedBuffer:
@@ -55,6 +57,7 @@ class StagedBuffer:
         self._added: SortedList = SortedList()  # (buffer time, raw key) put by the chunk
         self._entries: dict[bytes, _Entry | None] = {}  # None: evicted
         self._writes: dict[bytes, bytes | None] = {}  # the last value written, by key
+        self._keys: dict[bytes, Any] = {}  # raw key -> key put, when decoding gives it back
         self.count = state.stats["count"]
         self.size = state.stats["size"]
 
@@ -106,6 +109,18 @@ class StagedBuffer:
         else:
             self.size += entry.size - old.size
         self._entries[raw_key] = entry
+        if type(key) in _SAME or (type(key) is Windowed and type(key.key) in _SAME):
+            self._keys[raw_key] = key  # decodes to an equal object of its type
+
+    def evict_through(self, expiry: int, callback: Callable[[BufferedRecord], None]) -> int:
+        """``evict_while`` the oldest buffer time is ``<= expiry``."""
+        evicted = 0
+        while True:
+            first = self._first()
+            if first is None or first[0] > expiry:
+                return evicted
+            self._evict(first, callback)
+            evicted += 1
 
     def evict_while(
         self, predicate: Callable[[], bool], callback: Callable[[BufferedRecord], None]
@@ -116,25 +131,29 @@ class StagedBuffer:
             first = self._first()
             if first is None:
                 break
-            buffer_time, raw_key = first
-            entry = self._get(raw_key)
-            if entry is None:  # cannot happen: every index entry has its entry
-                raise InvalidStateStoreException(
-                    f"suppression buffer {self._buffer.name!r}: index entry without entry"
-                )
-            if self._added and self._added[0] == first:
-                self._added.pop(0)
-            else:
-                self._base_pos += 1
-            self._entries[raw_key] = None
-            self._writes[raw_key] = None
-            self._writes[_index_key(buffer_time, raw_key[1:])] = None
-            self.count -= 1
-            self.size -= entry.size
+            self._evict(first, callback)
             evicted += 1
-            # The key as stored (decoded), as the buffer gives it: encoding is canonical.
-            callback(_record(decode_key(raw_key[1:]), entry))
         return evicted
+
+    def _evict(self, first: tuple[int, bytes], callback: Callable[[BufferedRecord], None]) -> None:
+        buffer_time, raw_key = first
+        entry = self._get(raw_key)
+        if entry is None:  # cannot happen: every index entry has its entry
+            raise InvalidStateStoreException(
+                f"suppression buffer {self._buffer.name!r}: index entry without entry"
+            )
+        if self._added and self._added[0] == first:
+            self._added.pop(0)
+        else:
+            self._base_pos += 1
+        self._entries[raw_key] = None
+        self._writes[raw_key] = None
+        self._writes[_index_key(buffer_time, raw_key[1:])] = None
+        self.count -= 1
+        self.size -= entry.size
+        # The key as stored (decoded), as the buffer gives it: encoding is canonical.
+        key = self._keys.get(raw_key, _ABSENT)
+        callback(_record(decode_key(raw_key[1:]) if key is _ABSENT else key, entry))
 
     def apply(self) -> None:
         """Write the chunk's outcome to the transaction and the mirror (once)."""

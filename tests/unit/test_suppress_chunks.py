@@ -1,5 +1,5 @@
 """The chunk paths of windowed final results (issue 28 item 2): a suppress node (and the
-windowed aggregation before it) taking many records at once gives exactly what processing
+windowed or session aggregation before it) taking many records at once gives exactly what processing
 them one by one gives — output (texts included), state (the local store's every entry,
 the buffer's index and stats entry too), metrics and stream time — however the records are
 cut into chunks. A chunk that overflows a shut-down buffer applies nothing, and one by one
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from lakestate import (
     BufferConfig,
     Materialized,
+    SessionWindows,
     StreamsBuilder,
     Suppressed,
     TimeWindows,
@@ -103,7 +104,35 @@ def _windowed_shut_down(b: StreamsBuilder) -> None:
     )
 
 
+def _session_count(b: StreamsBuilder) -> None:
+    (
+        b.stream("in")
+        .group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(ms(6), ms(4)))
+        .count(Materialized.as_("sessions"))
+        .to_stream()
+        .to("out")
+    )
+
+
+def _session_reduce_final(b: StreamsBuilder) -> None:
+    # Sessions merged by a reducer, final results: merges forward tombstones the buffer holds.
+    (
+        b.stream("in")
+        .filter(lambda k, v: v is not None)
+        .map_values(lambda v: v["n"])
+        .group_by_key()
+        .windowed_by(SessionWindows.of_inactivity_gap_and_grace(ms(5), ms(3)))
+        .reduce(lambda a, v: a + v, Materialized.as_("sessions"))
+        .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+        .to_stream()
+        .to("out")
+    )
+
+
 TOPOLOGIES = {
+    "session-count": _session_count,
+    "session-reduce-final": _session_reduce_final,
     "windowed-final": _windowed_final,
     "hopping-reduce-final": _hopping_reduce_final,
     "count-time-limit-emit-early": _count_time_limit_emit_early,

@@ -318,6 +318,89 @@ class SessionWindowedAggregate(Processor):
         # Without state_key, the store's stream time is the node's observed stream time.
         self._store_time_key = f"{self.store_name}.store_stream_time" if self.state_key else None
         self._metrics = WindowMetrics(context, key)
+        # A chunk's sessions are held per key until finish_chunk (a cogroup's node, whose
+        # store others write, goes record by record).
+        self.chunked = self.state_key is None
+        self._pending: dict[Any, dict[Window, Any]] = {}
+        self._observed: int | None = None
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        """``process`` of each record, against the sessions the chunk wrote (held, not
+        written: ``finish_chunk`` writes them and purges as the last record would)."""
+        if not chunk.records:  # none reached the node: no metric moves, nothing to write
+            self._pending, self._observed, self._metrics.pending = {}, None, None
+            return chunk
+        metrics, observed = Lateness(), self.context.processor_metadata(self._time_key)
+        observed = NO_TIME if observed is None else observed
+        gap, grace = self.windows.gap_ms, self.windows.grace_ms
+        pending: dict[Any, dict[Window, Any]] = {}  # key -> session -> aggregate (None: gone)
+        out, at = [], []
+        for i, record in enumerate(chunk.records):
+            key, ts = record.key, record.timestamp
+            if key is None:
+                metrics.null_keys += 1
+                continue
+            metrics.record(observed - ts if observed > ts else 0)
+            retained = observed - self.retention_ms + 1  # as process: before this record
+            observed = max(observed, ts)
+            if metrics.first_observed is None:
+                metrics.first_observed = observed
+            mine = pending.get(key)
+            merged = self._sessions(key, max(ts - gap, retained), ts + gap, mine)
+            start, end = ts, ts
+            agg = None if self.initializer is None else self.initializer()
+            for window, value in merged:
+                agg = (
+                    value
+                    if self.initializer is None and agg is None
+                    else self.merger(key, agg, value)
+                )
+                start, end = min(start, window.start), max(end, window.end)
+            session = Window(start, end)
+            if end < observed - grace - gap:
+                metrics.late_drops += 1
+                continue
+            mine = pending.setdefault(key, {}) if mine is None else mine
+            if session != Window(ts, ts):
+                for window, value in merged:
+                    mine[window] = None
+                    out.append(Record(Windowed(key, window), Change(None, value), window.end))
+                    at.append(chunk.at[i])
+            if self.initializer is None and agg is None and not merged:
+                new = record.value
+            else:
+                new = self.aggregator(key, record.value, agg)
+            mine[session] = new
+            out.append(Record(Windowed(key, session), Change(new, None), end))
+            at.append(chunk.at[i])
+        self._metrics.publish(metrics, observed)
+        self._pending = pending
+        self._observed = None if metrics.first_observed is None else observed
+        return chunk.with_records(out, at)
+
+    def _sessions(self, key: Any, low: int, high: int, mine: dict[Window, Any] | None) -> list:
+        """``find_sessions(key, low, high)`` over the store and the chunk's sessions."""
+        found = self.store.find_sessions(key, low, high)
+        if not mine:
+            return found
+        found = [(w, v) for w, v in found if w not in mine]
+        found += [
+            (w, v) for w, v in mine.items() if v is not None and w.end >= low and w.start <= high
+        ]
+        found.sort(key=lambda item: (item[0].end, item[0].start))
+        return found
+
+    def finish_chunk(self) -> None:
+        pending, self._pending = self._pending, {}
+        writes = [
+            (Windowed(key, w), v, w.end) for key, mine in pending.items() for w, v in mine.items()
+        ]
+        if writes:
+            self.store.put_all(writes)
+        observed, self._observed = self._observed, None
+        self._metrics.keep(NO_TIME if observed is None else observed)
+        if observed is not None:
+            self._advance(observed, observed)
 
     def process(self, record: Record) -> None:
         context = self.context

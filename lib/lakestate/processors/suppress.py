@@ -28,6 +28,10 @@ emitted, as in Kafka); a time limit forwards it.
 Everything above depends only on the records in order and the committed buffer, so the
 output does not depend on where batches end. Wall-clock time plays no part.
 
+With an in-memory buffer the node is chunk-capable: a chunk's records go through steps
+1-4 one after another against staged buffer changes (state/suppression_stage.py), which
+``finish_chunk`` writes; a buffer on disk goes record by record.
+
 Metrics (KIP-328 names; values, ``lakestate.processors.metrics``: the emit figures the
 node's, the buffer figures its store's, as Kafka scopes them; derived from totals kept as
 the node's processor metadata, restored when a task opens, so they are totals over the
@@ -47,8 +51,10 @@ from typing import Any
 
 from lakestate.errors import StreamsException
 from lakestate.processors.api import Processor
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Change, Record, Windowed
 from lakestate.state.suppression_buffer import BufferedRecord, SuppressionBuffer
+from lakestate.state.suppression_stage import StagedBuffer
 
 EMIT_EARLY = "emit_early"
 SHUT_DOWN = "shut_down"
@@ -132,18 +138,33 @@ class Suppress(Processor):
         super().init(context)
         self.buffer: SuppressionBuffer = context.get_state_store(self.store_name)
         self._keys = {field: f"{self.store_name}.{field}" for field in _STATS}
+        # The stats and metrics the last record left (record by record), reused while the
+        # metadata's sample count says no rollback or chunk came between.
+        self._last: tuple[dict[str, int], dict[str, float]] | None = None
         # Every metric is a value derived from the committed stats (processor metadata):
         # the emit figures of the node, the buffer's of its store, as Kafka scopes them.
         self._publish({}, buffer_metrics(self._stats()))
+        # In memory, a chunk's records are taken against staged buffer changes
+        # (state/suppression_stage.py); a buffer on disk goes record by record.
+        self.chunked = self.when_full != SPILL_TO_DISK
+        self._staged: tuple[StagedBuffer, dict[str, int]] | None = None
 
-    def _publish(self, before: dict[str, float], after: dict[str, float]) -> None:
+    def _publish(
+        self, before: dict[str, float], after: dict[str, float], moved: set[str] = frozenset()
+    ) -> None:
         for name in METRICS:
-            if after[name] != before.get(name, 0):
+            if after[name] != before.get(name, 0) or name in moved:
                 store = self.store_name if name.startswith("suppression-buffer") else None
                 self.context.set_metric(name, after[name], store=store)
 
     def _stats(self) -> dict[str, int]:
         held = self.context.processor_metadata
+        last = self._last
+        if last is not None and held(self._keys["samples"]) == last[0]["samples"]:
+            stats = dict(last[0])  # a copy: a record that fails leaves the last one's
+            stats["count"] = self.buffer.num_records()
+            stats["size"] = self.buffer.buffer_size()
+            return stats
         stats = {f: held(key) for f, key in self._keys.items()}
         stats = {f: _STATS[f] if v is None else v for f, v in stats.items()}
         stats["count"] = self.buffer.num_records()
@@ -156,9 +177,64 @@ class Suppress(Processor):
             keep(key, stats[field])
 
     def process(self, record: Record) -> None:
-        buffer = self.buffer
+        self._staged = None  # a chunk that failed further on: never applied
+        stats = self._stats()
+        last = self._last
+        if last is not None and last[0] == stats:
+            before = last[1]
+        else:
+            before = buffer_metrics(stats)
+        out: list[Record] = []
+        self._step(self.buffer, stats, record, out)
+        self.buffer.flush()
+        self._keep(stats)
+        after = buffer_metrics(stats)
+        self._publish(before, after)
+        self._last = (stats, after)
+        for r in out:
+            self.context.forward(r)
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        """The records one after another against the buffer's staged changes (written by
+        ``finish_chunk``): the same output, buffer and stats as ``process`` on each. The
+        metrics are published once; a current gauge that moved during the chunk is set
+        even if it ends where it began, as record by record sets it."""
+        if not chunk.records:  # no record reached the node: nothing to sample or write
+            self._staged = None
+            return chunk
+        staged = StagedBuffer(self.buffer)
+        self._last = None
         stats = self._stats()
         before = buffer_metrics(stats)
+        count, size = stats["count"], stats["size"]
+        moved_count = moved_size = False
+        out: list[Record] = []
+        at: list[int] = []
+        positions = chunk.at
+        for i, record in enumerate(chunk.records):
+            n = len(out)
+            self._step(staged, stats, record, out)
+            if len(out) != n:
+                at.extend([positions[i]] * (len(out) - n))
+            moved_count = moved_count or stats["count"] != count
+            moved_size = moved_size or stats["size"] != size
+        moved = {COUNT_CURRENT} if moved_count else set()
+        if moved_size:
+            moved.add(SIZE_CURRENT)
+        self._publish(before, buffer_metrics(stats), moved)
+        self._staged = (staged, stats)
+        return chunk.with_records(out, at)
+
+    def finish_chunk(self) -> None:
+        staged, self._staged = self._staged, None
+        if staged is not None:
+            staged[0].apply()
+            self._keep(staged[1])
+
+    def _step(self, buffer: Any, stats: dict[str, int], record: Record, out: list[Record]) -> None:
+        """One record against ``buffer`` (the buffer, or a chunk's staged changes): the
+        node's stream time, the put, the evictions (appended to ``out``), the capacity
+        bound, then the record's sample in ``stats``."""
         change = record.value
         if not isinstance(change, Change):  # a plain value: an update from nothing
             change = Change(change, None)
@@ -173,33 +249,24 @@ class Suppress(Processor):
             record.timestamp,
             record.headers,
         )
-        out: list[Record] = []
+        emitted = len(out)
         emit = self._emitter(out)
-        expiry = observed - self.duration_ms
-
-        def expired() -> bool:
-            oldest = buffer.min_buffer_time()
-            return oldest is not None and oldest <= expiry
-
-        buffer.evict_while(expired, emit)
-        if self.when_full != SPILL_TO_DISK and self._over_capacity():
+        buffer.evict_through(observed - self.duration_ms, emit)
+        if self.when_full != SPILL_TO_DISK and self._over_capacity(buffer):
             if self.when_full == EMIT_EARLY:
-                buffer.evict_while(self._over_capacity, emit)
+                buffer.evict_while(lambda: self._over_capacity(buffer), emit)
             else:
                 raise StreamsException(self._full_message())
-        buffer.flush()
         # Sampled once per record, after its evictions.
         count, size = buffer.num_records(), buffer.buffer_size()
-        stats.update(count=count, size=size, emitted=stats["emitted"] + len(out))
+        stats.update(count=count, size=size, emitted=stats["emitted"] + len(out) - emitted)
         stats["samples"] += 1
         stats["count_sum"] += count
         stats["size_sum"] += size
-        stats["count_max"] = max(stats["count_max"], count)
-        stats["size_max"] = max(stats["size_max"], size)
-        self._keep(stats)
-        self._publish(before, buffer_metrics(stats))
-        for r in out:
-            self.context.forward(r)
+        if count > stats["count_max"]:
+            stats["count_max"] = count
+        if size > stats["size_max"]:
+            stats["size_max"] = size
 
     def _buffer_time(self, record: Record) -> int:
         if not self.final_results:
@@ -229,8 +296,7 @@ class Suppress(Processor):
 
         return emit
 
-    def _over_capacity(self) -> bool:
-        buffer = self.buffer
+    def _over_capacity(self, buffer: Any) -> bool:
         return (self.max_records is not None and buffer.num_records() > self.max_records) or (
             self.max_bytes is not None and buffer.buffer_size() > self.max_bytes
         )

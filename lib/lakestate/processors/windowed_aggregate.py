@@ -38,6 +38,9 @@ class Lateness:
         self.count = 0
         self.total = 0
         self.max = 0
+        # Observed stream time after the chunk's first keyed record: where emit-rate's
+        # span starts when the node has none yet (as record by record starts it).
+        self.first_observed: int | None = None
 
     def record(self, lateness: int) -> None:
         self.count += 1
@@ -90,7 +93,8 @@ class WindowMetrics:
             )
             self._raise_max(chunk.max)
         first = context.processor_metadata(self.first_key)
-        first = observed if first is None else first
+        if first is None:
+            first = observed if chunk.first_observed is None else chunk.first_observed
         seconds = max(1.0, (observed - first) / 1000)
         context.set_metric(
             "late-record-drop-rate", context.get_metric("late-record-drop-total") / seconds
@@ -104,7 +108,8 @@ class WindowMetrics:
             return
         context, prefix = self.context, self.prefix
         if context.processor_metadata(self.first_key) is None:
-            context.set_processor_metadata(self.first_key, observed)
+            first = chunk.first_observed
+            context.set_processor_metadata(self.first_key, observed if first is None else first)
         for name, delta in zip(_TOTALS, (chunk.late_drops, chunk.count, chunk.total), strict=True):
             if delta:
                 held = context.processor_metadata(prefix + name) or 0
@@ -159,15 +164,16 @@ class TimeWindowedAggregate(Processor):
         self._metrics = WindowMetrics(context, key)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
+        if not chunk.records:
+            return self._nothing(chunk)
         store, windows = self.store, self.windows
         grace = windows.grace_ms
         observed = self.context.processor_metadata(self._time_key)
         observed = NO_TIME if observed is None else observed
         # Windowed key -> (aggregate, timestamp); an aggregate of None is a deleted window.
         pending: dict[Windowed, tuple[Any, int] | None] = {}
-        out: list[Record] = []
-        at: list[int] = []
-        metrics = Lateness()
+        same: dict[Windowed, Windowed] = {}
+        out, at, metrics = [], [], Lateness()
         shared = self.state_key is not None
         store_time = self.context.processor_metadata(self._store_time_key) if shared else None
         store_time = NO_TIME if store_time is None else store_time
@@ -180,18 +186,21 @@ class TimeWindowedAggregate(Processor):
             metrics.record(observed - ts if observed > ts else 0)
             if ts > observed:
                 observed = ts
+            if metrics.first_observed is None:
+                metrics.first_observed = observed
             close = observed - grace
             for window in windows.windows_for(ts):
                 if window.end <= close:
                     metrics.late_drops += 1
                     continue
-                windowed = Windowed(key, window)
+                # One object per window: its key encoding is computed once (state/keys.py).
+                windowed = same.setdefault(windowed := Windowed(key, window), windowed)
                 if shared and window.end <= store_time - grace:
                     held = None  # past the shared store's retention: gone, as in Kafka
                 elif windowed in pending:
                     held = pending[windowed]
                 else:
-                    found = store.get_with_timestamp(key, window)
+                    found = store.get_windowed(windowed)
                     held = None if found is None else (found.value, found.timestamp)
                 old = None if held is None else held[0]
                 if old is None:
@@ -214,6 +223,13 @@ class TimeWindowedAggregate(Processor):
         self._store_time = store_time
         return chunk.with_records(out, at)
 
+    def _nothing(self, chunk: Chunk) -> Chunk:
+        """No record reached the node (one by one it is not called): no metric moves and
+        ``finish_chunk`` writes nothing."""
+        self._pending, self._observed, self._store_time = {}, NO_TIME, NO_TIME
+        self._metrics.pending = None
+        return chunk
+
     def finish_chunk(self) -> None:
         pending, self._pending = self._pending, {}
         if pending:
@@ -235,7 +251,15 @@ class TimeWindowedAggregate(Processor):
                 # are late): scan from there.
                 kept = self.kept_after_end_ms
                 since = None if previous is None else previous - kept + 1
-                self.store.delete_ending_before(observed - kept + 1, since)
+                if since is None or self._may_end_within(since, observed - kept + 1):
+                    self.store.delete_ending_before(observed - kept + 1, since)
+
+    def _may_end_within(self, low: int, high: int) -> bool:
+        """Whether a window of this node can end in ``[low, high)``: windows end at
+        ``k * advance + size``, so between two such ends there is nothing to scan for
+        (most records move stream time by less than the advance)."""
+        size, advance = self.windows.size_ms, self.windows.advance_ms
+        return low + (size - low) % advance < high
 
     def _forget_shared(self) -> None:
         """A cogroup's node: keep its observed stream time, and delete the windows past
@@ -294,6 +318,89 @@ class SessionWindowedAggregate(Processor):
         # Without state_key, the store's stream time is the node's observed stream time.
         self._store_time_key = f"{self.store_name}.store_stream_time" if self.state_key else None
         self._metrics = WindowMetrics(context, key)
+        # A chunk's sessions are held per key until finish_chunk (a cogroup's node, whose
+        # store others write, goes record by record).
+        self.chunked = self.state_key is None
+        self._pending: dict[Any, dict[Window, Any]] = {}
+        self._observed: int | None = None
+
+    def process_chunk(self, chunk: Chunk) -> Chunk:
+        """``process`` of each record, against the sessions the chunk wrote (held, not
+        written: ``finish_chunk`` writes them and purges as the last record would)."""
+        if not chunk.records:  # none reached the node: no metric moves, nothing to write
+            self._pending, self._observed, self._metrics.pending = {}, None, None
+            return chunk
+        metrics, observed = Lateness(), self.context.processor_metadata(self._time_key)
+        observed = NO_TIME if observed is None else observed
+        gap, grace = self.windows.gap_ms, self.windows.grace_ms
+        pending: dict[Any, dict[Window, Any]] = {}  # key -> session -> aggregate (None: gone)
+        out, at = [], []
+        for i, record in enumerate(chunk.records):
+            key, ts = record.key, record.timestamp
+            if key is None:
+                metrics.null_keys += 1
+                continue
+            metrics.record(observed - ts if observed > ts else 0)
+            retained = observed - self.retention_ms + 1  # as process: before this record
+            observed = max(observed, ts)
+            if metrics.first_observed is None:
+                metrics.first_observed = observed
+            mine = pending.get(key)
+            merged = self._sessions(key, max(ts - gap, retained), ts + gap, mine)
+            start, end = ts, ts
+            agg = None if self.initializer is None else self.initializer()
+            for window, value in merged:
+                agg = (
+                    value
+                    if self.initializer is None and agg is None
+                    else self.merger(key, agg, value)
+                )
+                start, end = min(start, window.start), max(end, window.end)
+            session = Window(start, end)
+            if end < observed - grace - gap:
+                metrics.late_drops += 1
+                continue
+            mine = pending.setdefault(key, {}) if mine is None else mine
+            if session != Window(ts, ts):
+                for window, value in merged:
+                    mine[window] = None
+                    out.append(Record(Windowed(key, window), Change(None, value), window.end))
+                    at.append(chunk.at[i])
+            if self.initializer is None and agg is None and not merged:
+                new = record.value
+            else:
+                new = self.aggregator(key, record.value, agg)
+            mine[session] = new
+            out.append(Record(Windowed(key, session), Change(new, None), end))
+            at.append(chunk.at[i])
+        self._metrics.publish(metrics, observed)
+        self._pending = pending
+        self._observed = None if metrics.first_observed is None else observed
+        return chunk.with_records(out, at)
+
+    def _sessions(self, key: Any, low: int, high: int, mine: dict[Window, Any] | None) -> list:
+        """``find_sessions(key, low, high)`` over the store and the chunk's sessions."""
+        found = self.store.find_sessions(key, low, high)
+        if not mine:
+            return found
+        found = [(w, v) for w, v in found if w not in mine]
+        found += [
+            (w, v) for w, v in mine.items() if v is not None and w.end >= low and w.start <= high
+        ]
+        found.sort(key=lambda item: (item[0].end, item[0].start))
+        return found
+
+    def finish_chunk(self) -> None:
+        pending, self._pending = self._pending, {}
+        writes = [
+            (Windowed(key, w), v, w.end) for key, mine in pending.items() for w, v in mine.items()
+        ]
+        if writes:
+            self.store.put_all(writes)
+        observed, self._observed = self._observed, None
+        self._metrics.keep(NO_TIME if observed is None else observed)
+        if observed is not None:
+            self._advance(observed, observed)
 
     def process(self, record: Record) -> None:
         context = self.context

@@ -110,14 +110,16 @@ def decode_i64_be(raw: bytes) -> int:
 
 def encode_key(value: Any) -> bytes:
     """The order-preserving encoding of ``value`` (see the module docstring)."""
-    # A processor usually reads a key and then writes it: the second encoding of the same
-    # (immutable) str or int object is the first one's.
-    # (One tuple, swapped whole: safe across threads.)
-    global _last
-    last = _last
+    # A processor usually reads a key and then writes it, and a windowed aggregation's
+    # Windowed key is read, written and then buffered by its suppress node (in a chunk:
+    # all reads, then the buffer, then all writes): encodings of immutable objects (str,
+    # int, a frozen Windowed of one) are kept by identity. The memo holds each object, so
+    # its id is not reused meanwhile; it is emptied when full. (Dict operations are
+    # atomic: safe across threads.)
+    hit = _memo.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
     t = type(value)
-    if value is last[0] and t in _MEMO_TYPES:
-        return last[1]
     if t is str:  # the commonest key: what _encode writes, without its dispatch
         raw = _STR_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
         raw += _END_BYTE
@@ -125,15 +127,18 @@ def encode_key(value: Any) -> bytes:
         out = bytearray()
         _encode(value, out, "key")
         raw = bytes(out)
-    if t in _MEMO_TYPES:
-        _last = (value, raw)
+    if t in _MEMO_TYPES or (t is Windowed and type(value.key) in _MEMO_TYPES):
+        if len(_memo) >= _MEMO_SIZE:
+            _memo.clear()
+        _memo[id(value)] = (value, raw)
     return raw
 
 
 _MEMO_TYPES = frozenset((str, int))
+_MEMO_SIZE = 1 << 16
 _STR_TAG = bytes([TAG_STR])
 _END_BYTE = bytes([_END])
-_last: tuple[Any, bytes] = (object(), b"")
+_memo: dict[int, tuple[Any, bytes]] = {}
 
 
 def decode_key(raw: bytes) -> Any:
@@ -163,9 +168,7 @@ def prefix_range(prefix: tuple) -> tuple[bytes, bytes]:
     ``prefix_range(())`` covers every tuple key.
     """
     if not isinstance(prefix, tuple):
-        raise SerializationException(
-            f"a key prefix must be a tuple, found {type(prefix).__name__}"
-        )
+        raise SerializationException(f"a key prefix must be a tuple, found {type(prefix).__name__}")
     out = bytearray([TAG_TUPLE])
     for i, element in enumerate(prefix):
         _encode(element, out, f"prefix[{i}]")

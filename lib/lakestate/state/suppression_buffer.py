@@ -232,7 +232,6 @@ class SuppressionBuffer:
         first = self._first(self._current())
         return None if first is None else first[0]
 
-
     def approximate_num_entries(self) -> int:
         return self.num_records()
 
@@ -310,6 +309,15 @@ class SuppressionBuffer:
             evicted += 1
             callback(_record(decode_key(raw_key[1:]), entry))
         return evicted
+
+    def evict_through(self, expiry: int, callback: Callable[[BufferedRecord], None]) -> int:
+        """``evict_while`` the oldest buffer time is ``<= expiry``."""
+
+        def expired() -> bool:
+            oldest = self.min_buffer_time()
+            return oldest is not None and oldest <= expiry
+
+        return self.evict_while(expired, callback)
 
     def flush(self) -> None:
         """Write the stats entry (count and size): once per record, after its changes."""

@@ -110,6 +110,12 @@ class WindowStore:
         raw = self._source().get(self.name, _window_key(Windowed(key, window)))
         return None if raw is None else ValueAndTimestamp(*decode_value(raw))
 
+    def get_windowed(self, windowed: Windowed) -> ValueAndTimestamp | None:
+        """``get_with_timestamp(windowed.key, windowed.window)``: the caller's object is
+        encoded, so its later put of the same object reuses the encoding (state/keys.py)."""
+        raw = self._source().get(self.name, WINDOW_PREFIX + encode_key(windowed))
+        return None if raw is None else ValueAndTimestamp(*decode_value(raw))
+
     def get(self, key: Any, window: Window) -> Any:
         found = self.get_with_timestamp(key, window)
         return None if found is None else found.value

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lakestate import Materialized, StreamsBuilder
+from lakestate import Materialized, Serdes, StreamsBuilder
 from lakestate.processors import columnar_count
 from lakestate.processors.task import Task
 from lakestate.records import Record
@@ -31,17 +31,25 @@ KEYS = st.one_of(
 VALUES = st.one_of(st.none(), st.builds(lambda n: {"n": n}, st.integers(0, 9)))
 TIMESTAMPS = st.one_of(st.integers(0, 50), st.integers(0, 2**63 - 1))
 BATCHES = st.lists(st.lists(st.tuples(KEYS, VALUES, TIMESTAMPS), max_size=60), max_size=4)
+# A store with serdes checks each write (state/serde_checked.py): String keys only.
+STRING_KEYS = st.one_of(st.none(), st.sampled_from(["a", "b", "ä", ""]))
+CHECKED_BATCHES = st.lists(
+    st.lists(st.tuples(STRING_KEYS, VALUES, TIMESTAMPS), max_size=60), max_size=4
+)
 
 
-def _task(store) -> Task:
+def _task(store, checked: bool = False) -> Task:
     b = StreamsBuilder()
-    b.stream("in").group_by_key().count(Materialized.as_("counts")).to_stream().to("out")
+    materialized = Materialized.as_("counts")
+    if checked:
+        materialized = materialized.with_(Serdes.String(), Serdes.Long())
+    b.stream("in").group_by_key().count(materialized).to_stream().to("out")
     return Task(b.build(), 0, 0, store, {}, "app")
 
 
-def _run(batches: list[list[tuple]], columnar: bool, store=None) -> tuple:
+def _run(batches: list[list[tuple]], columnar: bool, store=None, checked: bool = False) -> tuple:
     """Each batch as one chunk (columnar) or record by record, committed after each."""
-    task = _task(in_memory_store("0_0") if store is None else store)
+    task = _task(in_memory_store("0_0") if store is None else store, checked)
     offset, out = 0, []
     for rows in batches:
         records = [Record(k, v, ts) for k, v, ts in rows]
@@ -69,13 +77,14 @@ def columnar_from_one(monkeypatch):
 
 
 @SETTINGS
-@given(batches=BATCHES)
-def test_a_count_on_columns_gives_what_one_by_one_gives(batches):
+@given(data=st.data(), checked=st.booleans())
+def test_a_count_on_columns_gives_what_one_by_one_gives(data, checked):
+    batches = data.draw(CHECKED_BATCHES if checked else BATCHES)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(columnar_count, "MIN_RECORDS", 1)
-        columnar = _run(batches, columnar=True)
+        columnar = _run(batches, columnar=True, checked=checked)
         mp.setattr(columnar_count, "MIN_RECORDS", 10**9)
-        one_by_one = _run(batches, columnar=False)
+        one_by_one = _run(batches, columnar=False, checked=checked)
     assert columnar == one_by_one
 
 

@@ -12,8 +12,9 @@ Python work besides building the output records); each record's rank among its k
 records comes from one stable sort, its running count is the stored count plus rank + 1,
 and its timestamp a running maximum per key (one ``maximum.accumulate`` over the sorted
 timestamps, each key's run lifted above the previous one's). The store is read once per
-distinct key. A chunk the arrays cannot hold exactly (a count or a timestamp span near
-2**62, or a stored count that is not an int) returns None: the caller goes record by record.
+distinct key, each key encoded once for its read and its write. A chunk the arrays cannot
+hold exactly (a count or a timestamp span near 2**62, or a stored count that is not an
+int) returns None: the caller goes record by record.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from lakestate.records import Change, Record
 from lakestate.state.keys import encode_key
+from lakestate.state.timestamped import TimestampedKeyValueStore
 
 # Below this many records a chunk goes the per-record way: the arrays' fixed cost (tens of
 # microseconds) is more than a short loop's.
@@ -61,7 +63,9 @@ def count_chunk(
     starts = np.zeros(groups, np.int64)
     np.cumsum(sizes[:-1], out=starts[1:])
     firsts = order[starts]  # each key's first record
-    base = _stored(store, [keys[i] for i in firsts.tolist()])
+    group_keys = [keys[i] for i in firsts.tolist()]
+    encoded = [encode_key(k) for k in group_keys]  # once per key: read, then written
+    base = _stored(store, group_keys, encoded)
     if base is None:
         return None
     held, counts, stamps = base
@@ -83,9 +87,28 @@ def count_chunk(
     ts_list = running.tolist()
     out = list(map(_update, keys, new_list, old_list, ts_list))
     lasts = order[starts + sizes - 1].tolist()
-    encode = store.encode_entry
-    pending = [encode(keys[i], new_list[i], ts_list[i]) for i in lasts]
+    pending = _entries(store, keys, encoded, lasts, new_list, ts_list)
     return out, at, pending, dropped
+
+
+def _entries(
+    store: Any,
+    keys: list[Any],
+    encoded: list[bytes],
+    lasts: list[int],
+    counts: list[int],
+    timestamps: list[int],
+) -> list[tuple[bytes, bytes | None]]:
+    """The store's entry for each key (``encoded``: its encode_key) at its last record
+    (``lasts``, in first-seen order), what ``store.encode_entry`` gives."""
+    if type(store).encode_entry is TimestampedKeyValueStore.encode_entry:
+        # A plain view: its entry is (encode_key(key), b"[<count>,<timestamp>]").
+        return [
+            (raw, b"[%d,%d]" % (counts[i], timestamps[i]))
+            for raw, i in zip(encoded, lasts, strict=True)
+        ]
+    encode = store.encode_entry  # a view that checks its writes (store serdes)
+    return [encode(keys[i], counts[i], timestamps[i]) for i in lasts]
 
 
 # Records and changes are frozen dataclasses, whose __init__ sets each field through
@@ -112,11 +135,16 @@ def _update(key: Any, new: int, old: int | None, timestamp: int) -> Record:
     return record
 
 
-def _stored(store: Any, keys: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """For each key: whether the store holds it, its count (0: none) and timestamp; None
-    if a stored count is not an int the arrays can hold."""
+def _stored(
+    store: Any, keys: list[Any], encoded: list[bytes]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For each key (``encoded``: their encode_key): whether the store holds it, its count
+    (0: none) and timestamp; None if a stored count is not an int the arrays can hold."""
     get_many = getattr(store, "get_many_with_timestamp", None)
-    found = get_many(keys) if get_many is not None else [store.get_with_timestamp(k) for k in keys]
+    if get_many is not None:
+        found = get_many(keys, encoded)
+    else:
+        found = [store.get_with_timestamp(k) for k in keys]
     held = np.fromiter((f is not None for f in found), bool, len(keys))
     counts = np.zeros(len(keys), np.int64)
     stamps = np.zeros(len(keys), np.int64)

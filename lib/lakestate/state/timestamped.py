@@ -43,9 +43,14 @@ class TimestampedKeyValueStore:
         value, timestamp = decode_value(raw)
         return ValueAndTimestamp(value, timestamp)
 
-    def get_many_with_timestamp(self, keys: list[Any]) -> list[ValueAndTimestamp | None]:
-        """``[get_with_timestamp(k) for k in keys]``, read at once where the source can."""
-        raws = get_many(self._source(), self.name, [encode_key(k) for k in keys])
+    def get_many_with_timestamp(
+        self, keys: list[Any], encoded: list[bytes] | None = None
+    ) -> list[ValueAndTimestamp | None]:
+        """``[get_with_timestamp(k) for k in keys]``, read at once where the source can
+        (``encoded``: the keys' ``encode_key``, when the caller has them)."""
+        if encoded is None:
+            encoded = [encode_key(k) for k in keys]
+        raws = get_many(self._source(), self.name, encoded)
         return [None if raw is None else ValueAndTimestamp(*decode_value(raw)) for raw in raws]
 
     def get(self, key: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lakestate.processors import columnar_count
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.metrics import DROPPED_RECORDS
@@ -36,6 +37,8 @@ class StreamAggregate(Processor):
         self.store_name = store_name
         self.initializer = initializer
         self.aggregator = aggregator
+        # The built-in count: a chunk of it is counted on columns (columnar_count.py).
+        self._is_count = initializer is count_initializer and aggregator is count_aggregator
 
     chunked = True
     forwards_store_changes = True
@@ -54,6 +57,17 @@ class StreamAggregate(Processor):
         return self.aggregator(record.key, record.value, old_agg), max(record.timestamp, old_ts)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
+        if self._is_count and len(chunk.records) >= columnar_count.MIN_RECORDS:
+            counted = columnar_count.count_chunk(self.store, chunk.records, chunk.at)
+            if counted is not None:
+                out, at, self._pending, dropped = counted
+                if dropped:
+                    self.context.metric(DROPPED_RECORDS, dropped)
+                return chunk.with_records(out, at)
+        return self._process_records(chunk)
+
+    def _process_records(self, chunk: Chunk) -> Chunk:
+        """The chunk record by record (any aggregator)."""
         store, fold = self.store, self._fold
         # key -> (key, aggregate or its JSON, aggregate is encoded, timestamp); a None
         # aggregate is a deleted key.

@@ -113,34 +113,31 @@ class Deduplicate(Processor):
         minus the interval) counts as purged, and the purge runs once, at the last record's
         cutoff, which removes the same entries as purging at every record would (cutoffs
         only grow). A record without a topic (no metadata) has no source or offset."""
-        store, interval = self.store, self.interval_ms
+        interval = self.interval_ms
         offsets, stream_times, positions = chunk.offsets, chunk.stream_times, chunk.at
         topic = chunk.topic
         source = None if topic is None else self._tags.get(topic)
         if source is None and topic is not None:
             source = self._tags[topic] = source_tag(topic)
-        held: dict[bytes, DedupEntry | None] = {}  # id key -> stored entry (None: none)
-        seen: dict[bytes, DedupEntry | None] = {}  # id key -> entry as of this record
+        records = chunk.records
+        id_keys, held = self._held(records)  # held: id key -> stored entry (None: none)
+        seen = dict(held)  # id key -> entry as of this record
         stored: dict[bytes, tuple[int, int, int]] = {}
-        dedup_id, output = self.dedup_id, self.output
+        output = self.output
         out: list[Record] = []
         at: list[int] = []
         dropped = late = 0
         cutoff = None
-        for i, record in enumerate(chunk.records):
+        for i, record in enumerate(records):
             p = positions[i]
             cutoff = stream_times[p] - interval
-            the_id = dedup_id(record)
-            if the_id is _SKIP:
+            id_key = id_keys[i]
+            if id_key is None:
                 out.append(output(record))
                 at.append(p)
                 continue
             offset = offsets[p]
-            id_key = store.id_key(the_id)
-            if id_key in seen:
-                entry = seen[id_key]
-            else:
-                entry = seen[id_key] = held[id_key] = store.get_by_key(id_key)
+            entry = seen[id_key]
             timestamp = record.timestamp
             if entry is not None and entry.ts < cutoff:
                 entry = None  # purged by now
@@ -166,6 +163,19 @@ class Deduplicate(Processor):
         if late:
             context.metric(LATE_RECORDS_FORWARDED, late)
         return chunk.with_records(out, at)
+
+    def _held(
+        self, records: list[Record]
+    ) -> tuple[list[bytes | None], dict[bytes, DedupEntry | None]]:
+        """Each record's id key (None: forwarded without deduplication), and the entry
+        the store holds for each id of the chunk (None: none), read in one multi-get."""
+        dedup_id, id_key = self.dedup_id, self.store.id_key
+        id_keys: list[bytes | None] = []
+        for record in records:
+            the_id = dedup_id(record)
+            id_keys.append(None if the_id is _SKIP else id_key(the_id))
+        distinct = list(dict.fromkeys(k for k in id_keys if k is not None))
+        return id_keys, dict(zip(distinct, self.store.get_many_by_key(distinct), strict=True))
 
     def finish_chunk(self) -> None:
         store = self.store

@@ -187,21 +187,21 @@ class Transaction:
         if buffer is None:
             buffer = self._buffers[namespace] = {}
         index = self._indexes.get(namespace) if self._indexes else None
-        entries = 0
+        new_keys = []  # into the index at once: SortedList.update sorts them in C
         size = 0
         for key, value in items:
             previous = buffer.get(key, _MISSING)
             if previous is _MISSING:
-                entries += 1
+                new_keys.append(key)
                 size += len(key) + ENTRY_OVERHEAD_BYTES
-                if index is not None:
-                    index.add(key)
             elif previous is not None:
                 size -= len(previous)
             if value is not None:
                 size += len(value)
             buffer[key] = value
-        self._entries += entries
+        if index is not None and new_keys:
+            index.update(new_keys)
+        self._entries += len(new_keys)
         self._bytes += size
 
     def delete(self, namespace: str, key: bytes) -> None:

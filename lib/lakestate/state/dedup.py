@@ -44,6 +44,7 @@ from lakestate.errors import InvalidStateStoreException
 from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
+from lakestate.state.multi_get import get_many
 from lakestate.state.serde import decode_value, encode_value, json_text
 
 __all__ = ["DedupEntry", "DedupStore", "source_tag"]
@@ -197,6 +198,11 @@ class DedupStore:
         """The entry stored under ``id_key``, or None."""
         raw = self._source().get(self.name, id_key)
         return None if raw is None else _decode_entry(raw)
+
+    def get_many_by_key(self, id_keys: list[bytes]) -> list[DedupEntry | None]:
+        """``[get_by_key(k) for k in id_keys]``, read at once where the source can."""
+        raws = get_many(self._source(), self.name, id_keys)
+        return [None if raw is None else _decode_entry(raw) for raw in raws]
 
     def all(self) -> Iterator[tuple[Any, DedupEntry]]:
         """(id, entry) pairs in id order."""

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.state.keys import decode_key, encode_key, prefix_range
+from lakestate.state.multi_get import get_many
 from lakestate.state.serde import decode_value, encode_value, json_text
 
 
@@ -41,6 +42,16 @@ class TimestampedKeyValueStore:
             return None
         value, timestamp = decode_value(raw)
         return ValueAndTimestamp(value, timestamp)
+
+    def get_many_with_timestamp(
+        self, keys: list[Any], encoded: list[bytes] | None = None
+    ) -> list[ValueAndTimestamp | None]:
+        """``[get_with_timestamp(k) for k in keys]``, read at once where the source can
+        (``encoded``: the keys' ``encode_key``, when the caller has them)."""
+        if encoded is None:
+            encoded = [encode_key(k) for k in keys]
+        raws = get_many(self._source(), self.name, encoded)
+        return [None if raw is None else ValueAndTimestamp(*decode_value(raw)) for raw in raws]
 
     def get(self, key: Any) -> Any:
         found = self.get_with_timestamp(key)

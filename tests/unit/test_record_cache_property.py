@@ -64,7 +64,7 @@ TOPOLOGIES = {
     "regrouped_table": (_regrouped_table, False),
     "count": (_count, True),
     "windowed_count": (_windowed_count, True),
-    "session_count": (_session_count, False),
+    "session_count": (_session_count, True),  # session windows take chunks
     "sliding_count": (_sliding_count, False),
 }
 

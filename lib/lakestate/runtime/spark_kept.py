@@ -1,6 +1,5 @@
 """A batch's processing output kept on Spark's executors (when they own the state): the
-driver collects only the tasks' outcome rows and the rows of the topics that are not log
-tables; the commit has the executors write the rest as files into the tables' locations
+driver collects only the tasks' outcome rows and the rows of the Kafka sinks; the commit has the executors write the rest as files into the tables' locations
 (``checkpoint/executor_writes``), and commits the files' metadata.
 
 The processing frame is persisted (memory, then the executors' disks), so that the second
@@ -30,14 +29,14 @@ FILES_SCHEMA = pa.schema(
         ("path", pa.string()),
         ("size", pa.int64()),
         ("rows", pa.int64()),
-        ("partition_column", pa.string()),
-        ("partition_value", pa.int32()),
+        ("partitions", pa.string()),
         ("stats", pa.string()),
+        ("schema", pa.binary()),
     ]
 )
 _FILES_DDL = (
-    "point string, path string, size bigint, rows bigint, partition_column string, "
-    "partition_value int, stats string"
+    "point string, path string, size bigint, rows bigint, partitions string, stats string, "
+    "schema binary"
 )
 
 

@@ -156,6 +156,7 @@ SPARK_MODULES = {
     "lakestate.runtime.spark_session",
     "lakestate.runtime.spark_topics",
     "lakestate.runtime.spark_kept",
+    "lakestate.runtime.spark_located",
     "lakestate.read.spark_engine",
     "lakestate.ops.convert",
 }

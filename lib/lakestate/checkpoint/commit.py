@@ -206,7 +206,7 @@ def _written_elsewhere(
     counts = {
         topic: per_task
         for topic, (_, per_task) in outputs.items()
-        if isinstance(layout.topic(topic), LogTableTopic)
+        if isinstance(layout.topic(topic), LogTableTopic | DeltaSinkTopic)
     }
     stores: dict[str, dict[TaskId, int]] = {}
     for r in results:

@@ -11,8 +11,12 @@ each task's rows of each table as Parquet files into the table's location
 (``task_files``, run where the rows are by ``RowsElsewhere.write_files``) and hand back
 only the files' metadata; step 3 commits them, each table in one Delta commit with the
 same txns and metadata as the driver's append. So the tables are the same, record for
-record and offset for offset, whoever holds the rows. Kafka sinks and typed Delta sinks
-still take their rows on the driver.
+record and offset for offset, whoever holds the rows. A typed Delta sink's rows are typed
+where they are too (``rows.typed``, against the table's columns at the plan); the driver
+decides the batch's columns from the files' schemas (``DeltaSinkTopic.batch_schema``) and,
+should the tasks have typed a new column differently (one's ints, another's doubles), has
+the sink's files written again with the batch's types. Kafka sinks still take their rows
+on the driver.
 
 A file belongs to one attempt of one Spark task (a unique name): a retried task writes new
 files, and only the files its successful attempt reports are committed.
@@ -32,11 +36,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lakestate.checkpoint import changelog
 from lakestate.checkpoint.layout import AppLayout
+from lakestate.delta_sink import DeltaSink
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits
+from lakestate.io.deltasink import DeltaSinkTopic
+from lakestate.io.deltasink import rows as deltasink_rows
 from lakestate.io.logtable import LogTableTopic
 from lakestate.io.logtable.appends import ATTEMPTS, HeldAppend, back_off
-from lakestate.io.table_files import DataFile, write_file
+from lakestate.io.table_files import DataFile, partition_text, write_file, write_partitioned
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.task_id import TaskId
 
@@ -55,6 +62,8 @@ class TableWrite:
     store_kind: str | None
     batches: dict[TaskId, int]
     bases: dict[tuple[int, int, int], int]
+    sink: DeltaSink | None = None  # a typed Delta sink's: its rows typed by it
+    columns: pa.Schema | None = None  # ... as these columns (the table's; None: no table)
 
 
 class RowsElsewhere(Protocol):
@@ -88,11 +97,16 @@ def planned(
     with contextlib.ExitStack() as locks:
         for topic, counts in sorted(counts_by_topic.items()):
             found = layout.topic(topic)
-            assert isinstance(found, LogTableTopic)
+            assert isinstance(found, LogTableTopic | DeltaSinkTopic)
             held = locks.enter_context(found.held_append(app, {t: batches[t] for t in counts}))
             bases = offset_bases({t: counts[t] for t in held.todo}, held.ends)
-            write = TableWrite(f"after_sink:{topic}", found.path, topic, None, None, {}, bases)
-            plan.writes.append(dataclasses.replace(write, batches=held.todo))
+            point = f"after_sink:{topic}"
+            if isinstance(found, DeltaSinkTopic):
+                write = TableWrite(point, found.location, topic, None, None, held.todo, bases)
+                write = dataclasses.replace(write, sink=found.sink, columns=found.columns(held))
+            else:
+                write = TableWrite(point, found.path, topic, None, None, held.todo, bases)
+            plan.writes.append(write)
             plan.held[write.point] = held
         for store, tasks in sorted(stores.items()):
             path = layout.changelog_path(store)
@@ -141,9 +155,11 @@ def _commit_topic(
     as its end did, and the executors write the files again (the lost ones are never
     committed), as the driver's append renumbers its rows."""
     found = layout.topic(write.topic or "")
-    assert isinstance(found, LogTableTopic)
+    assert isinstance(found, LogTableTopic | DeltaSinkTopic)
     app = layout.app.name
     for attempt in range(ATTEMPTS):
+        if isinstance(found, DeltaSinkTopic) and held.todo:
+            files = _typed_alike(found, write, held, files, elsewhere)
         try:
             found.commit_files(held, files, app, identity)
             return
@@ -158,6 +174,25 @@ def _commit_topic(
         f"topic {write.topic!r}: the batch's append lost {ATTEMPTS} races in a row to other "
         "writers' appends; nothing of it was written (the next run replays the batch)"
     )
+
+
+def _typed_alike(
+    sink: DeltaSinkTopic,
+    write: TableWrite,
+    held: HeldAppend,
+    files: list[DataFile],
+    elsewhere: RowsElsewhere,
+) -> list[DataFile]:
+    """A Delta sink's ``files`` with one type per column: each task typed its rows alone,
+    so a new column's type may differ between them (ints and doubles); then they are
+    written again with the batch's types (``batch_schema``, which fails a batch whose types
+    do not unify). Usually they agree and nothing is written again."""
+    schema = sink.batch_schema(held, files)
+    types = {f.name: f.type for f in schema}
+    if all(types.get(f.name) == f.type for d in files for f in d.arrow_schema()):
+        return files
+    again = dataclasses.replace(write, columns=schema)
+    return elsewhere.write_files([again]).get(write.point, [])
 
 
 def _commit_changelog(held: HeldAppend, files: list[DataFile], app: str, identity: dict) -> None:
@@ -177,9 +212,11 @@ def _commit_changelog(held: HeldAppend, files: list[DataFile], app: str, identit
 
 
 def kept_topics(layout: AppLayout) -> frozenset[str]:
-    """The output topics whose rows stay where they were made: the log tables (a Kafka
-    sink's or a typed Delta sink's rows still go to the driver)."""
-    return frozenset(t for t in layout.outputs if isinstance(layout.topic(t), LogTableTopic))
+    """The output topics whose rows stay where they were made: the log tables and typed
+    Delta sinks (a Kafka sink's rows still go to the driver)."""
+    return frozenset(
+        t for t in layout.outputs if isinstance(layout.topic(t), LogTableTopic | DeltaSinkTopic)
+    )
 
 
 def offset_bases(
@@ -236,10 +273,37 @@ def _write_task(rows: pa.Table, write: TableWrite, key: TaskId) -> list[DataFile
     base = np.array([write.bases[(key[0], key[1], int(p))] for p in targets], dtype=np.int64)
     offsets = base + rows.column("pseq").to_numpy(zero_copy_only=False)
     records = as_records(rows, pa.array(offsets, pa.int64()))
+    if write.sink is not None:
+        return _write_sink_rows(write.sink, write, records)
     files = []
     for p in sorted(set(targets.tolist())):
         one = records.filter(pc.equal(records.column("partition"), p))
         files.append(write_file(write.root, "partition", int(p), one.drop_columns(["partition"])))
+    return files
+
+
+def _write_sink_rows(sink: DeltaSink, write: TableWrite, records: pa.Table) -> list[DataFile]:
+    """A task's records of a Delta sink typed (as ``write.columns``, else inferred) and
+    written, one file per value of the sink's ``partition_by`` columns."""
+    typed = deltasink_rows.typed(sink, records, write.columns)
+    by = list(sink.partition_by)
+    if not by:
+        return [write_partitioned(write.root, {}, typed, typed.schema)]
+    # A partition column a task's values leave all null is not typed: its value is null.
+    columns = [
+        typed.column(c).to_pylist() if c in typed.column_names else [None] * typed.num_rows
+        for c in by
+    ]
+    values = list(zip(*columns, strict=True))
+    groups: dict[tuple, list[int]] = {}
+    for i, v in enumerate(values):
+        groups.setdefault(v, []).append(i)
+    files = []
+    for v, indices in groups.items():
+        texts = {c: partition_text(x) for c, x in zip(by, v, strict=True)}
+        data = typed.take(pa.array(indices, pa.int64()))
+        data = data.drop_columns([c for c in by if c in typed.column_names])
+        files.append(write_partitioned(write.root, texts, data, typed.schema))
     return files
 
 

@@ -13,7 +13,9 @@ mid_warmup_piece (inside a warmup restore's piece, before its commit) and mid_wa
 restore/warmup.py); and compaction's and rewind's own points (ops/rewind.py).
 ``in_task`` is set on Spark's executors (``spark.executorEnv.LAKESTATE_FAULT``): it
 SIGKILLs the executor (the JVM the Python worker serves) at the start of a task's
-processing (``kill_executor``): an executor lost mid-batch. Once: the first task there
+processing (``kill_executor``): an executor lost mid-batch; ``in_write`` the same in
+the write job (the files of its task half written, its cached output lost with it). Once:
+the first task there
 creates the file named by env ``LAKESTATE_FAULT_ONCE`` and kills; later ones (the retries)
 find it and go on.
 ``<batch>`` is the lowest task batch of the batch being committed (for mid_restore: the
@@ -66,14 +68,14 @@ def maybe_fail(point: str, batch_id: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def kill_executor(batch_id: int) -> None:
-    """At ``in_task`` (see above), SIGKILL the nearest ancestor of this process that is a
-    JVM: in a Spark Python worker, its executor."""
+def kill_executor(batch_id: int, point: str = "in_task") -> None:
+    """At ``point`` (``in_task`` or ``in_write``, see above), SIGKILL the nearest ancestor
+    of this process that is a JVM: in a Spark Python worker, its executor."""
     wanted = os.environ.get(ENV)
     if not wanted:
         return
     name, _, batch = wanted.partition("@")
-    if name != "in_task" or (batch and int(batch) != batch_id):
+    if name != point or (batch and int(batch) != batch_id):
         return
     try:
         os.close(os.open(os.environ[ONCE_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY))

@@ -24,7 +24,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.schema import Schema
+from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakestate import object_store
 from lakestate.errors import TaskMigratedException
@@ -36,6 +37,7 @@ __all__ = [
     "append",
     "append_files",
     "create_table",
+    "create_with_files",
     "open_table",
     "table_exists",
     "txn_app_id",
@@ -199,6 +201,36 @@ def append_files(
         raise
     table.update_incremental()
     return table.version()
+
+
+def create_with_files(
+    path: str,
+    schema: pa.Schema,
+    files: Sequence[AddAction],
+    partition_by: Sequence[str],
+    app: str,
+    batches: Mapping[TaskId, int],
+    metadata: Mapping[str, Any],
+) -> int:
+    """Create the table at ``path`` with ``schema``, partitioned by ``partition_by``, in one
+    commit adding ``files`` with ``append``'s txns and metadata (the first append of a table
+    whose files were written elsewhere); returns its version (0). ConcurrentCommit when
+    another writer created the table first."""
+    properties = _properties(app, batches, metadata, None)
+    try:
+        create_table_with_add_actions(
+            _uri(path),
+            Schema.from_arrow(schema),
+            list(files),
+            mode="error",
+            partition_by=list(partition_by) or None,
+            commit_properties=properties,
+        )
+    except Exception as exc:
+        if table_exists(path):
+            raise ConcurrentCommit(f"{path}: another writer created the table first") from exc
+        raise
+    return 0
 
 
 def _properties(

@@ -7,7 +7,8 @@ attempt Spark reports as the task's, and a failed attempt's files stay unreferen
 VACUUM removes them, as it does any uncommitted writer's). The file's metadata (``DataFile``)
 is all that travels back: path relative to the table, size, rows, partition values and the
 Delta statistics readers prune by (``numRecords``, ``nullCount``, and ``minValues`` /
-``maxValues`` of its integer columns: offsets, timestamps, batch ids).
+``maxValues`` of its integer columns: offsets, timestamps, batch ids) and, for a table whose
+columns the writer chose (a Delta sink's, typed where the rows are), the file's Arrow schema.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date, datetime
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,16 +37,27 @@ class DataFile:
     path: str  # relative to the table's root, e.g. ``partition=3/part-<uuid>.parquet``
     size: int
     rows: int
-    partition_column: str
-    partition_value: int
+    partitions: str  # JSON: Delta's partition values, column -> text (or null)
     stats: str  # Delta's statistics JSON
+    schema: bytes = b""  # the file's Arrow schema (IPC), partition columns included; b"": unsaid
+
+    @property
+    def partition_value(self) -> int:
+        """The value of a table partitioned by one integer column (a log table's
+        ``partition``, a changelog's ``task``)."""
+        (value,) = json.loads(self.partitions).values()
+        return int(value)
+
+    def arrow_schema(self) -> pa.Schema:
+        """The file's columns with its partition columns (``schema``, which must be set)."""
+        return pa.ipc.read_schema(pa.py_buffer(self.schema))
 
     def add_action(self) -> AddAction:
         """The Delta ``add`` action that commits this file."""
         return AddAction(
             self.path,
             self.size,
-            {self.partition_column: str(self.partition_value)},
+            json.loads(self.partitions),
             int(time.time() * 1000),
             True,
             self.stats,
@@ -61,19 +76,55 @@ def write_file(
 ) -> DataFile:
     """Write ``data`` (the table's columns but its partition column, the table's types) as
     one new Parquet file of partition ``partition_value``; returns its metadata."""
+    return write_partitioned(table_root, {partition_column: str(partition_value)}, data)
+
+
+def write_partitioned(
+    table_root: str,
+    partitions: Mapping[str, str | None],
+    data: pa.Table,
+    schema: pa.Schema | None = None,
+) -> DataFile:
+    """Write ``data`` (the table's columns but its partition columns) as one new Parquet
+    file of the partition whose values (Delta's texts, ``partition_text``) are
+    ``partitions`` (none: an unpartitioned table); ``schema``: the file's Arrow schema to
+    hand back (``DataFile.schema``)."""
     fs, root = _filesystem(table_root)
-    relative = f"{partition_column}={partition_value}/part-{uuid.uuid4().hex}.parquet"
-    fs.create_dir(f"{root}/{partition_column}={partition_value}", recursive=True)
+    folder = "/".join(
+        f"{c}={quote(v, safe='') if v is not None else '__HIVE_DEFAULT_PARTITION__'}"
+        for c, v in partitions.items()
+    )
+    name = f"part-{uuid.uuid4().hex}.parquet"
+    relative = f"{folder}/{name}" if folder else name
+    fs.create_dir(f"{root}/{folder}" if folder else root, recursive=True)
     pq.write_table(data, f"{root}/{relative}", filesystem=fs, compression="snappy")
     size = fs.get_file_info(f"{root}/{relative}").size
-    return DataFile(relative, size, data.num_rows, partition_column, partition_value, _stats(data))
+    saved = schema.serialize().to_pybytes() if schema is not None else b""
+    return DataFile(
+        relative, size, data.num_rows, json.dumps(dict(partitions)), _stats(data), saved
+    )
+
+
+def partition_text(value: object) -> str | None:
+    """A partition value as Delta writes it in ``partitionValues``."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, date):
+        return value.isoformat()
+    return str(value)
 
 
 def _stats(data: pa.Table) -> str:
-    """Delta's per-file statistics of ``data``."""
+    """Delta's per-file statistics of ``data`` (its flat columns)."""
     stats: dict = {"numRecords": data.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     for name in data.column_names:
         column = data.column(name)
+        if pa.types.is_nested(column.type):
+            continue  # Delta's stats of a struct are nested: none is as good
         stats["nullCount"][name] = column.null_count
         if pa.types.is_integer(column.type) and column.null_count < len(column):
             bounds = pc.min_max(column)
@@ -82,4 +133,4 @@ def _stats(data: pa.Table) -> str:
     return json.dumps(stats)
 
 
-__all__ = ["DataFile", "write_file"]
+__all__ = ["DataFile", "partition_text", "write_file", "write_partitioned"]

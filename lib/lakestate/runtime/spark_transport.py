@@ -4,21 +4,24 @@ Spark reads the batch's reads (``transport.input_reads``) from their topics
 (``spark_topics.read_range``), gives each task a partition of its own (``route_column``:
 ``runtime/routing.py`` chooses the routes), and ``mapInArrow`` runs
 ``task_executor.process_partition`` in the Python workers, tasks in parallel; the
-processing output comes back to the driver with ``toArrow``; when the executors own the
-state, only the tasks' outcomes and the rows of non-log-table sinks do, and the rest is
-written as files by the executors (``spark_kept.py``). The session starts only when
-a run chose Spark, in the background while the run recovers its local stores
-(``SparkStarter``).
+processing output comes back to the driver with ``toArrow``. When the executors own the
+state, a batch is instead one partition per task placed on the executor its task ran on
+last, reading its own input there (``spark_located.py``), and only the tasks' outcomes
+and a Kafka sink's rows come back; the rest is written as files by the executors
+(``spark_kept.py``). The session starts only when a run chose Spark, in the background
+while the run recovers its local stores (``SparkStarter``).
 
-With ``spark_session.py`` (which it starts Spark with), ``spark_topics.py`` (its reads)
-and ``spark_kept.py`` (the output kept on the executors), the only runtime modules that import pyspark: the runner imports this one only
-once a run chose Spark, so a run in this process imports no pyspark.
+With ``spark_session.py`` (which it starts Spark with), ``spark_topics.py`` (its reads),
+``spark_located.py`` and ``spark_kept.py`` (the executors' own tasks and output), the only
+runtime modules that import pyspark: the runner imports this one only once a run chose
+Spark, so a run in this process imports no pyspark.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -28,10 +31,12 @@ from lakestate.checkpoint.executor_writes import kept_topics
 from lakestate.checkpoint.layout import AppLayout
 from lakestate.errors import StreamsException
 from lakestate.object_store import is_s3
-from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_fields
+from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_arrow_schema, out_fields
 from lakestate.runtime.executor_stores import state_owner
+from lakestate.runtime.outcome import outcomes_of
 from lakestate.runtime.routing import TASK_KEY_STRIDE, routes
-from lakestate.runtime.spark_kept import KeptFrames, kept_on_executors
+from lakestate.runtime.spark_kept import KeptFrames, LocatedRowsElsewhere
+from lakestate.runtime.spark_located import Placements, on_driver, processed
 from lakestate.runtime.spark_session import configured_master
 from lakestate.runtime.spark_topics import read_range
 from lakestate.runtime.task_executor import BatchContext, process_partition
@@ -112,6 +117,7 @@ class SparkTransport:
         self.spark = SparkStarter(master, app_name, is_s3(layout.warehouse.root))
         self.layout = layout
         self._kept = KeptFrames()  # the last batch's output kept on the executors
+        self.placements = Placements()  # where each task ran last (executors own the state)
 
     def start(self) -> None:
         self.spark.start()
@@ -130,15 +136,27 @@ class SparkTransport:
         """Step 1 in Spark's Python workers: the processing output, collected as Arrow."""
         # One Spark partition per task, so that tasks run in parallel (grouping by task
         # would hash tasks into shared partitions that AQE may coalesce further).
+        if batch.ctx.executor_stores is not None:
+            return self._located(batch)
         keys = sorted((p.task.subtopology, p.task.partition) for p in batch.plans)
         frame = (
             self._read(batch.reads)
             .repartition(len(keys), route_column(keys))
             .mapInArrow(_partition_function(batch.ctx), out_schema(batch.store_kinds))
         )
-        if batch.ctx.executor_stores is None:
-            return BatchOutput.of(frame.toArrow())
-        return kept_on_executors(frame, kept_topics(self.layout), self._kept)
+        return BatchOutput.of(frame.toArrow())
+
+    def _located(self, batch: BatchInput) -> BatchOutput:
+        """Step 1 where the stores are (``spark_located``): each task on the executor it
+        ran on last, its output kept there; the driver takes the outcome rows."""
+        sc = self.spark().sparkContext
+        group = f"lakestate-batch-{uuid.uuid4().hex}"
+        tasks = sorted(p.task for p in batch.plans if p.records)
+        rdd = self._kept.keep(processed(sc, batch, self.placements, group))
+        rows = on_driver(rdd, kept_topics(self.layout))
+        self.placements.learn(sc, group, tasks)
+        rows = rows if rows is not None else out_arrow_schema(batch.store_kinds).empty_table()
+        return BatchOutput(rows, outcomes_of(rows), LocatedRowsElsewhere(rdd))
 
     def _read(self, reads: tuple[InputRead, ...]) -> DataFrame:
         """The batch's input rows, in ``INPUT_SCHEMA``'s columns, in no particular order

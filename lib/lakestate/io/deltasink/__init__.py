@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+from deltalake.schema import Field as DeltaField
 
 from lakestate.delta_sink import META_SCHEMA, OFFSET, PARTITION, DeltaSink
 from lakestate.errors import StreamsException
@@ -26,6 +27,8 @@ from lakestate.io import delta_commits, txn_ids
 from lakestate.io.deltasink import declaration, rows
 from lakestate.io.deltasink.declaration import Declared
 from lakestate.io.logtable import appends as logtable_appends
+from lakestate.io.logtable.appends import HeldAppend
+from lakestate.io.table_files import DataFile
 from lakestate.io.topic_records import AppendResult, Ranges, TopicDescription, check_ranges
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
@@ -244,6 +247,81 @@ class DeltaSinkTopic:
             skipped=False,
             version=version,
         )
+
+    def held_append(
+        self, app: str, batches: Mapping[TaskId, int]
+    ) -> contextlib.AbstractContextManager[HeldAppend]:
+        """``append_batch`` for rows typed and written as files elsewhere (Spark's
+        executors), as a log table's (``LogTableTopic.held_append``): while the block runs
+        the sink's append lock is held; the block numbers the rows on from
+        ``HeldAppend.ends``, has them typed as the table's columns (``columns``) and
+        written, and commits them with ``commit_files``."""
+        return self._held_append(app, batches)
+
+    @contextlib.contextmanager
+    def _held_append(self, app: str, batches: Mapping[TaskId, int]) -> Iterator[HeldAppend]:
+        with self.append_lock():
+            table = self._table()
+            held = delta_commits.txn_versions(table, app, list(batches)) if table else {}
+            todo = {t: b for t, b in batches.items() if held.get(t, 0) < b}
+            yield HeldAppend(table, todo, _ends(table, self.partitions()) if todo else {})
+
+    def held_again(self, app: str, held: HeldAppend) -> HeldAppend:
+        """``held`` after its commit lost a race (``LogTableTopic.held_again``)."""
+        table = self._table()
+        versions = delta_commits.txn_versions(table, app, list(held.todo)) if table else {}
+        taken = sorted(t for t, b in held.todo.items() if versions.get(t, 0) >= b)
+        if taken:
+            raise delta_commits.ConcurrentCommit(
+                f"{self.location}: another writer committed a batch of "
+                f"{', '.join(str(t) for t in taken)} at the same time"
+            )
+        return HeldAppend(table, held.todo, _ends(table, self.partitions()))
+
+    def columns(self, held: HeldAppend) -> pa.Schema | None:
+        """The table's columns at ``held``'s snapshot (None: no table yet)."""
+        if held.table is None:
+            return None
+        return pa.schema(held.table.schema().to_arrow())
+
+    def batch_schema(self, held: HeldAppend, files: Sequence[DataFile]) -> pa.Schema:
+        """The columns the table has once ``files`` (typed where they were written) are
+        committed on ``held`` (``rows.batch_schema``)."""
+        return rows.batch_schema(self.sink, [f.arrow_schema() for f in files], self.columns(held))
+
+    def commit_files(
+        self, held: HeldAppend, files: Sequence[DataFile], app: str, metadata: Mapping[str, Any]
+    ) -> AppendResult:
+        """Commit ``files`` (the typed rows of ``held.todo``, numbered from ``held.ends``,
+        each file's types those of ``batch_schema``) in one commit with the tasks' txns and
+        the sink's append txn; the first creates the table (its columns: ``batch_schema``,
+        partitioned by ``partition_by``). Columns the batch adds are added by a commit of
+        their own first (delta-rs commits files without changing the schema), which must
+        directly follow ``held``'s snapshot. ConcurrentCommit if another writer committed
+        meanwhile (``held_again`` then renumbers)."""
+        if not held.todo:
+            return AppendResult(self.name, {}, skipped=True, version=held.table.version())
+        schema = self.batch_schema(held, files)
+        adds = [f.add_action() for f in files]
+        table = held.table
+        if table is None:
+            version = delta_commits.create_with_files(
+                self.location, schema, adds, self.sink.partition_by, app, held.todo, metadata
+            )
+            return AppendResult(self.name, {}, skipped=False, version=version)
+        before = table.version()
+        had = set(pa.schema(table.schema().to_arrow()).names)
+        new = [f for f in schema if f.name not in had]
+        if new:
+            table.alter.add_columns([DeltaField.from_arrow(f) for f in new])
+            table.update_incremental()
+            if table.version() != before + 1:
+                raise delta_commits.ConcurrentCommit(
+                    f"{self.location}: another writer committed while the batch added columns"
+                )
+        txn = {txn_ids.topic_append(self.name): table.version() + 1}
+        version = delta_commits.append_files(table, adds, app, held.todo, metadata, txn)
+        return AppendResult(self.name, {}, skipped=False, version=version)
 
     def _commit(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -78,6 +79,38 @@ def _with_meta(records: pa.Table, arrays: list[pa.Array], fields: list[pa.Field]
         records.column("offset").cast(pa.int64()),
     ]
     return pa.Table.from_arrays(arrays, schema=pa.schema([*fields, *META_SCHEMA]))
+
+
+def batch_schema(
+    sink: DeltaSink, schemas: Sequence[pa.Schema], existing: pa.Schema | None
+) -> pa.Schema:
+    """The columns a batch typed in pieces (each task's rows by ``typed`` where they are)
+    leaves the table with: ``existing``'s, then each new column in the order the pieces
+    (in task order) first have it, typed as Arrow would type the batch's values together
+    (an int64 piece and a double piece: double), then the meta columns.
+    ``StreamsException`` when the pieces' types do not unify (a string and a number), as
+    ``typed`` fails such a batch."""
+    known = _known_types(sink, existing)
+    found: dict[str, list[pa.DataType]] = {}
+    for schema in schemas:
+        for f in schema:
+            if f.name not in META_COLUMNS and f.name not in known:
+                found.setdefault(f.name, []).append(f.type)
+    fields = [pa.field(n, t) for n, t in known.items()]
+    for name, types in found.items():
+        try:
+            unified = pa.unify_schemas(
+                [pa.schema([pa.field(name, t)]) for t in types], promote_options="permissive"
+            )
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            kinds = sorted({str(t) for t in types})
+            raise StreamsException(
+                f"DeltaSink {sink.name!r}: field {name!r} has values of different types in "
+                f"one batch ({', '.join(kinds)}: {exc}); give the field one type before the "
+                "sink, or declare it (DeltaSink(schema=...))"
+            ) from None
+        fields.append(unified.field(name))
+    return pa.schema([*fields, *META_SCHEMA])
 
 
 def _known_types(sink: DeltaSink, existing: pa.Schema | None) -> dict[str, pa.DataType]:
@@ -188,4 +221,4 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-__all__ = ["records", "typed", "typed_by_rows"]
+__all__ = ["batch_schema", "records", "typed", "typed_by_rows"]

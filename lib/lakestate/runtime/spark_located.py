@@ -1,0 +1,147 @@
+"""Tasks kept on the executor that holds their state, from batch to batch (when Spark's
+executors own the stores; docs/architecture.md, "State on Spark's executors").
+
+A Spark task placed where Spark likes (after the shuffle that routes each task's rows,
+a reduce task goes wherever a core is free) finds its store elsewhere and catches up or
+restores. PySpark exposes no preferred locations, but the JVM's
+``SparkContext.makeRDD(Seq[(T, Seq[String])])`` gives each partition its own, and an
+executor-level location (``executor_<host>_<id>``) is what a cached block's is: the
+scheduler waits up to ``spark.locality.wait`` (3 s by default) for that executor before
+it runs the task elsewhere. So a batch is one partition per task, each preferring the
+executor its task ran on last (``Placements``, read from Spark's status store after each
+batch), and each task reads its own input where it runs (``inprocess.read_inputs``: its
+topics' readers, delta-rs on the files and ranges of its partitions) instead of Spark's
+scan and shuffle. The output stays on the executors, persisted, for the file writes
+(``spark_kept``), which run where the cached blocks are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from lakestate.checkpoint import faults
+from lakestate.io.kafka.cluster import KafkaCluster
+from lakestate.runtime.inprocess import BatchReads, read_inputs
+from lakestate.runtime.task_executor import BatchContext, loaded_app, process_task
+from lakestate.runtime.transport import BatchInput
+from lakestate.task_id import TaskId
+from pyspark import SparkContext
+from pyspark.rdd import RDD
+from pyspark.serializers import CPickleSerializer
+
+#: How long the driver waits for Spark's status store to list a finished job's tasks
+#: (its listener runs behind the job's end).
+_STATUS_WAIT_S = 5.0
+
+
+class Placements:
+    """Where each task ran last in this Spark application: its executor's location
+    (``executor_<host>_<executor id>``); executor ids are the application's, so a new run
+    starts without any (its tasks land where Spark puts them, and stay from then on)."""
+
+    def __init__(self) -> None:
+        self.where: dict[TaskId, str] = {}
+        self.moved = 0  # tasks that ran elsewhere than their last executor, this run
+
+    def preferred(self, task: TaskId) -> list[str]:
+        found = self.where.get(task)
+        return [found] if found else []
+
+    def learn(self, sc: SparkContext, group: str, tasks: Sequence[TaskId]) -> None:
+        """Read where the job group ``group``'s tasks (partition j: ``tasks[j]``) ran."""
+        ran = _ran_on(sc, group, len(tasks))
+        for index, location in ran.items():
+            task = tasks[index]
+            if self.where.get(task) not in (None, location):
+                self.moved += 1
+            self.where[task] = location
+
+
+def _ran_on(sc: SparkContext, group: str, count: int) -> dict[int, str]:
+    """Partition index -> the location of the executor whose attempt succeeded, for the
+    jobs of ``group`` (empty where the status store has not listed them in time)."""
+    store = sc._jsc.sc().statusStore()
+    deadline = time.monotonic() + _STATUS_WAIT_S
+    found: dict[int, str] = {}
+    while True:
+        for job in sc.statusTracker().getJobIdsForGroup(group):
+            info = sc.statusTracker().getJobInfo(job)
+            for stage in info.stageIds if info else ():
+                listed = store.taskList(stage, 0, 100_000)
+                for i in range(listed.size()):
+                    t = listed.apply(i)
+                    if t.status() == "SUCCESS":
+                        found[t.index()] = f"executor_{t.host()}_{t.executorId()}"
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def located_tasks(sc: SparkContext, tasks: Sequence[TaskId], placements: Placements) -> RDD:
+    """One partition per task (partition j: ``tasks[j]``), each preferring the executor
+    its task ran on last."""
+    jvm = sc._jvm
+    as_scala = jvm.scala.jdk.javaapi.CollectionConverters.asScala
+    pairs = jvm.java.util.ArrayList()
+    for task in tasks:
+        where = jvm.java.util.ArrayList()
+        for location in placements.preferred(task):
+            where.add(location)
+        pairs.add(jvm.scala.Tuple2(bytearray(pickle.dumps(task)), as_scala(where).toSeq()))
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    rdd = sc._jsc.sc().makeRDD(as_scala(pairs).toSeq(), tag)
+    return RDD(jvm.org.apache.spark.api.java.JavaRDD(rdd, tag), sc, CPickleSerializer())
+
+
+def processed(sc: SparkContext, batch: BatchInput, placements: Placements, group: str) -> RDD:
+    """The batch's tasks processed where their stores are, their output tables (one per
+    task) left in the returned RDD (not computed yet)."""
+    tasks = sorted(p.task for p in batch.plans if p.records)
+    sc.setJobGroup(group, "lakestate batch", interruptOnCancel=False)
+    return located_tasks(sc, tasks, placements).mapPartitions(_task_function(batch))
+
+
+def _task_function(batch: BatchInput):
+    """The function each partition runs: its task's input read here, then processed."""
+    reads, ctx = batch.reads, batch.ctx
+
+    def run(tasks):
+        faults.kill_executor(min(ctx.batches.values()))  # tests only: see faults.py
+        for task in tasks:
+            records = read_inputs(reads, task, BatchReads(_layout(ctx)))
+            if records.num_rows:
+                yield process_task(records, ctx)
+
+    return run
+
+
+def _layout(ctx: BatchContext):
+    """The app's layout in an executor: the App loaded here, and its Kafka cluster (a
+    Kafka input is read by the executor's own consumer, as the driver's would)."""
+    assert ctx.executor_stores is not None
+    app = loaded_app(ctx.app_path)
+    cluster = KafkaCluster.from_config(app.config)
+    return dataclasses.replace(ctx.executor_stores.layout_facts, app=app, cluster=cluster)
+
+
+def on_driver(rdd: RDD, kept: frozenset[str]) -> pa.Table | None:
+    """The rows the driver takes: the tasks' outcome rows and the rows of the topics not
+    ``kept`` (Kafka sinks)."""
+    wanted = sorted(kept)
+
+    def select(table: pa.Table) -> pa.Table:
+        kind = table.column("kind")
+        elsewhere = pc.is_in(table.column("topic"), value_set=pa.array(wanted, pa.string()))
+        keep = pc.or_(pc.equal(kind, "task"), pc.and_(pc.equal(kind, "out"), pc.invert(elsewhere)))
+        return table.filter(keep)
+
+    tables = rdd.map(select).collect()
+    return pa.concat_tables(tables) if tables else None
+
+
+__all__ = ["Placements", "located_tasks", "on_driver", "processed"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from lakestate.assign import Assignment
@@ -238,7 +238,7 @@ def _read(table: DeltaTable | None, numbers: Iterable[int] | None) -> list[Gener
     dataset = table.to_pyarrow_dataset()
     if numbers is None:
         return _generations(dataset.to_table())
-    return _generations(dataset.to_table(filter=ds.field("generation").isin(sorted(set(numbers)))))
+    return _generations(dataset.to_table(filter=pc.field("generation").isin(sorted(set(numbers)))))
 
 
 def latest(warehouse: Warehouse, app: str) -> Generation | None:

@@ -28,7 +28,6 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from lakestate.io import delta_commits, txn_ids
 from lakestate.state.registry import view_class
 from lakestate.task_id import TaskId
@@ -120,7 +119,7 @@ def batch_rows(kind: str, state_rows: pa.Table, batch_of_task: dict[int, int]) -
 
 def _task_rows(path: str, partition: int, through: int, columns: list[str], table=None) -> pa.Table:
     dataset = (table or delta_commits.open_table(path)).to_pyarrow_dataset()
-    condition = (ds.field("task") == partition) & (ds.field("batch_id") <= through)
+    condition = (pc.field("task") == partition) & (pc.field("batch_id") <= through)
     return dataset.to_table(columns=columns, filter=condition)
 
 
@@ -158,9 +157,9 @@ def read_live_after(
     key is left after these, how many keys were examined). A key whose latest row is a
     tombstone is examined but not returned. Only those keys' rows are turned into
     entries, so a piece of a large store costs its scan, not the whole store's."""
-    condition = (ds.field("task") == partition) & (ds.field("batch_id") <= through)
+    condition = (pc.field("task") == partition) & (pc.field("batch_id") <= through)
     if after is not None:
-        condition = condition & (ds.field("raw_key") > after)
+        condition = condition & (pc.field("raw_key") > after)
     dataset = (table or delta_commits.open_table(path)).to_pyarrow_dataset()
     rows = dataset.to_table(columns=["batch_id", "raw_key", "raw_value"], filter=condition)
     distinct = pc.unique(rows.column("raw_key"))

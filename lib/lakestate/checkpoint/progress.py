@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Field, PrimitiveType
 from lakestate.checkpoint import faults
@@ -222,7 +222,7 @@ def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -
     condition = None
     if tasks and app is not None:
         newest = delta_commits.txn_versions(table, app, tasks)
-        condition = ds.field("batch_id") >= max(0, min(newest.values()) - 1)
+        condition = pc.field("batch_id") >= max(0, min(newest.values()) - 1)
     data = table.to_pyarrow_dataset().to_table(filter=condition)
     history = _history(data, tasks)
     if tasks and app is not None:

@@ -17,10 +17,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
@@ -31,6 +30,10 @@ from lakestate import object_store
 from lakestate.errors import TaskMigratedException
 from lakestate.io import txn_ids
 from lakestate.task_id import TaskId
+
+if TYPE_CHECKING:
+    # pyarrow.dataset imports pandas (~0.3 s at start-up): only deltalake's read paths need it.
+    import pyarrow.dataset as ds
 
 __all__ = [
     "ConcurrentCommit",

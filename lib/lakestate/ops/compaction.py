@@ -37,12 +37,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError
@@ -56,6 +56,9 @@ from lakestate.io import delta_commits
 from lakestate.ops.table_lock import table_lock
 from lakestate.task_id import TaskId
 from lakestate.warehouse import Warehouse
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 __all__ = [
     "FAULT_AFTER_COMMIT",
@@ -291,7 +294,7 @@ def _read_files(
     columns: list[str],
     schema: pa.Schema,
 ) -> pa.Table:
-    fragments = {f.path: f for f in dataset.get_fragments(filter=ds.field("task") == partition)}
+    fragments = {f.path: f for f in dataset.get_fragments(filter=pc.field("task") == partition)}
     tables = [schema.empty_table()]
     for path in paths:
         fragment = fragments.get(path) or fragments.get(unquote(path))

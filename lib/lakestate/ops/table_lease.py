@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits
 
@@ -92,7 +92,7 @@ def _newest(table) -> tuple[int, str | None, int]:
     seq = table.transaction_version(LEASE_TXN) or 0
     if seq == 0:
         return 0, None, 0
-    rows = table.to_pyarrow_dataset().to_table(filter=ds.field("seq") == seq)
+    rows = table.to_pyarrow_dataset().to_table(filter=pc.field("seq") == seq)
     if rows.num_rows == 0:  # a newer txn than its rows: cannot be (one commit has both)
         raise StreamsException(f"{table.table_uri}: lease row {seq} is missing")
     return seq, rows.column("owner")[0].as_py(), rows.column("expires_ms")[0].as_py()

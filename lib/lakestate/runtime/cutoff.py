@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from lakestate.io import delta_commits
 from lakestate.warehouse import Warehouse
 
@@ -105,12 +104,12 @@ class Cutoff:
         exact = None
         for p, (start, end) in sorted(ranges.items()):
             one = (
-                (ds.field("partition") == p)
-                & (ds.field("offset") >= start)
-                & (ds.field("offset") < end)
+                (pc.field("partition") == p)
+                & (pc.field("offset") >= start)
+                & (pc.field("offset") < end)
             )
             exact = one if exact is None else exact | one
-        exact = exact & (ds.field("timestamp") >= bound)
+        exact = exact & (pc.field("timestamp") >= bound)
         table = delta_commits.open_table(self.warehouse.topic_path(topic))
         rows = table.to_pyarrow_dataset(file_pruning_predicate=pruning).to_table(
             columns=["partition", "offset"], filter=exact

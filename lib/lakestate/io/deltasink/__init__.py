@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 from deltalake.schema import Field as DeltaField
 
 from lakestate.delta_sink import META_SCHEMA, OFFSET, PARTITION, DeltaSink
@@ -62,7 +62,7 @@ class DeltaSinkReader:
         wanted = {p: r for p, r in check_ranges(self.topic.name, ranges).items() if r[1] > r[0]}
         condition = None
         for p, (s, e) in sorted(wanted.items()):
-            one = (ds.field(PARTITION) == p) & (ds.field(OFFSET) >= s) & (ds.field(OFFSET) < e)
+            one = (pc.field(PARTITION) == p) & (pc.field(OFFSET) >= s) & (pc.field(OFFSET) < e)
             condition = one if condition is None else condition | one
         return self.topic.read_rows(condition)
 
@@ -164,9 +164,9 @@ class DeltaSinkTopic:
         for p in wanted:
             if left is not None and left <= 0:
                 return
-            condition = ds.field(PARTITION) == p
+            condition = pc.field(PARTITION) == p
             if left is not None:
-                condition = condition & (ds.field(OFFSET) < left)
+                condition = condition & (pc.field(OFFSET) < left)
             found = self.read_rows(condition).sort_by("offset")
             if left is not None:
                 left -= found.num_rows

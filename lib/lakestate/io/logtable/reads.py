@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from lakestate.io import delta_commits
@@ -49,7 +49,7 @@ def read_range(table: DeltaTable, ranges: dict[int, tuple[int, int]]) -> pa.Tabl
     ]
     exact = None
     for p, (s, e) in sorted(ranges.items()):
-        one = (ds.field("partition") == p) & (ds.field("offset") >= s) & (ds.field("offset") < e)
+        one = (pc.field("partition") == p) & (pc.field("offset") >= s) & (pc.field("offset") < e)
         exact = one if exact is None else exact | one
     rows = table.to_pyarrow_dataset(file_pruning_predicate=pruning).to_table(
         columns=_READ_SCHEMA.names, filter=exact
@@ -70,9 +70,9 @@ def read_partitions(
     for p in sorted(set(range(num_partitions) if partitions is None else partitions)):
         if remaining is not None and remaining <= 0:
             return
-        condition = ds.field("partition") == p
+        condition = pc.field("partition") == p
         if remaining is not None:
-            condition = condition & (ds.field("offset") < remaining)
+            condition = condition & (pc.field("offset") < remaining)
         rows = dataset.to_table(filter=condition).sort_by("offset")
         if remaining is not None:
             rows = rows.slice(0, remaining)

@@ -56,19 +56,29 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def _started_by(script: psutil.Process, marker: str, groups: set[int]) -> list[psutil.Process]:
-    """The live processes under ``script``, in one of ``groups``, or whose environment holds
-    ``MARKER=marker`` (a process that changes its title may hide its environment, one that
-    left its parent and group would escape the others)."""
+    """The live processes under ``script``, or marked as the run's (``_marked``)."""
     found = {p.pid: p for p in script.children(recursive=True) if _alive(p)}
+    for proc in _marked(marker, groups):
+        if proc.pid != script.pid:
+            found.setdefault(proc.pid, proc)
+    return list(found.values())
+
+
+def _marked(marker: str, groups: set[int]) -> list[psutil.Process]:
+    """The live processes in one of ``groups``, or whose environment holds
+    ``MARKER=marker`` (a process that changes its title may hide its environment, one that
+    left its parent and group would escape the others). Not every child of the test's
+    process: under xdist those include the session's Spark, broker and S3 server."""
+    found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid in found or proc.pid == script.pid or not _alive(proc):
-                continue
-            if os.getpgid(proc.pid) in groups or proc.environ().get(MARKER) == marker:
-                found[proc.pid] = proc
+            if _alive(proc) and (
+                os.getpgid(proc.pid) in groups or proc.environ().get(MARKER) == marker
+            ):
+                found.append(proc)
         except (psutil.Error, ProcessLookupError):
             pass
-    return list(found.values())
+    return found
 
 
 def _describe(procs: list[psutil.Process]) -> str:
@@ -205,8 +215,8 @@ def test_standalone_first_runs_go_green_and_one_sigterm_stops_everything(tmp_pat
             ) from None
         print(f"\n{len(running)} processes stopped in {time.monotonic() - stopping:.0f}s")
         left = [p for p in running if _alive(p)]
-        left += [p for p in _started_by(psutil.Process(os.getpid()), marker, groups)
-                 if p.pid not in {q.pid for q in left} and _alive(p)]  # fmt: skip
+        left += [p for p in _marked(marker, groups)
+                 if p.pid not in {q.pid for q in left}]  # fmt: skip
         assert not left, (
             f"{len(left)} of {len(running)} processes still running after airflow.sh "
             f"exited:\n{_describe(left)}"
@@ -215,7 +225,7 @@ def test_standalone_first_runs_go_green_and_one_sigterm_stops_everything(tmp_pat
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(script.pid, signal.SIGKILL)  # its own session's group (the test's start)
-        for proc in [*running, *_started_by(psutil.Process(os.getpid()), marker, groups)]:
+        for proc in [*running, *_marked(marker, groups)]:
             if _alive(proc):
                 proc.kill()
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from lakestate import console
 from lakestate.checkpoint.batch import TaskPlan
 from lakestate.checkpoint.layout import AppLayout
-from lakestate.io.topics import TopicReader
+from lakestate.io.topics import Topic, TopicReader
 from lakestate.runtime.batch_rows import INPUT_SCHEMA, RECORD_COLUMNS, out_arrow_schema
 from lakestate.runtime.task_executor import BatchContext, process_task
 from lakestate.runtime.transport import BatchInput, BatchOutput, InputRead
@@ -138,6 +138,7 @@ class BatchReads:
     def __init__(self, layout: AppLayout) -> None:
         self.layout = layout
         self.opened: dict[str, TopicReader] = {}
+        self._topics: dict[str, Topic] = {}  # opening one may read its declaration
         self.global_reads: dict[int, pa.Table] = {}  # id of the InputRead -> its rows
 
     def read(self, read: InputRead, ranges: dict[int, tuple[int, int]]) -> pa.Table:
@@ -145,7 +146,7 @@ class BatchReads:
             return self.global_reads[id(read)]
         reader = self.opened.get(read.topic)
         if reader is None:
-            reader = self.opened[read.topic] = self.layout.topic(read.topic).reader()
+            reader = self.opened[read.topic] = self._topic(read.topic).reader()
         rows = reader.read_range(ranges)
         if read.is_global:
             self.global_reads[id(read)] = rows
@@ -153,7 +154,13 @@ class BatchReads:
 
     def new_reader(self, topic: str) -> TopicReader:
         """A reader of ``topic`` that has read nothing yet (for another process)."""
-        return self.layout.topic(topic).reader()
+        return self._topic(topic).reader()
+
+    def _topic(self, name: str) -> Topic:
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = self._topics[name] = self.layout.topic(name)
+        return topic
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import json
 import os
 import pstats
@@ -46,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import log, sibling
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -59,20 +60,6 @@ APPS = {
     "stream_join": HERE / "apps" / "stream_join_bench.py",
 }
 TOP = 15
-
-
-def sibling(name: str) -> Any:
-    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # -- inputs: each benchmark's own generator, written with delta-rs ------------------------------

@@ -31,7 +31,6 @@ stateful sides must be equal (checked, else the run fails). Results go to
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -41,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import log, sibling
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -54,20 +55,6 @@ PARTITIONS = 2
 AMOUNTS = (0, 1, 5, 10, 20)
 T0_MS = 1_767_258_000_000
 TARGET_CEILING = 0.5  # stateful records/s / ceiling records/s, at least
-
-
-def sibling(name: str) -> Any:
-    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def load1() -> float:

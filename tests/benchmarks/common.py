@@ -9,8 +9,29 @@ module there before Spark starts. The benchmark scripts run as files
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+import time
+from pathlib import Path
 from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+def sibling(name: str) -> Any:
+    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def log(msg: str) -> None:
+    """``msg`` on stdout with the time of day, flushed (runs take minutes)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
 
 #: Structured Streaming's RocksDB state store (the provider a production query would use).
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

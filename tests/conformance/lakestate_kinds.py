@@ -173,7 +173,17 @@ def serde_flow(params: SerdeFlowParams) -> ls.Topology:
         joined = ls.StreamJoined.with_(ls.Serdes.String(), _serde_of(params.join), value_serde)
         windows = ls.JoinWindows.of_time_difference_without_grace(_ms(3))
         stream = stream.join(other, _joined, windows, joined)
-    stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
+    if params.window is None:
+        stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
+        return builder.build()
+    if params.window == "session":
+        windows: Any = ls.SessionWindows.of_inactivity_gap_with_no_grace(_ms(5))
+    else:
+        windows = ls.TimeWindows.of_size_with_no_grace(_ms(5))
+    counts = stream.group_by_key().windowed_by(windows).count()
+    if params.suppressed:
+        counts = counts.suppress(ls.Suppressed.until_window_closes(ls.BufferConfig.unbounded()))
+    counts.to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 
 
@@ -247,7 +257,11 @@ def table_table_join(params: TableTableJoinParams) -> ls.Topology:
     left = _table(builder, INPUT_TOPIC, "left-store", params.left_retention)
     right = _table(builder, TABLE_TOPIC, "right-store", params.right_retention)
     join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[params.join]
-    materialized = ls.Materialized.as_("joined") if params.materialized else None
+    # Only a value serde, as the Kafka side: the store's key serde is the left table's.
+    strings = ls.Serdes.String()
+    materialized = (
+        ls.Materialized.as_("joined").with_value_serde(strings) if params.materialized else None
+    )
     join(right, _joined, materialized=materialized).to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 
@@ -376,15 +390,20 @@ def cogroup(params: CogroupParams) -> ls.Topology:
     builder = ls.StreamsBuilder()
     cogrouped = _grouped(builder).cogroup(_appender("+"))
     cogrouped = cogrouped.cogroup(builder.stream(TABLE_TOPIC).group_by_key(), _appender("-"))
+    strings = ls.Serdes.String()
     if params.repartition:
-        other = builder.stream(OTHER_TOPIC).select_key(lambda k, v: k).group_by_key()
+        grouped = None
+        if params.serdes is not None:
+            grouped = ls.Grouped.with_("cg", strings, _serde_of(params.serdes))
+        other = builder.stream(OTHER_TOPIC).select_key(lambda k, v: k).group_by_key(grouped)
         cogrouped = cogrouped.cogroup(other, _appender("*"))
+    store = None if params.serdes is None else ls.Materialized.with_(strings, strings)
     if params.windows == "none":
-        table = cogrouped.aggregate(_init)
+        table = cogrouped.aggregate(_init, store)
     elif params.windows == "session":
-        table = cogrouped.windowed_by(_cogroup_windows(params)).aggregate(_init, _merge)
+        table = cogrouped.windowed_by(_cogroup_windows(params)).aggregate(_init, _merge, store)
     else:
-        table = cogrouped.windowed_by(_cogroup_windows(params)).aggregate(_init)
+        table = cogrouped.windowed_by(_cogroup_windows(params)).aggregate(_init, store)
     table.to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 

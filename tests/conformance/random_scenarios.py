@@ -229,7 +229,11 @@ def serde_flows(seed: int, count: int) -> list[Scenario]:
         step = rng.choice(("filter", "to_string"))
         repartition = rng.choice((None, "long", "string"))
         join = rng.choice((None, None, "long", "string"))
-        params = SerdeFlowParams(step, repartition, join, serde)
+        # The window and suppress from an rng of their own: the older params stay as they were.
+        extra = random.Random(f"{seed}/serde_flow/window/{i}")
+        window = extra.choice((None, None, "tumbling", "session"))
+        suppressed = window is not None and extra.random() < 0.5
+        params = SerdeFlowParams(step, repartition, join, serde, window, suppressed)
         records = inputs(rng, rng.randint(8, 30), join_window_boundaries(3, 3, 0), 5)
         records = [
             replace(r, topic=TABLE_TOPIC if join and rng.random() < 0.5 else r.topic)
@@ -513,6 +517,9 @@ def cogroups(seed: int, windows: str, count: int) -> list[Scenario]:
     for i in range(count):
         params, boundaries = _cogroup_params(rng, windows)
         serde = "long" if rng.random() < 0.5 else "string"
+        # Serdes from an rng of their own: the older params and inputs stay as they were.
+        extra = random.Random(f"{seed}/{group}/serdes/{i}")
+        params = replace(params, serdes=extra.choice((None, None, "long", "string")))
         records = inputs(rng, rng.randint(8, 40), boundaries, 6)
         topics = (INPUT_TOPIC, TABLE_TOPIC) + ((OTHER_TOPIC,) if params.repartition else ())
         records = [replace(r, topic=rng.choice(topics)) for r in records]

@@ -94,6 +94,11 @@ class SerdeFlowParams:
     repartition: Literal["long", "string"] | None = None
     join: Literal["long", "string"] | None = None
     values: Literal["long", "string"] = "long"  # the scenario's value_serde
+    # The count per window instead (5 ms, no grace): the window store takes the carried key
+    # serde and Long, ``suppressed`` (``untilWindowCloses(unbounded())``) keeps the table's
+    # serdes, and to("out") is given the windowed key serde only (the value's is carried).
+    window: Literal["tumbling", "session"] | None = None
+    suppressed: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,11 @@ class CogroupParams:
     grace: int | None = None
     advance: int | None = None
     repartition: bool = False
+    # Serdes as CogroupedKStreamImpl passes them: the repartitioned input grouped with
+    # ``Grouped.with("cg", String, serdes)`` (a value serde that does not fit fails the run
+    # at its repartition topic), the store ``Materialized.with(String, String)``, and
+    # to("out") given no value serde (the table's, its store's, is taken).
+    serdes: Literal["long", "string"] | None = None
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,11 @@ from random_scenarios import (
     windowed,
 )
 from scenario import (
+    OTHER_TOPIC,
     TABLE_TOPIC,
     AggregateParams,
     Buffer,
+    CogroupParams,
     Input,
     Outcome,
     OutRecord,
@@ -437,8 +439,16 @@ def test_lakestate_gives_the_known_answer(scenario: Scenario, expected: Outcome)
 
 def _serdes_misfit(scenario: Scenario) -> bool:
     """A serde_flow scenario whose Repartitioned or StreamJoined value serde does not fit
-    the values that reach it."""
+    the values that reach it; a cogroup whose repartitioned input's Grouped value serde
+    does not fit a record that reaches its topic (a key and a value)."""
     params = scenario.params
+    if isinstance(params, CogroupParams):
+        reaching = any(
+            i.topic == OTHER_TOPIC and i.key is not None and i.value is not None
+            for i in scenario.inputs
+        )
+        typed = params.serdes is not None and params.repartition
+        return typed and params.serdes != scenario.value_serde and reaching
     if not isinstance(params, SerdeFlowParams):
         return False
     values = "string" if params.step == "to_string" else params.values
@@ -447,7 +457,7 @@ def _serdes_misfit(scenario: Scenario) -> bool:
 
 def test_kafka_plays_every_random_scenario(kafka: KafkaRun) -> None:
     """Kafka stops a scenario only where a full buffer is to shut down, or where a serde
-    given does not fit the values (serde_flow), there at a serializer."""
+    given does not fit the values (serde_flow, cogroup), there at a serializer."""
     misfits = 0
     for group in GROUPS.values():
         for scenario in group:

@@ -127,18 +127,10 @@ def test_a_grouped_name_names_the_repartition_topic_and_the_key_selector():
 
 
 def test_materialized_serdes_are_refused_where_they_would_be_ignored():
-    from datetime import timedelta
-
-    from lakestate import TimeWindows
-
+    # A global table's store takes no Materialized serdes yet (its Consumed's only).
     b = StreamsBuilder()
-    windowed = (
-        b.stream("in")
-        .group_by_key()
-        .windowed_by(TimeWindows.of_size_with_no_grace(timedelta(seconds=1)))
-    )
     with pytest.raises(TopologyException, match="Materialized serdes"):
-        windowed.count(Materialized.with_(S, L))
+        b.global_table("g", Materialized.as_("g").with_(S, L))
 
 
 def test_a_count_by_string_key_runs_and_its_store_holds_longs():

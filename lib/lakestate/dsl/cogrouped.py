@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder
 from lakestate.dsl.ktable import KTable
-from lakestate.dsl.materialized import Materialized
-from lakestate.dsl.windowed import SESSION, WINDOW
+from lakestate.dsl.materialized import Materialized, store_serdes
+from lakestate.dsl.windowed import SESSION, WINDOW, windowed_serdes
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.errors import TopologyException
 from lakestate.processors.aggregate import StreamAggregate
@@ -33,6 +33,7 @@ from lakestate.processors.windowed_aggregate import (
     SessionWindowedAggregate,
     TimeWindowedAggregate,
 )
+from lakestate.serdes import TopicSerdes
 from lakestate.topology.graph import StoreSpec
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def build_cogroup(
     from lakestate.dsl.grouped import check_unversioned
 
     check_function(initializer, "cogroup", "CogroupedKStream.aggregate", "initializer()")
-    store = graph.store_name(materialized, f"{AGGREGATE_NAME}STATE-STORE-")
+    store = graph.store_name(materialized, f"{AGGREGATE_NAME}STATE-STORE-", takes_serdes=True)
     check_unversioned(materialized, store)
     if materialized is not None and materialized.retention_ms is not None:
         raise ValueError(
@@ -185,19 +186,27 @@ def build_cogroup(
         )
     if not inputs:
         raise TopologyException("CogroupedKStream.aggregate: no grouped stream was cogrouped")
-    parents = []
+    parents, unnamed = [], 0
     for grouped, _ in inputs:
         parent = grouped._node
         if grouped._repartition_required:
-            # Kafka names it <store>-repartition (and fails on a second one: same topic);
-            # here a second one gets a topic of its own.
-            n = sum(p != g._node for p, (g, _) in zip(parents, inputs, strict=False))
-            suffix = f"{store}-repartition" if n == 0 else f"{store}-{n}-repartition"
-            parent = graph.repartition(parent, suffix)
+            # Kafka's: the topic <Grouped name or store>-repartition, with the grouped
+            # stream's serdes (its Grouped's, else the ones it carried). Kafka fails on a
+            # second unnamed one (the same topic); here it gets a topic of its own.
+            name = grouped._grouped.name
+            if name is None:
+                name = store if unnamed == 0 else f"{store}-{unnamed}"
+                unnamed += 1
+            topic = f"{name}-repartition"
+            named = grouped._grouped.name is not None
+            parent = graph.repartition(parent, topic, named=named, serdes=grouped._grouped.serdes)
         parents.append(parent)
     nodes = [graph.new_name(AGGREGATE_NAME) for _ in inputs]
+    # Kafka's: the store takes the Materialized serdes only (a cogroup knows no key or value
+    # serde of its own); without them it stays Json.
+    serdes = store_serdes(materialized) if materialized and materialized.has_serdes else None
     # The first node materializes the store; the others share it (Kafka's "stateCreated").
-    graph.add_store(StoreSpec(store, kind), nodes[0])
+    graph.add_store(StoreSpec(store, kind, serdes=serdes or TopicSerdes()), nodes[0])
     for name, parent, (_, aggregator) in zip(nodes, parents, inputs, strict=True):
         graph.add_processor(name, parent, factory_of(store, name, aggregator), [store])
     merge = graph.new_name(MERGE_NAME)
@@ -206,4 +215,8 @@ def build_cogroup(
         graph.copartition_groups.append(
             (nodes[0], graph.source_nodes(parents[0]), graph.source_nodes(parent))
         )
-    return KTable(graph, merge, store, window_grace_ms=window_grace_ms)
+    if serdes is None:
+        return KTable(graph, merge, store, window_grace_ms=window_grace_ms)
+    if window_grace_ms is not None:
+        serdes = windowed_serdes(serdes)
+    return KTable(graph, merge, store, window_grace_ms=window_grace_ms, serdes=serdes)

@@ -35,6 +35,7 @@ from lakestate.processors.fk_join import (
     SubscriptionSend,
 )
 from lakestate.processors.table import TableSource
+from lakestate.serdes import JSON, TopicSerdes
 from lakestate.topology.graph import StoreSpec
 
 if TYPE_CHECKING:
@@ -94,8 +95,10 @@ def foreign_key_join(
         resolver, answered, lambda: ResponseJoin(this_store, joiner, left), [this_store]
     )
     output = graph.new_name(OUTPUT)
-    result = graph.store_name(materialized, f"{OUTPUT}STATE-STORE-")
-    spec = table_store_spec(result, materialized)
+    result = graph.store_name(materialized, f"{OUTPUT}STATE-STORE-", takes_serdes=True)
+    # Kafka's: the result's store takes the Materialized serdes, its key's else this
+    # table's key serde; the value's is unknown otherwise (the joiner's result).
+    spec = table_store_spec(result, materialized, TopicSerdes(this.serdes.key, JSON))
     graph.add_store(spec, output)
     graph.add_processor(output, resolver, lambda: TableSource(result), [result])
     graph.copartition_groups.append(
@@ -104,7 +107,7 @@ def foreign_key_join(
     graph.copartition_groups.append(
         (resolver, graph.source_nodes(answered), graph.source_nodes(this.node_name))
     )
-    return KTable(graph, output, result, versioned=spec.kind == VERSIONED)
+    return KTable(graph, output, result, versioned=spec.kind == VERSIONED, serdes=spec.serdes)
 
 
 def _through(

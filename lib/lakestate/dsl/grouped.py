@@ -9,7 +9,7 @@ from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, GraphBuilder
 from lakestate.dsl.consumed import Grouped
 from lakestate.dsl.ktable import KTable
-from lakestate.dsl.materialized import Materialized, store_serdes
+from lakestate.dsl.materialized import Materialized, aggregate_store_serdes, count_serde
 from lakestate.dsl.windowed import SessionWindowedKStream, TimeWindowedKStream
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.errors import TopologyException
@@ -20,7 +20,7 @@ from lakestate.processors.aggregate import (
     reducer_as_aggregator,
 )
 from lakestate.processors.table import TableAggregate
-from lakestate.serdes import JSON, Serde, Serdes, TopicSerdes
+from lakestate.serdes import JSON, Serde, TopicSerdes
 from lakestate.topology.graph import StoreSpec
 
 if TYPE_CHECKING:
@@ -37,27 +37,10 @@ def check_unversioned(materialized: Materialized | None, node: str) -> None:
         )
 
 
-def aggregate_store_serdes(
-    grouped: Grouped, materialized: Materialized | None, value_default: Serde | None
-) -> TopicSerdes:
-    """The serdes of a grouped aggregation's store, by Kafka's rules: Materialized's, else
-    the Grouped key serde and the operator's value serde (``value_default``: a count's is
-    Long, a reduce's the Grouped value serde). Without any serde given (neither Grouped's
-    nor Materialized's) the store stays Json, as it always was: typing is asked for."""
-    given = grouped.key_serde is not None or grouped.value_serde is not None
-    if not given and (materialized is None or not materialized.has_serdes):
-        return TopicSerdes()
-    return store_serdes(materialized, grouped.key_serde, value_default)
-
-
-def _count_serde() -> Serde:
-    return Serdes.Long()
-
-
 class KGroupedStream:
     """A stream grouped by key. Records with a null key or value are not aggregated.
     ``grouped``: the repartition topic's name and serdes (when one is needed) and the
-    store's default serdes; ``given``: False when they are the stream's (not given)."""
+    store's default serdes (the stream's when none was given)."""
 
     def __init__(
         self,
@@ -65,13 +48,11 @@ class KGroupedStream:
         node: str,
         repartition_required: bool,
         grouped: Grouped | None = None,
-        given: bool = True,
     ) -> None:
         self._graph = graph
         self._node = node
         self._repartition_required = repartition_required
         self._grouped = grouped or Grouped()
-        self._given = given
 
     def _aggregate(
         self,
@@ -127,19 +108,18 @@ class KGroupedStream:
     def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
         """Starts a cogroup (KIP-150) with this stream folded in by
         ``aggregator(key, value, agg)``; add more grouped streams with ``.cogroup(other,
-        aggregator)``, then ``.aggregate(initializer)`` builds one table of them all."""
+        aggregator)``, then ``.aggregate(initializer)`` builds one table of them all. As
+        in Kafka, this stream's Grouped (name and serdes, else the serdes it carried) names
+        and types its repartition topic, if it needs one; the store takes the Materialized
+        serdes of ``aggregate`` only."""
         from lakestate.dsl.cogrouped import CogroupedKStream
 
-        if self._given and self._grouped != Grouped():
-            raise TopologyException(
-                "cogroup does not take a Grouped name or serdes yet: group without one"
-            )
         return CogroupedKStream(self._graph).cogroup(self, aggregator)
 
     def count(self, materialized: Materialized | None = None) -> KTable:
         """The number of records per key (the store's value serde: Long unless given)."""
         return self._aggregate(
-            count_initializer, count_aggregator, materialized, value_serde=_count_serde()
+            count_initializer, count_aggregator, materialized, value_serde=count_serde()
         )
 
     def aggregate(
@@ -219,7 +199,7 @@ class KGroupedTable:
             lambda k, v, agg: agg + 1,
             lambda k, v, agg: agg - 1,
             materialized,
-            value_serde=_count_serde(),
+            value_serde=count_serde(),
         )
 
     def aggregate(

@@ -24,6 +24,7 @@ from lakestate.processors.join import (
     TableMaterialize,
     TableTableJoin,
 )
+from lakestate.serdes import JSON, TopicSerdes
 from lakestate.topology.graph import StoreSpec
 
 if TYPE_CHECKING:
@@ -154,9 +155,14 @@ def table_table_join(
     )
     merge = graph.new_name("KTABLE-MERGE-")
     store = None
+    # Kafka's doJoin: the result knows this table's key serde and no value serde, unless
+    # materialized: then its store's serdes (Materialized's, the key's else this table's).
+    serdes = TopicSerdes(this.serdes.key, JSON)
     if materialized is not None:
-        store = graph.store_name(materialized, f"{merge}-STATE-STORE-")
-        graph.add_store(table_store_spec(store, materialized), merge)
+        store = graph.store_name(materialized, f"{merge}-STATE-STORE-", takes_serdes=True)
+        spec = table_store_spec(store, materialized, serdes)
+        graph.add_store(spec, merge)
+        serdes = spec.serdes
     graph.add_processor(merge, this_name, lambda: TableJoinMerge(store), [store] if store else [])
     graph.nodes[merge].parents.append(other_name)
     graph.nodes[other_name].children.append(merge)
@@ -165,4 +171,4 @@ def table_table_join(
     )
     # KIP-914: a join's result is versioned only when materialized as versioned.
     versioned = store is not None and graph.stores[store].kind == VERSIONED
-    return KTable(graph, merge, store, versioned=versioned)
+    return KTable(graph, merge, store, versioned=versioned, serdes=serdes)

@@ -459,9 +459,7 @@ class KStream:
 
         if grouped is None:  # Kafka's Grouped.with(keySerde, valueSerde) of the stream
             carried = Grouped(None, known(self.serdes.key), known(self.serdes.value))
-            return KGroupedStream(
-                self._graph, self._node, self._repartition_required, carried, given=False
-            )
+            return KGroupedStream(self._graph, self._node, self._repartition_required, carried)
         grouped = grouped_of(grouped, "group_by_key")
         return KGroupedStream(self._graph, self._node, self._repartition_required, grouped)
 
@@ -474,7 +472,6 @@ class KStream:
         in Kafka)."""
         from lakestate.dsl.grouped import KGroupedStream
 
-        given = grouped is not None
         if grouped is None:  # Kafka's Grouped.with(null, valueSerde) of the stream
             grouped = Grouped(None, None, known(self.serdes.value))
         grouped = grouped_of(grouped, "group_by")
@@ -487,4 +484,4 @@ class KStream:
             operator="group_by",
             name=grouped.name,
         )
-        return KGroupedStream(self._graph, keyed._node, True, grouped, given=given)
+        return KGroupedStream(self._graph, keyed._node, True, grouped)

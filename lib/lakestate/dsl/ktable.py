@@ -43,8 +43,10 @@ class KTable:
         self._window_grace_ms = window_grace_ms
         self._versioned = versioned
         # The key and value serdes known downstream (Kafka's KTableImpl's; Json: none):
-        # its store's for a source table, to_table or a grouped aggregation; filter keeps
-        # them, map_values the key serde; to_stream passes them on (see KStream.serdes).
+        # its store's for a source table, to_table, an aggregation or a materialized
+        # result; filter and suppress keep them, map_values and an unmaterialized join the
+        # key serde; a windowed table knows its value serde only (windowed.windowed_serdes);
+        # to_stream passes them on (see KStream.serdes).
         self.serdes = serdes
 
     @property
@@ -90,11 +92,13 @@ class KTable:
         versioned = self._versioned
         serdes = TopicSerdes(self.serdes.key, self.serdes.value if keeps_value_serde else JSON)
         if materialized is not None:
-            store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
-            # Kafka's doFilter/doMapValues: the store takes the serdes the result knows.
+            store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-", takes_serdes=True)
+            # Kafka's doFilter/doMapValues: the store takes the Materialized serdes, else
+            # the ones the result knows; the result knows its store's.
             spec = table_store_spec(store, materialized, serdes)
             self._graph.add_store(spec, name)
             versioned = spec.kind == VERSIONED
+            serdes = spec.serdes
         self._graph.add_processor(name, self._node, factory_of(store), [store] if store else [])
         return KTable(self._graph, name, store, versioned=versioned, serdes=serdes)
 
@@ -158,7 +162,9 @@ class KTable:
         # A versioned table may have no store of its own (an unmaterialized filter of one).
         kind = VERSIONED if self._versioned else (None if spec is None else spec.kind)
         name = add_suppression(self._graph, self._node, suppressed, self._window_grace_ms, kind)
-        return KTable(self._graph, name, None, window_grace_ms=self._window_grace_ms)
+        # Kafka's KTableImpl.suppress: the result keeps this table's key and value serdes.
+        grace = self._window_grace_ms
+        return KTable(self._graph, name, None, window_grace_ms=grace, serdes=self.serdes)
 
     def join(self, other: KTable, *args: Any, materialized: Materialized | None = None) -> KTable:
         """``join(other, joiner)``: primary-key inner join, a row for each key both tables

@@ -8,10 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 from lakestate.dsl.arguments import duration_ms
+from lakestate.dsl.consumed import Grouped
 from lakestate.dsl.names import check_store_name
 from lakestate.dsl.repartitioned import ClassOrInstance
 from lakestate.errors import SerializationException, TopologyException
-from lakestate.serdes import JSON, BytesSerde, Serde, TopicSerdes, check_serde
+from lakestate.serdes import JSON, BytesSerde, Serde, Serdes, TopicSerdes, check_serde
 
 
 def _checked(serde: Any, where: str) -> Serde | None:
@@ -138,3 +139,21 @@ def store_serdes(
                 "bytes are not JSON; give the store another serde (Materialized.with_...)"
             )
     return serdes
+
+
+def aggregate_store_serdes(
+    grouped: Grouped, materialized: Materialized | None, value_default: Serde | None
+) -> TopicSerdes:
+    """The serdes of a grouped aggregation's store, by Kafka's rules: Materialized's, else
+    the Grouped key serde and the operator's value serde (``value_default``: a count's is
+    Long, a reduce's the Grouped value serde). Without any serde given (neither Grouped's
+    nor Materialized's) the store stays Json, as it always was: typing is asked for."""
+    given = grouped.key_serde is not None or grouped.value_serde is not None
+    if not given and (materialized is None or not materialized.has_serdes):
+        return TopicSerdes()
+    return store_serdes(materialized, grouped.key_serde, value_default)
+
+
+def count_serde() -> Serde:
+    """A count's store value serde when none is given (Kafka's ``Serdes.Long()``)."""
+    return Serdes.Long()

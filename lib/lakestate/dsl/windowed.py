@@ -11,7 +11,7 @@ from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import GraphBuilder
 from lakestate.dsl.consumed import Grouped
 from lakestate.dsl.ktable import KTable
-from lakestate.dsl.materialized import Materialized
+from lakestate.dsl.materialized import Materialized, aggregate_store_serdes, count_serde
 from lakestate.dsl.windows import SessionWindows, SlidingWindows, TimeWindows
 from lakestate.processors.aggregate import (
     count_aggregator,
@@ -23,6 +23,7 @@ from lakestate.processors.windowed_aggregate import (
     SessionWindowedAggregate,
     TimeWindowedAggregate,
 )
+from lakestate.serdes import JSON, Serde, TopicSerdes
 from lakestate.topology.graph import StoreSpec
 
 WINDOW = "window"
@@ -47,13 +48,14 @@ class _Windowed:
         factory_of: Callable[[str, int | None], Callable[[], Any]],
         close_after_ms: int,
         operator: str,
+        value_serde: Serde | None = None,
     ) -> KTable:
         # Kafka names windowed nodes and stores like the unwindowed ones.
         name = self._graph.new_name(prefix)
         retention = _retention(materialized, self._windows, f"{type(self).__name__}.{operator}")
         for fn, signature in checks:
             check_function(fn, name, f"{type(self).__name__}.{operator}", signature)
-        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
+        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-", takes_serdes=True)
         parent, grouped = self._node, self._grouped
         if self._repartition_required:
             parent = self._graph.repartition(
@@ -62,9 +64,22 @@ class _Windowed:
                 named=grouped.name is not None,
                 serdes=grouped.serdes,
             )
-        self._graph.add_store(StoreSpec(store, kind), name)
+        # Kafka's rules, as unwindowed: Materialized's, else the Grouped key serde and the
+        # operator's value serde (``value_serde``).
+        serdes = aggregate_store_serdes(grouped, materialized, value_serde)
+        self._graph.add_store(StoreSpec(store, kind, serdes=serdes), name)
         self._graph.add_processor(name, parent, factory_of(store, retention), [store])
-        return KTable(self._graph, name, store, window_grace_ms=close_after_ms)
+        return KTable(
+            self._graph, name, store, window_grace_ms=close_after_ms, serdes=windowed_serdes(serdes)
+        )
+
+
+def windowed_serdes(store: TopicSerdes) -> TopicSerdes:
+    """What a windowed table knows of its keys and values: the store's value serde. Its key
+    serde stays Json (none known): Kafka's table has a windowed serde of the store's key
+    serde (the key's bytes, then the window's), which lakestate has not; a Windowed key is
+    written as its JSON fields, the inner key checked by a key serde given to ``to``."""
+    return TopicSerdes(JSON, store.value)
 
 
 def _retention(
@@ -117,6 +132,7 @@ class TimeWindowedKStream(_Windowed):
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KSTREAM-AGGREGATE-",
         operator: str = "count",
+        value_serde: Serde | None = None,
     ) -> KTable:
         windows = self._windows
         processor = (
@@ -140,12 +156,15 @@ class TimeWindowedKStream(_Windowed):
             ),
             windows.close_after_ms,
             operator,
+            value_serde,
         )
 
     def count(self, materialized: Materialized | None = None) -> KTable:
         """The number of records per key and window (null values count in time windows,
-        not in sliding windows, as in Kafka)."""
-        return self._aggregate(count_initializer, count_aggregator, materialized)
+        not in sliding windows, as in Kafka); the store's value serde: Long unless given."""
+        return self._aggregate(
+            count_initializer, count_aggregator, materialized, value_serde=count_serde()
+        )
 
     def aggregate(
         self,
@@ -168,6 +187,7 @@ class TimeWindowedKStream(_Windowed):
             ((reducer, "reducer(agg, value)"),),
             prefix="KSTREAM-REDUCE-",
             operator="reduce",
+            value_serde=self._grouped.value_serde,
         )
 
 
@@ -189,6 +209,7 @@ class SessionWindowedKStream(_Windowed):
         checks: tuple[tuple[Any, str], ...] = (),
         prefix: str = "KSTREAM-AGGREGATE-",
         operator: str = "count",
+        value_serde: Serde | None = None,
     ) -> KTable:
         windows = self._windows
         return self._add(
@@ -203,12 +224,18 @@ class SessionWindowedKStream(_Windowed):
             ),
             windows.close_after_ms,
             operator,
+            value_serde,
         )
 
     def count(self, materialized: Materialized | None = None) -> KTable:
-        """The number of records per key and session."""
+        """The number of records per key and session (the store's value serde: Long
+        unless given)."""
         return self._aggregate(
-            count_initializer, count_aggregator, lambda _k, a, b: a + b, materialized
+            count_initializer,
+            count_aggregator,
+            lambda _k, a, b: a + b,
+            materialized,
+            value_serde=count_serde(),
         )
 
     def aggregate(
@@ -242,4 +269,5 @@ class SessionWindowedKStream(_Windowed):
             ((reducer, "reducer(agg, value)"),),
             prefix="KSTREAM-REDUCE-",
             operator="reduce",
+            value_serde=self._grouped.value_serde,
         )

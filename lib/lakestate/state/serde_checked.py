@@ -1,5 +1,6 @@
-"""Key-value stores with serdes (``Materialized.with_``, ``Grouped.with_``): every write
-checked to fit them, as Kafka's store serializes each put with its serdes.
+"""Key-value, window and session stores with serdes (``Materialized.with_``,
+``Grouped.with_``): every write checked to fit them, as Kafka's store serializes each put
+with its serdes (a window store's key serde is its windowed keys' inner key's).
 
 Values are still kept as JSON (every store's form); the serdes only say what a store may
 hold, so that its SQL view can show typed columns (a Long value as BIGINT). A value the
@@ -15,6 +16,7 @@ from typing import Any
 from lakestate.errors import SerializationException
 from lakestate.serdes import Serde, TopicSerdes
 from lakestate.state.serde import decode_value
+from lakestate.state.window import WindowStore
 
 __all__ = ["checked_class"]
 
@@ -64,16 +66,31 @@ class _SerdeChecked:
         return super().encode_json_entry(key, value_json, timestamp)  # type: ignore[misc]
 
 
+class _WindowSerdeChecked:
+    """The override of a window or session view class's writes (``put`` goes through
+    ``put_all``): the entries' inner keys and values, all checked before any is written."""
+
+    name: str
+    store_serdes: TopicSerdes
+
+    def put_all(self, entries: Iterable[tuple[Any, Any, int]]) -> None:
+        entries = list(entries)
+        for windowed, value, _ in entries:
+            _check(self.name, "key", self.store_serdes.key, windowed.key)
+            _check(self.name, "value", self.store_serdes.value, value)
+        super().put_all(entries)  # type: ignore[misc]
+
+
 _CLASSES: dict[tuple[type, TopicSerdes], type] = {}
 
 
 def checked_class(view: type, serdes: TopicSerdes) -> type:
-    """``view`` (a key-value view class) whose instances check every write against
-    ``serdes``; the class is a subclass of ``view``, so ``isinstance`` still holds."""
+    """``view`` (a key-value, window or session view class) whose instances check every
+    write against ``serdes``; the class is a subclass of ``view``, so ``isinstance`` still
+    holds."""
     found = _CLASSES.get((view, serdes))
     if found is None:
-        found = type(
-            f"SerdeChecked{view.__name__}", (_SerdeChecked, view), {"store_serdes": serdes}
-        )
+        mixin = _WindowSerdeChecked if issubclass(view, WindowStore) else _SerdeChecked
+        found = type(f"SerdeChecked{view.__name__}", (mixin, view), {"store_serdes": serdes})
         _CLASSES[(view, serdes)] = found
     return found

@@ -175,8 +175,27 @@ final class Topologies {
                     JoinWindows.ofTimeDifferenceWithNoGrace(Duration.ofMillis(3)),
                     StreamJoined.with(Serdes.String(), serde, values));
         }
-        stream.groupByKey().count().toStream().to(Main.OUTPUT_TOPIC);
-        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
+        if (!params.hasNonNull("window")) {
+            stream.groupByKey().count().toStream().to(Main.OUTPUT_TOPIC);
+            return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
+        }
+        // Windowed: the store takes the carried key serde and Long; suppress keeps the table's
+        // serdes for its buffer; to() takes the value serde (Long) with the windowed key's given.
+        Duration size = Duration.ofMillis(5);
+        String window = params.get("window").asText();
+        KTable<Windowed<String>, Long> counts = switch (window) {
+            case "tumbling" -> stream.groupByKey().windowedBy(TimeWindows.ofSizeWithNoGrace(size)).count();
+            case "session" -> stream.groupByKey().windowedBy(SessionWindows.ofInactivityGapWithNoGrace(size)).count();
+            default -> throw unknown("serde_flow window", window);
+        };
+        if (params.path("suppressed").asBoolean(false)) {
+            counts = counts.suppress(Suppressed.untilWindowCloses(BufferConfig.unbounded()));
+        }
+        Serde<Windowed<String>> keys = window.equals("session")
+                ? WindowedSerdes.sessionWindowedSerdeFrom(String.class)
+                : WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
+        counts.toStream().to(Main.OUTPUT_TOPIC, Produced.keySerde(keys));
+        return new Built(builder.build(), cast(keys.deserializer()), cast(Serdes.Long().deserializer()));
     }
 
     /** The grouped_serdes kind's new key: "a" and "b" become "ab", "c" stays (null: null). */
@@ -381,9 +400,10 @@ final class Topologies {
         KTable<String, Object> left = table(builder, INPUT_TOPIC, "left-store", params.get("left_retention"), values);
         KTable<String, Object> right = table(builder, TABLE_TOPIC, "right-store", params.get("right_retention"), values);
         ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        // Only a value serde: the store's key serde is the left table's (KTableImpl.doJoin).
         Materialized<String, String, KeyValueStore<Bytes, byte[]>> materialized =
                 Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("joined")
-                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String());
+                        .withValueSerde(Serdes.String());
         boolean materialize = params.path("materialized").asBoolean(false);
         String join = params.get("join").asText();
         KTable<String, String> result = switch (join) {
@@ -392,7 +412,13 @@ final class Topologies {
             case "outer" -> materialize ? left.outerJoin(right, joiner, materialized) : left.outerJoin(right, joiner);
             default -> throw unknown("table-table join", join);
         };
-        result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        // The result's serdes, taken by to(): its store's when materialized, else the left
+        // table's key serde and no value serde (so the runner gives that one).
+        if (materialize) {
+            result.toStream().to(Main.OUTPUT_TOPIC);
+        } else {
+            result.toStream().to(Main.OUTPUT_TOPIC, Produced.valueSerde(Serdes.String()));
+        }
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 
@@ -595,9 +621,14 @@ final class Topologies {
         CogroupedKStream<String, String> cogrouped = grouped(builder, values).cogroup(appender("+"));
         cogrouped = cogrouped.cogroup(builder.stream(TABLE_TOPIC, Consumed.with(Serdes.String(), values))
                 .groupByKey(grouped), appender("-"));
+        // "serdes": the repartitioned input's Grouped is named "cg" and has that value serde,
+        // and the result goes to "out" with the serdes the table knows (its store's).
+        boolean typed = params.hasNonNull("serdes");
         if (params.path("repartition").asBoolean(false)) {
+            Grouped<String, Object> regrouped = typed
+                    ? Grouped.with("cg", Serdes.String(), serde(params.get("serdes").asText())) : grouped;
             cogrouped = cogrouped.cogroup(builder.stream(OTHER_TOPIC, Consumed.with(Serdes.String(), values))
-                    .selectKey((k, v) -> k).groupByKey(grouped), appender("*"));
+                    .selectKey((k, v) -> k).groupByKey(regrouped), appender("*"));
         }
         Materialized<String, String, KeyValueStore<Bytes, byte[]>> keyValue =
                 Materialized.with(Serdes.String(), Serdes.String());
@@ -606,8 +637,12 @@ final class Topologies {
         Duration size = millis(params, "size");
         Serde<String> strings = Serdes.String();
         if (shape.equals("none")) {
-            cogrouped.aggregate(Topologies::init, keyValue).toStream()
-                    .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), strings));
+            KStream<String, String> result = cogrouped.aggregate(Topologies::init, keyValue).toStream();
+            if (typed) {
+                result.to(Main.OUTPUT_TOPIC);
+            } else {
+                result.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), strings));
+            }
             return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(strings.deserializer()));
         }
         KTable<Windowed<String>, String> table;
@@ -637,7 +672,7 @@ final class Topologies {
             }
             default -> throw unknown("cogroup windows", shape);
         }
-        table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, strings));
+        table.toStream().to(Main.OUTPUT_TOPIC, typed ? Produced.keySerde(keys) : Produced.with(keys, strings));
         return new Built(builder.build(), cast(keys.deserializer()), cast(strings.deserializer()));
     }
 

@@ -1,7 +1,8 @@
 """A store's SQL view typed by its serdes (Grouped/Materialized, recorded in the app's
 layout): a real run of an app counting per String user (Long counts) and summing amounts
 (Double), then `lakestate sql` on DuckDB (and the same query on Spark): the key is text
-(``u1``, not ``"u1"``), the count a BIGINT, the sum a DOUBLE, each equal to the model's;
+(``u1``, not ``"u1"``), the count a BIGINT, the sum a DOUBLE, each equal to the model's
+(a window store's key and value too);
 a store without serdes still shows JSON text; the raw changelog stays JSON."""
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.integration
 
 APP = textwrap.dedent(
     """
+    from datetime import timedelta
+
     import lakestate as ls
 
     S, J = ls.Serdes.String(), ls.Serdes.Json()
@@ -44,6 +47,11 @@ APP = textwrap.dedent(
     )
     # No serde given: the Consumed key serde, carried through map_values, types the store.
     blobs.map_values(len).group_by_key().count(ls.Materialized.as_("carried"))
+    # A window store: the Grouped key serde and a count's Long, as unwindowed.
+    hour = ls.TimeWindows.of_size_with_no_grace(timedelta(hours=1))
+    events.group_by(user, ls.Grouped.with_(S, J)).windowed_by(hour).count(
+        ls.Materialized.as_("hourly")
+    )
     app = ls.App("typed", b.build())
     """
 )
@@ -133,6 +141,14 @@ def test_bytes_cross_a_repartition_topic_as_bytes(wh):
 def test_a_consumed_key_serde_carried_to_a_count_types_its_view(wh):
     carried = duckdb_engine.sql(wh, "SELECT key, value FROM typed__carried")
     assert [tuple(r) for r in carried.rows] == [("k", len(BLOBS))]  # text, BIGINT
+
+
+def test_a_window_store_view_has_typed_key_and_value_columns(wh):
+    hourly = duckdb_engine.sql(
+        wh, "SELECT key, window_start, window_end, value FROM typed__hourly ORDER BY key"
+    )
+    assert [tuple(r) for r in hourly.rows] == [(u, 0, 3_600_000, COUNTS[u]) for u in sorted(COUNTS)]
+    assert all(type(k) is str and type(n) is int for k, _, _, n in hourly.rows)
 
 
 def test_describe_names_a_stores_serdes(wh, capsys):

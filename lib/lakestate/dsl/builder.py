@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lakestate.delta_sink import DeltaSink
 from lakestate.delta_source import DeltaSource
 from lakestate.dsl.consumed import Consumed, serdes_of
-from lakestate.dsl.materialized import Materialized, store_serdes
+from lakestate.dsl.materialized import Materialized, check_store_serdes, store_serdes
 from lakestate.errors import TopologyException
 from lakestate.processors.api import Processor
 from lakestate.processors.stateless import ChangeDecodingSource, DecodingSource, PassThrough, Sink
@@ -187,6 +187,7 @@ class GraphBuilder:
         return node
 
     def add_store(self, spec: StoreSpec, owner: str) -> None:
+        check_store_serdes(spec.name, spec.serdes, owner)
         existing = self.stores.get(spec.name)
         if existing is not None and existing != spec:
             raise TopologyException(

@@ -36,8 +36,9 @@ class Materialized:
     store's serdes (Kafka's). They type the store's SQL view (a String key as text, a Long
     as BIGINT...) and a value the serde cannot hold fails at the store. A serde not given
     (None) is the default: the one the operator implies as in Kafka (a count's value is
-    Long, a grouped aggregation's key takes the Grouped key serde), else Json. Not yet:
-    ``Serdes.Bytes()`` for a store (stores hold JSON values): a TopologyException.
+    Long, a grouped aggregation's key takes the Grouped key serde), else Json. A store
+    cannot have ``Serdes.Bytes()`` (a TopologyException naming the store and what to do
+    instead: ``check_store_serdes``), as Kafka's can: lakestate stores keep JSON.
     """
 
     store_name: str | None = None
@@ -130,15 +131,27 @@ def store_serdes(
     implies)."""
     key = materialized.key_serde if materialized is not None else None
     value = materialized.value_serde if materialized is not None else None
-    serdes = TopicSerdes(key or key_default or JSON, value or value_default or JSON)
+    return TopicSerdes(key or key_default or JSON, value or value_default or JSON)
+
+
+def check_store_serdes(store: str, serdes: TopicSerdes, owner: str) -> None:
+    """Refuse a store whose key or value serde is ``Serdes.Bytes()``, naming the store and
+    what to do instead. Kafka's stores hold bytes; lakestate's keep keys and values as JSON
+    (the local store's entries, the changelog's rows and the SQL view are all read from
+    that form), and JSON has no bytes: a bytes value written as base64 text would come back
+    to the aggregator as a str, and the changelog cannot write a bytes key at all."""
     for what, serde in (("key", serdes.key), ("value", serdes.value)):
         if isinstance(serde, BytesSerde):
-            # Stores hold JSON values (state/serde.py), which bytes are not.
             raise TopologyException(
-                f"a store's {what} serde cannot be {serde.name} yet: stores hold JSON, and "
-                "bytes are not JSON; give the store another serde (Materialized.with_...)"
+                f"node {owner}: store {store!r} cannot have {what} serde {serde.name} (given "
+                "by Materialized, else by the Grouped or Consumed serdes it takes): a "
+                "lakestate store keeps its keys and values as JSON, which has no bytes, so "
+                "they would not come back as bytes. Turn the bytes into text or numbers "
+                "before the store (e.g. map_values(lambda v: v.decode()) or "
+                "select_key(lambda k, v: k.hex()) then Serdes.String()) and give that "
+                "serde (Grouped.with_ or Materialized.with_); repartition topics and sinks "
+                "take Serdes.Bytes() as they are"
             )
-    return serdes
 
 
 def aggregate_store_serdes(

@@ -174,7 +174,12 @@ def serde_flow(params: SerdeFlowParams) -> ls.Topology:
         windows = ls.JoinWindows.of_time_difference_without_grace(_ms(3))
         stream = stream.join(other, _joined, windows, joined)
     if params.window is None:
-        stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC)
+        produced = (
+            None
+            if params.produced is None
+            else ls.Produced.with_value_serde(_serde_of(params.produced))
+        )
+        stream.group_by_key().count().to_stream().to(OUTPUT_TOPIC, produced)
         return builder.build()
     if params.window == "session":
         windows: Any = ls.SessionWindows.of_inactivity_gap_with_no_grace(_ms(5))

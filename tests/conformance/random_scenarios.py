@@ -233,7 +233,11 @@ def serde_flows(seed: int, count: int) -> list[Scenario]:
         extra = random.Random(f"{seed}/serde_flow/window/{i}")
         window = extra.choice((None, None, "tumbling", "session"))
         suppressed = window is not None and extra.random() < 0.5
-        params = SerdeFlowParams(step, repartition, join, serde, window, suppressed)
+        # An explicit Produced value serde, where no join may leave the count without input.
+        produced = None
+        if window is None and join is None:
+            produced = extra.choice((None, "long", "string"))
+        params = SerdeFlowParams(step, repartition, join, serde, window, suppressed, produced)
         records = inputs(rng, rng.randint(8, 30), join_window_boundaries(3, 3, 0), 5)
         records = [
             replace(r, topic=TABLE_TOPIC if join and rng.random() < 0.5 else r.topic)

@@ -99,6 +99,9 @@ class SerdeFlowParams:
     # serdes, and to("out") is given the windowed key serde only (the value's is carried).
     window: Literal["tumbling", "session"] | None = None
     suppressed: bool = False
+    # Unwindowed only: to("out", Produced.valueSerde(that serde)), which wins over the
+    # carried Long (so "string" fails the run at the sink).
+    produced: Literal["long", "string"] | None = None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from random_scenarios import (
     windowed,
 )
 from scenario import (
+    INPUT_TOPIC,
     OTHER_TOPIC,
     TABLE_TOPIC,
     AggregateParams,
@@ -438,8 +439,8 @@ def test_lakestate_gives_the_known_answer(scenario: Scenario, expected: Outcome)
 
 
 def _serdes_misfit(scenario: Scenario) -> bool:
-    """A serde_flow scenario whose Repartitioned or StreamJoined value serde does not fit
-    the values that reach it; a cogroup whose repartitioned input's Grouped value serde
+    """A serde_flow scenario whose Repartitioned, StreamJoined or Produced value serde does
+    not fit the values that reach it; a cogroup whose repartitioned input's Grouped value serde
     does not fit a record that reaches its topic (a key and a value)."""
     params = scenario.params
     if isinstance(params, CogroupParams):
@@ -451,6 +452,12 @@ def _serdes_misfit(scenario: Scenario) -> bool:
         return typed and params.serdes != scenario.value_serde and reaching
     if not isinstance(params, SerdeFlowParams):
         return False
+    counted = any(
+        i.topic == INPUT_TOPIC and i.key is not None and i.value is not None
+        for i in scenario.inputs
+    )
+    if params.produced == "string" and counted:  # the explicit serde, not the carried Long
+        return True
     values = "string" if params.step == "to_string" else params.values
     return (params.repartition or values) != values or (params.join or values) != values
 

@@ -149,6 +149,31 @@ def test_to_and_to_table_take_the_streams_serdes_where_none_is_given():
         ]
 
 
+def test_an_explicit_produced_serde_wins_over_a_carried_one_json_too():
+    from lakestate.io.kafka.appends import wire_bytes
+
+    b = StreamsBuilder()
+    typed = _typed(b)
+    typed.to("json", Produced.with_(J, J))
+    typed.to("json-value", Produced.with_value_serde(J))  # on the class: key not given
+    typed.to("json-key", Produced.with_(J, None))
+    typed.to("carried", Produced.with_(None, None))
+    topology = b.build()
+    assert _sinks(topology) == {
+        "json": TopicSerdes(J, J),
+        "json-value": TopicSerdes(S, J),
+        "json-key": TopicSerdes(J, L),
+        "carried": TopicSerdes(S, L),
+    }
+    # What a Kafka sink writes: JSON text where Json was given, Kafka's Long where carried.
+    assert wire_bytes(topology.serdes_of("json").value, "5") == b"5"
+    assert wire_bytes(topology.serdes_of("carried").value, "5") == (5).to_bytes(8, "big")
+    assert wire_bytes(topology.serdes_of("json-key").key, '"k"') == b'"k"'
+    assert Produced.with_(J, None) == Produced(J, None) and Produced().serdes == TopicSerdes()
+    with pytest.raises(TopologyException, match="Produced.with_ value_serde must be a serde"):
+        Produced.with_(S, "json")
+
+
 def test_a_tables_serdes_reach_its_stream_as_kafkas_ktable_passes_them_on():
     b = StreamsBuilder()
     # A count's table: its store's serdes (the carried String key, Long), kept by to_stream.

@@ -9,7 +9,7 @@ from typing import Any
 from lakestate.dsl.branched import check_name
 from lakestate.dsl.repartitioned import ClassOrInstance
 from lakestate.errors import SerializationException, TopologyException
-from lakestate.serdes import DEFAULT_SERDES, Serde, TopicSerdes, check_serde
+from lakestate.serdes import DEFAULT_SERDES, JSON, Serde, TopicSerdes, check_serde
 
 
 def _serdes(key_serde: Any, value_serde: Any, where: str) -> TopicSerdes:
@@ -43,19 +43,44 @@ class Consumed:
 @dataclass(frozen=True)
 class Produced:
     """How a sink topic's records are written: ``Produced.with_(Serdes.String(),
-    Serdes.Long())``. None for a serde: the default, ``Serdes.Json()``."""
+    Serdes.Long())``. None for a serde: not given, so ``to()`` takes the stream's serde
+    (else Json), as Kafka's; a serde given, ``Serdes.Json()`` too, is the topic's."""
 
-    serdes: TopicSerdes = DEFAULT_SERDES
+    key_serde: Serde | None = None
+    value_serde: Serde | None = None
 
     @staticmethod
     def with_(key_serde: Serde | None = None, value_serde: Serde | None = None) -> Produced:
-        return Produced(_serdes(key_serde, value_serde, "Produced.with_"))
+        return Produced(
+            _given(key_serde, "Produced.with_ key_serde"),
+            _given(value_serde, "Produced.with_ value_serde"),
+        )
 
+    @ClassOrInstance
     def with_key_serde(self, key_serde: Serde | None) -> Produced:
-        return Produced(_serdes(key_serde, self.serdes.value, "Produced.with_key_serde"))
+        """Also on the class (Kafka's ``Produced.keySerde``): the value serde not given."""
+        return replace(self, key_serde=_given(key_serde, "Produced.with_key_serde key_serde"))
 
+    @ClassOrInstance
     def with_value_serde(self, value_serde: Serde | None) -> Produced:
-        return Produced(_serdes(self.serdes.key, value_serde, "Produced.with_value_serde"))
+        """Also on the class (Kafka's ``Produced.valueSerde``): the key serde not given."""
+        what = "Produced.with_value_serde value_serde"
+        return replace(self, value_serde=_given(value_serde, what))
+
+    @property
+    def serdes(self) -> TopicSerdes:
+        """The sink's serdes, Json where none is given."""
+        return TopicSerdes(self.key_serde or JSON, self.value_serde or JSON)
+
+
+def _given(serde: Any, what: str) -> Serde | None:
+    """``serde`` checked, None kept (not given); a TopologyException naming ``what``."""
+    if serde is None:
+        return None
+    try:
+        return check_serde(serde, what)
+    except SerializationException as exc:
+        raise TopologyException(str(exc)) from None
 
 
 def _serde(serde: Any, where: str) -> Serde | None:

@@ -289,8 +289,8 @@ class KStream:
 
     def to(self, topic: str | DeltaSink, produced: Produced | None = None) -> None:
         """Writes the stream to ``topic``; ``produced``: its serdes
-        (``Produced.with_(key_serde, value_serde)``; a Json one, or none given, is the
-        stream's serde, as in Kafka, else Json). A ``DeltaSink``
+        (``Produced.with_(key_serde, value_serde)``: a serde given wins, ``Serdes.Json()``
+        too; one not given is the stream's, as in Kafka, else Json). A ``DeltaSink``
         writes it to a Delta table with typed columns (``lakestate.delta_sink``)."""
         name = self._graph.new_name("KSTREAM-SINK-")
         if isinstance(topic, DeltaSink):
@@ -301,10 +301,10 @@ class KStream:
             self._graph.add_sink(name, self._node, topic.name, delta_sink=topic)
             return
         check_topic(topic, name)
-        given = serdes_of(produced, Produced, name)
+        serdes_of(produced, Produced, name)  # checks its type
+        given = produced or Produced()
         serdes = TopicSerdes(
-            self.serdes.key if given.key == JSON else given.key,
-            self.serdes.value if given.value == JSON else given.value,
+            given.key_serde or self.serdes.key, given.value_serde or self.serdes.value
         )
         self._graph.add_sink(name, self._node, topic, serdes=serdes)
 

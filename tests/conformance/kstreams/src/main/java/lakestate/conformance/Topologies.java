@@ -176,7 +176,12 @@ final class Topologies {
                     StreamJoined.with(Serdes.String(), serde, values));
         }
         if (!params.hasNonNull("window")) {
-            stream.groupByKey().count().toStream().to(Main.OUTPUT_TOPIC);
+            KStream<String, Long> counts = stream.groupByKey().count().toStream();
+            if (params.hasNonNull("produced")) {  // an explicit value serde wins over the carried Long
+                counts.to(Main.OUTPUT_TOPIC, Produced.valueSerde(cast(serde(params.get("produced").asText()))));
+            } else {
+                counts.to(Main.OUTPUT_TOPIC);
+            }
             return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
         }
         // Windowed: the store takes the carried key serde and Long; suppress keeps the table's

@@ -40,7 +40,7 @@ from lakestate.errors import (
 from lakestate.processors.punctuation import Cancellable, PunctuationType
 from lakestate.processors.user import Processor, ProcessorContext
 from lakestate.records import Change, Record, Window, Windowed
-from lakestate.serdes import Serde, Serdes
+from lakestate.serdes import Serde, Serdes, WindowedSerdes
 from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT
 from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
 from lakestate.topology.graph import Topology
@@ -97,6 +97,7 @@ __all__ = [
     "VersionedRecord",
     "Window",
     "Windowed",
+    "WindowedSerdes",
 ]
 
 

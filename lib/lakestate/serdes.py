@@ -30,12 +30,25 @@ import base64
 import binascii
 import struct
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from lakestate.errors import SerializationException
+from lakestate.records import Window, Windowed, duration_millis
 from lakestate.state.serde import a_type, json_text, loads
 
-__all__ = ["DEFAULT_SERDES", "Serde", "Serdes", "TopicSerdes", "check_serde", "serde_named"]
+__all__ = [
+    "DEFAULT_SERDES",
+    "Serde",
+    "Serdes",
+    "SessionWindowedSerde",
+    "TimeWindowedSerde",
+    "TopicSerdes",
+    "WindowedSerdes",
+    "base_key_serde",
+    "check_serde",
+    "serde_named",
+]
 
 _LONG = (-(1 << 63), (1 << 63) - 1)
 _INT = (-(1 << 31), (1 << 31) - 1)
@@ -290,6 +303,124 @@ class Serdes:
     @staticmethod
     def Json() -> Serde:  # noqa: N802
         return JsonSerde()
+
+
+class _WindowedSerde(Serde):
+    """Kafka's windowed serdes (``WindowedSerdes``): a ``Windowed`` key as its inner key's
+    bytes by ``inner``, then its window's; in a log table, its JSON fields (``key``,
+    ``window_start``, ``window_end``), the inner key in ``inner``'s JSON form."""
+
+    def __init__(self, inner: Serde) -> None:
+        self.inner = inner
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __hash__(self) -> int:
+        return hash((type(self), *vars(self).values()))
+
+    def _window_bytes(self, window: Window) -> bytes:
+        raise NotImplementedError
+
+    def _window_of(self, data: bytes) -> tuple[int, Window]:
+        """The inner key's length in ``data`` and the window after it."""
+        raise NotImplementedError
+
+    def _windowed(self, value: Any) -> Windowed:
+        if type(value) is not Windowed:
+            raise self._refuse(value, "a Windowed key")
+        return value
+
+    def serialize(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        windowed = self._windowed(value)
+        data = self.inner.serialize(windowed.key)
+        if data is None:
+            raise SerializationException(f"{self.name} cannot serialize a null inner key")
+        return data + self._window_bytes(windowed.window)
+
+    def deserialize(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        length, window = self._window_of(bytes(data))
+        return Windowed(self.inner.deserialize(bytes(data)[:length]), window)
+
+    def to_json(self, value: Any) -> Any:
+        if value is None:
+            return None
+        windowed = self._windowed(value)
+        return Windowed(self.inner.to_json(windowed.key), windowed.window).as_fields()
+
+    def from_json(self, value: Any) -> Any:
+        if value is None:
+            return None
+        if type(value) is not dict or set(value) != {"key", "window_start", "window_end"}:
+            raise SerializationException(
+                f"{self.name} reads a log table's key as its fields (key, window_start, "
+                f"window_end), got {a_type(value)} ({_short(value)})"
+            )
+        window = Window(value["window_start"], value["window_end"])
+        return Windowed(self.inner.from_json(value["key"]), window)
+
+
+class TimeWindowedSerde(_WindowedSerde):
+    """A time window's key: the inner key's bytes, then the window start (8 bytes,
+    big-endian), as Kafka's ``TimeWindowedSerializer``; read back with windows
+    ``window_size_ms`` long (Kafka's ``TimeWindowedDeserializer`` given the size)."""
+
+    def __init__(self, inner: Serde, window_size_ms: int) -> None:
+        super().__init__(inner)
+        self.window_size_ms = window_size_ms
+        self.name = f"WindowedSerdes.timeWindowedSerdeFrom({inner.name}, {window_size_ms})"
+
+    def _window_bytes(self, window: Window) -> bytes:
+        return struct.pack(">q", window.start)
+
+    def _window_of(self, data: bytes) -> tuple[int, Window]:
+        if len(data) < 8:
+            raise SerializationException(f"{self.name}: {len(data)} bytes hold no window start")
+        (start,) = struct.unpack(">q", data[-8:])
+        return len(data) - 8, Window(start, start + self.window_size_ms)
+
+
+class SessionWindowedSerde(_WindowedSerde):
+    """A session's key: the inner key's bytes, then the session's end and start (8 bytes
+    each, big-endian), as Kafka's ``SessionWindowedSerializer``."""
+
+    def __init__(self, inner: Serde) -> None:
+        super().__init__(inner)
+        self.name = f"WindowedSerdes.sessionWindowedSerdeFrom({inner.name})"
+
+    def _window_bytes(self, window: Window) -> bytes:
+        return struct.pack(">qq", window.end, window.start)
+
+    def _window_of(self, data: bytes) -> tuple[int, Window]:
+        if len(data) < 16:
+            raise SerializationException(f"{self.name}: {len(data)} bytes hold no session")
+        end, start = struct.unpack(">qq", data[-16:])
+        return len(data) - 16, Window(start, end)
+
+
+class WindowedSerdes:
+    """Kafka's ``WindowedSerdes`` factory, given the inner key's serde."""
+
+    @staticmethod
+    def time_windowed_serde_from(inner: Serde, window_size: timedelta) -> Serde:
+        """Keys of time windows ``window_size`` long (Kafka's ``timeWindowedSerdeFrom``)."""
+        size = duration_millis(window_size, "WindowedSerdes window_size", positive=True)
+        return TimeWindowedSerde(check_serde(inner, "WindowedSerdes inner serde"), size)
+
+    @staticmethod
+    def session_windowed_serde_from(inner: Serde) -> Serde:
+        """Keys of session windows (Kafka's ``sessionWindowedSerdeFrom``)."""
+        return SessionWindowedSerde(check_serde(inner, "WindowedSerdes inner serde"))
+
+
+def base_key_serde(serde: Serde) -> Serde:
+    """The serde of a key's base: a windowed serde's inner one (what a windowed key's
+    partition is computed from, Kafka's ``WindowedStreamPartitioner``), else ``serde``."""
+    return serde.inner if isinstance(serde, _WindowedSerde) else serde
 
 
 JSON = JsonSerde()

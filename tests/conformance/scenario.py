@@ -95,8 +95,8 @@ class SerdeFlowParams:
     join: Literal["long", "string"] | None = None
     values: Literal["long", "string"] = "long"  # the scenario's value_serde
     # The count per window instead (5 ms, no grace): the window store takes the carried key
-    # serde and Long, ``suppressed`` (``untilWindowCloses(unbounded())``) keeps the table's
-    # serdes, and to("out") is given the windowed key serde only (the value's is carried).
+    # serde and Long, the table a windowed serde of it and Long, ``suppressed``
+    # (``untilWindowCloses(unbounded())``) keeps them, and to("out") is given no serde.
     window: Literal["tumbling", "session"] | None = None
     suppressed: bool = False
     # Unwindowed only: to("out", Produced.valueSerde(that serde)), which wins over the
@@ -236,7 +236,7 @@ class CogroupParams:
     # Serdes as CogroupedKStreamImpl passes them: the repartitioned input grouped with
     # ``Grouped.with("cg", String, serdes)`` (a value serde that does not fit fails the run
     # at its repartition topic), the store ``Materialized.with(String, String)``, and
-    # to("out") given no value serde (the table's, its store's, is taken).
+    # to("out") given no serde (the table's are taken: its store's, the key's windowed).
     serdes: Literal["long", "string"] | None = None
 
 

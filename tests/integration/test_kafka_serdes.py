@@ -1,8 +1,9 @@
 """Serdes on a real broker (issue 26 item 3): a topic whose keys are Kafka Longs (8 bytes,
 big-endian) and values Kafka Strings, produced with confluent-kafka's own StringSerializer
 and Kafka's Long layout, counted per key into a Kafka topic of Long keys and Long values,
-read back by a read_committed consumer and checked byte for byte; a record whose key is
-not a Long goes to the dead-letter topic with its raw bytes."""
+read back by a read_committed consumer and checked byte for byte (and per 10 ms window,
+with the serdes the windowed table carries: Kafka's windowed key layout); a record whose
+key is not a Long goes to the dead-letter topic with its raw bytes."""
 
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ def _produce(bootstrap: str, topic: str) -> list[int]:
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     keys = [KEYS[i % len(KEYS)] for i in range(N)]
     for i, key in enumerate(keys):
-        producer.produce(
-            topic, key=struct.pack(">q", key), value=strings(f"click {i}", context), timestamp=i
-        )
+        # Timestamp 1 + i: librdkafka stamps a timestamp of 0 with the wall clock.
+        value = strings(f"click {i}", context)
+        producer.produce(topic, key=struct.pack(">q", key), value=value, timestamp=1 + i)
     producer.produce(topic, key=POISON_KEY, value=b"poison", timestamp=N, partition=0)
     assert producer.flush(30) == 0
     return keys
@@ -112,6 +113,21 @@ def test_long_keys_and_string_values_counted_into_long_values_with_a_poison_dead
         per_key.setdefault(key, []).append(count)
     expected = Counter(keys)
     assert per_key == {k: list(range(1, n + 1)) for k, n in expected.items()}
+
+    # The windowed counts, with no serde given: Kafka's TimeWindowedSerializer layout (the
+    # Long key's 8 bytes, then the window start's), partitioned by the inner key's bytes
+    # (WindowedStreamPartitioner), Long values; each (key, window)'s counts 1..n in order.
+    windowed = _sink(cluster, f"windowed-counts-{test_id}")
+    assert all(len(k) == 16 and len(v) == 8 for _, k, v in windowed)
+    partitions = KafkaTopic(cluster, f"windowed-counts-{test_id}").partitions()
+    assert [p for p, _, _ in windowed] == [
+        partition_of_bytes(k[:8], partitions) for _, k, _ in windowed
+    ]
+    per_window: dict[tuple[int, int], list[int]] = {}
+    for _, k, v in windowed:
+        per_window.setdefault(struct.unpack(">qq", k), []).append(struct.unpack(">q", v)[0])
+    in_window = Counter((key, (1 + i) // 10 * 10) for i, key in enumerate(keys))
+    assert per_window == {w: list(range(1, n + 1)) for w, n in in_window.items()}
 
     # The poison record: in the warehouse's dead-letter topic with its raw bytes (base64).
     letters = [

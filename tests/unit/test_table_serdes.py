@@ -21,12 +21,13 @@ from lakestate import (
     Suppressed,
     TimeWindows,
 )
-from lakestate.serdes import TopicSerdes
+from lakestate.serdes import SessionWindowedSerde, TimeWindowedSerde, TopicSerdes
 from lakestate.testing.driver import TopologyTestDriver
 from lakestate.topology.graph import SINK, SOURCE
 
 S, L, J, D = Serdes.String(), Serdes.Long(), Serdes.Json(), Serdes.Double()
 CONFIG = {"application.id": "app"}
+_10MS = timedelta(milliseconds=10)
 
 
 def _repartitions(topology) -> dict[str, TopicSerdes]:
@@ -107,22 +108,28 @@ def test_a_windowed_cogroup_store_takes_the_materialized_serdes():
         .aggregate(lambda: 0, Materialized.as_("w").with_(S, L))
     )
     assert b.build().stores["w"].serdes == TopicSerdes(S, L)
-    assert table.serdes == TopicSerdes(J, L)  # a windowed key's serde is not known
+    assert table.serdes == TopicSerdes(TimeWindowedSerde(S, 10), L)  # Kafka's FullTimeWindowedSerde
 
 
 # -- windowed aggregations -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    "windows",
+    ("windows", "keys"),
     [
-        TimeWindows.of_size_with_no_grace(timedelta(milliseconds=10)),
-        SlidingWindows.of_time_difference_with_no_grace(timedelta(milliseconds=10)),
-        SessionWindows.of_inactivity_gap_with_no_grace(timedelta(milliseconds=10)),
+        (TimeWindows.of_size_with_no_grace(timedelta(milliseconds=10)), TimeWindowedSerde(S, 10)),
+        (
+            SlidingWindows.of_time_difference_with_no_grace(timedelta(milliseconds=10)),
+            TimeWindowedSerde(S, 10),
+        ),
+        (
+            SessionWindows.of_inactivity_gap_with_no_grace(timedelta(milliseconds=10)),
+            SessionWindowedSerde(S),
+        ),
     ],
     ids=["time", "sliding", "session"],
 )
-def test_windowed_stores_take_kafkas_serdes_and_the_table_passes_its_value_serde(windows):
+def test_windowed_stores_take_kafkas_serdes_and_the_table_passes_them_on(windows, keys):
     b = StreamsBuilder()
     grouped = b.stream("in", Consumed.with_(S, D)).group_by_key()
     counts = grouped.windowed_by(windows).count(Materialized.as_("c"))
@@ -137,7 +144,8 @@ def test_windowed_stores_take_kafkas_serdes_and_the_table_passes_its_value_serde
     assert topology.stores["c"].serdes == TopicSerdes(S, L)
     assert topology.stores["r"].serdes == TopicSerdes(S, D)
     assert topology.stores["a"].serdes == TopicSerdes(S, S)
-    assert counts.serdes == TopicSerdes(J, L) and _sink(topology) == TopicSerdes(J, L)
+    # The table: a windowed serde of the store's key serde, and its value serde; to() takes them.
+    assert counts.serdes == TopicSerdes(keys, L) and _sink(topology) == TopicSerdes(keys, L)
     with TopologyTestDriver(topology, CONFIG) as driver:
         driver.create_input_topic("in").pipe_input("k", 1.5, 5)
         ((key, value),) = driver.create_output_topic("out").read_key_values_to_list()
@@ -205,6 +213,44 @@ def test_suppress_keeps_its_tables_serdes():
         .count()
     )
     final = windowed.suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-    assert final.serdes == TopicSerdes(J, L)
+    assert final.serdes == windowed.serdes == TopicSerdes(TimeWindowedSerde(S, 10), L)
     final.to_stream().to("out")
-    assert _sink(b.build()) == TopicSerdes(J, L)
+    assert _sink(b.build()) == TopicSerdes(TimeWindowedSerde(S, 10), L)
+    # No serde anywhere: a Json store, so the windowed table knows none (Kafka's null).
+    b = StreamsBuilder()
+    plain = b.stream("in").group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(_10MS))
+    assert plain.count().serdes == TopicSerdes()
+
+
+# -- windowed serdes -------------------------------------------------------------------------
+
+
+def test_windowed_serdes_write_kafkas_layouts_and_their_json_form():
+    from lakestate import Window, Windowed, WindowedSerdes
+    from lakestate.io.kafka.appends import wire_bytes
+    from lakestate.serdes import base_key_serde
+
+    key = Windowed("k", Window(5, 15))
+    timed = WindowedSerdes.time_windowed_serde_from(S, timedelta(milliseconds=10))
+    session = WindowedSerdes.session_windowed_serde_from(L)
+    # TimeWindowedSerializer: the key's bytes, then the start; the end from the size.
+    assert timed.serialize(key) == b"k" + (5).to_bytes(8, "big")
+    assert timed.deserialize(b"k" + (5).to_bytes(8, "big")) == key
+    # SessionWindowedSerializer (SessionKeySchema): the key's bytes, then end, then start.
+    sess = Windowed(7, Window(5, 9))
+    raw = (7).to_bytes(8, "big") + (9).to_bytes(8, "big") + (5).to_bytes(8, "big")
+    assert session.serialize(sess) == raw and session.deserialize(raw) == sess
+    # The JSON form is a windowed key's fields, as every sink writes them; a Kafka sink's
+    # bytes come from it, and its partition from the inner key's bytes alone.
+    assert timed.to_json(key) == {"key": "k", "window_start": 5, "window_end": 15}
+    text = '{"key":"k","window_end":15,"window_start":5}'
+    assert wire_bytes(timed, text) == b"k" + (5).to_bytes(8, "big")
+    assert base_key_serde(timed) == S and base_key_serde(L) == L
+    assert timed == TimeWindowedSerde(S, 10) != TimeWindowedSerde(S, 11)
+    assert timed != TimeWindowedSerde(L, 10) and hash(timed) == hash(TimeWindowedSerde(S, 10))
+    with pytest.raises(SerializationException, match="takes a Windowed key"):
+        timed.serialize("k")
+    with pytest.raises(SerializationException, match="no window start"):
+        timed.deserialize(b"k")
+    with pytest.raises(SerializationException, match="reads a log table's key as its fields"):
+        timed.from_json("k")

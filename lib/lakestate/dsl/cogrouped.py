@@ -125,9 +125,7 @@ class TimeWindowedCogroupedKStream:
 
         inputs = list(self._cogrouped._inputs.values())
         graph = self._cogrouped._graph
-        return build_cogroup(
-            graph, inputs, initializer, materialized, WINDOW, factory_of, windows.grace_ms
-        )
+        return build_cogroup(graph, inputs, initializer, materialized, WINDOW, factory_of, windows)
 
 
 class SessionWindowedCogroupedKStream:
@@ -159,7 +157,7 @@ class SessionWindowedCogroupedKStream:
                     store, windows, initializer, agg, merger, state_key=node
                 )
             ),
-            windows.close_after_ms,
+            windows,
         )
 
 
@@ -170,7 +168,7 @@ def build_cogroup(
     materialized: Materialized | None,
     kind: str,
     factory_of: FactoryOf,
-    window_grace_ms: int | None = None,
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None,
 ) -> KTable:
     """Kafka's CogroupedStreamAggregateBuilder: the store, each input's (repartitioned)
     aggregate node on it, and the merge node that is the table."""
@@ -215,8 +213,9 @@ def build_cogroup(
         graph.copartition_groups.append(
             (nodes[0], graph.source_nodes(parents[0]), graph.source_nodes(parent))
         )
+    grace = None if windows is None else windows.close_after_ms
     if serdes is None:
-        return KTable(graph, merge, store, window_grace_ms=window_grace_ms)
-    if window_grace_ms is not None:
-        serdes = windowed_serdes(serdes)
-    return KTable(graph, merge, store, window_grace_ms=window_grace_ms, serdes=serdes)
+        return KTable(graph, merge, store, window_grace_ms=grace)
+    if windows is not None:
+        serdes = windowed_serdes(serdes, windows)
+    return KTable(graph, merge, store, window_grace_ms=grace, serdes=serdes)

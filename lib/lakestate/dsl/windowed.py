@@ -23,7 +23,14 @@ from lakestate.processors.windowed_aggregate import (
     SessionWindowedAggregate,
     TimeWindowedAggregate,
 )
-from lakestate.serdes import JSON, Serde, TopicSerdes
+from lakestate.serdes import (
+    JSON,
+    JsonSerde,
+    Serde,
+    SessionWindowedSerde,
+    TimeWindowedSerde,
+    TopicSerdes,
+)
 from lakestate.topology.graph import StoreSpec
 
 WINDOW = "window"
@@ -70,16 +77,30 @@ class _Windowed:
         self._graph.add_store(StoreSpec(store, kind, serdes=serdes), name)
         self._graph.add_processor(name, parent, factory_of(store, retention), [store])
         return KTable(
-            self._graph, name, store, window_grace_ms=close_after_ms, serdes=windowed_serdes(serdes)
+            self._graph,
+            name,
+            store,
+            window_grace_ms=close_after_ms,
+            serdes=windowed_serdes(serdes, self._windows),
         )
 
 
-def windowed_serdes(store: TopicSerdes) -> TopicSerdes:
-    """What a windowed table knows of its keys and values: the store's value serde. Its key
-    serde stays Json (none known): Kafka's table has a windowed serde of the store's key
-    serde (the key's bytes, then the window's), which lakestate has not; a Windowed key is
-    written as its JSON fields, the inner key checked by a key serde given to ``to``."""
-    return TopicSerdes(JSON, store.value)
+def windowed_serdes(
+    store: TopicSerdes, windows: TimeWindows | SlidingWindows | SessionWindows
+) -> TopicSerdes:
+    """What a windowed table knows of its keys and values (Kafka's): a windowed serde of
+    its store's key serde (the key's bytes, then the window's: ``FullTimeWindowedSerde``
+    of the size or time difference, ``SessionWindowedSerde``), none for a Json one, and
+    its store's value serde."""
+    key: Serde = JSON
+    if type(store.key) is not JsonSerde:
+        if isinstance(windows, SessionWindows):
+            key = SessionWindowedSerde(store.key)
+        elif isinstance(windows, SlidingWindows):
+            key = TimeWindowedSerde(store.key, windows.time_difference_ms)
+        else:
+            key = TimeWindowedSerde(store.key, windows.size_ms)
+    return TopicSerdes(key, store.value)
 
 
 def _retention(

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from lakestate.errors import SerializationException
 from lakestate.records import Record, Windowed
-from lakestate.serdes import TopicSerdes
+from lakestate.serdes import TopicSerdes, base_key_serde
 from lakestate.state.base import TopicPartition, Transaction
 from lakestate.state.serde import checked_json_text
 
@@ -37,9 +37,10 @@ def text_value(text: str | None) -> Any:
 
 
 def sink_key_json(serdes: TopicSerdes, key: Any) -> Any:
-    """A sink's key in its key serde's JSON form (a windowed key's inner key)."""
+    """A sink's key in its key serde's JSON form (a windowed key's inner key, by a windowed
+    serde's inner serde)."""
     if type(key) is Windowed:
-        return Windowed(serdes.key.to_json(key.key), key.window)
+        return Windowed(base_key_serde(serdes.key).to_json(key.key), key.window)
     return serdes.key.to_json(key)
 
 

@@ -32,7 +32,7 @@ from lakestate.io.kafka.appends import wire_bytes
 from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.task import Task
 from lakestate.records import Record
-from lakestate.serdes import JsonSerde, Serde, TopicSerdes
+from lakestate.serdes import JsonSerde, Serde, TopicSerdes, base_key_serde
 from lakestate.state.serde import loads as serde_loads
 from lakestate.topology.graph import SOURCE, internal_topic_name
 
@@ -97,10 +97,12 @@ def codecs_of(app: App) -> dict[str, Codec]:
 def kafka_key_bytes(app: App) -> dict[str, Callable[[str | None], bytes | None]]:
     """Per Kafka sink topic of ``app`` written with a key serde other than Json: the
     serialized bytes of a key given as JSON text, which Kafka's default partitioner hashes
-    (with Json the text's bytes are those bytes already)."""
+    (with Json the text's bytes are those bytes already). A windowed key's partition is
+    its inner key's (the text it is given), by a windowed serde's inner serde, as Kafka's
+    ``WindowedStreamPartitioner``."""
     found = {}
     for topic in kafka_topic_names(app):
-        serde = app.topology.serdes_of(topic).key
+        serde = base_key_serde(app.topology.serdes_of(topic).key)
         if type(serde) is not JsonSerde:
             found[topic] = partial(wire_bytes, serde)
     return found

@@ -184,8 +184,8 @@ final class Topologies {
             }
             return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
         }
-        // Windowed: the store takes the carried key serde and Long; suppress keeps the table's
-        // serdes for its buffer; to() takes the value serde (Long) with the windowed key's given.
+        // Windowed: the store takes the carried key serde and Long; the table knows a windowed
+        // serde of the key's and Long, suppress keeps them for its buffer, and to() takes them.
         Duration size = Duration.ofMillis(5);
         String window = params.get("window").asText();
         KTable<Windowed<String>, Long> counts = switch (window) {
@@ -199,7 +199,7 @@ final class Topologies {
         Serde<Windowed<String>> keys = window.equals("session")
                 ? WindowedSerdes.sessionWindowedSerdeFrom(String.class)
                 : WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
-        counts.toStream().to(Main.OUTPUT_TOPIC, Produced.keySerde(keys));
+        counts.toStream().to(Main.OUTPUT_TOPIC);
         return new Built(builder.build(), cast(keys.deserializer()), cast(Serdes.Long().deserializer()));
     }
 
@@ -677,7 +677,11 @@ final class Topologies {
             }
             default -> throw unknown("cogroup windows", shape);
         }
-        table.toStream().to(Main.OUTPUT_TOPIC, typed ? Produced.keySerde(keys) : Produced.with(keys, strings));
+        if (typed) {  // the table's serdes: a windowed serde of its store's key serde, and String
+            table.toStream().to(Main.OUTPUT_TOPIC);
+        } else {
+            table.toStream().to(Main.OUTPUT_TOPIC, Produced.with(keys, strings));
+        }
         return new Built(builder.build(), cast(keys.deserializer()), cast(strings.deserializer()));
     }
 

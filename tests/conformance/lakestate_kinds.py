@@ -74,12 +74,14 @@ def _aggregated(
     grouped: Any, aggregation: str, session: bool = False, retention: int | None = None
 ) -> ls.KTable:
     """count / reduce / aggregate of a grouped (or windowed) stream; a window store kept
-    ``retention`` ms when given."""
-    m = (
-        None
-        if retention is None
-        else ls.Materialized.with_defaults().with_retention(_ms(retention))
-    )
+    ``retention`` ms when given. The store's serdes as the Kafka side gives them: String
+    keys, a count's Long, an aggregate's String (a reduce's value serde, the input's, is
+    not known here: Json)."""
+    strings = ls.Serdes.String()
+    values = {"count": ls.Serdes.Long(), "aggregate": strings}.get(aggregation)
+    m = ls.Materialized.with_(strings, values)
+    if retention is not None:
+        m = m.with_retention(_ms(retention))
     if aggregation == "count":
         return grouped.count(m)
     if aggregation == "reduce":

@@ -425,7 +425,10 @@ def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
     left = _table(builder, INPUT_TOPIC, "left-store", None)
     right = _table(builder, TABLE_TOPIC, "right-store", None)
     join = {"inner": left.join, "left": left.left_join}[params.join]
-    materialized = ls.Materialized.as_("joined") if params.materialized else None
+    strings = ls.Serdes.String()  # as the Kafka side: a value serde only
+    materialized = (
+        ls.Materialized.as_("joined").with_value_serde(strings) if params.materialized else None
+    )
     join(right, _foreign_key, _joined, materialized=materialized).to_stream().to(OUTPUT_TOPIC)
     return builder.build()
 

@@ -472,9 +472,10 @@ final class Topologies {
         KTable<String, Object> right = table(builder, TABLE_TOPIC, "right-store", null, values);
         java.util.function.Function<Object, String> fk = Topologies::foreignKey;
         ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        // Only a value serde: the store's key serde is the left table's (doJoinOnForeignKey).
         Materialized<String, String, KeyValueStore<Bytes, byte[]>> materialized =
                 Materialized.<String, String, KeyValueStore<Bytes, byte[]>>as("joined")
-                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.String());
+                        .withValueSerde(Serdes.String());
         boolean materialize = params.path("materialized").asBoolean(false);
         String join = params.get("join").asText();
         KTable<String, String> result = switch (join) {
@@ -482,7 +483,13 @@ final class Topologies {
             case "left" -> materialize ? left.leftJoin(right, fk, joiner, materialized) : left.leftJoin(right, fk, joiner);
             default -> throw unknown("foreign-key join", join);
         };
-        result.toStream().to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        // The result's serdes, taken by to(): the left table's key serde, and the store's
+        // value serde when materialized (else none known, so the runner gives it).
+        if (materialize) {
+            result.toStream().to(Main.OUTPUT_TOPIC);
+        } else {
+            result.toStream().to(Main.OUTPUT_TOPIC, Produced.valueSerde(Serdes.String()));
+        }
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 

@@ -140,11 +140,18 @@ def test_a_grouped_name_names_the_repartition_topic_and_the_key_selector():
     assert "Source: by-value-repartition-source (topics: ['by-value-repartition'])" in described
 
 
-def test_materialized_serdes_are_refused_where_they_would_be_ignored():
-    # A global table's store takes no Materialized serdes yet (its Consumed's only).
+def test_a_global_tables_store_takes_materialized_serdes_and_checks_them():
     b = StreamsBuilder()
-    with pytest.raises(TopologyException, match="Materialized serdes"):
-        b.global_table("g", Materialized.as_("g").with_(S, L))
+    b.global_table("g", Consumed.with_(S, J), Materialized.as_("g").with_value_serde(L))
+    b.global_table("h", Consumed.with_(S, L), Materialized.as_("h"))  # decoded already
+    topology = b.build()
+    assert topology.stores["g"].serdes == TopicSerdes(S, L)
+    assert topology.stores["h"].serdes == TopicSerdes()
+    with TopologyTestDriver(topology, {"application.id": "app"}) as driver:
+        source = driver.create_input_topic("g")
+        source.pipe_input("k", 5)
+        with pytest.raises(SerializationException, match="store 'g' has value serde Serdes"):
+            source.pipe_input("k", "x")
 
 
 def test_a_count_by_string_key_runs_and_its_store_holds_longs():

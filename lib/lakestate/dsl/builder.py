@@ -199,20 +199,11 @@ class GraphBuilder:
         self.stores[spec.name] = spec
         self.store_owners.setdefault(spec.name, []).append(owner)
 
-    def store_name(
-        self, materialized: Materialized | None, prefix: str, takes_serdes: bool = False
-    ) -> str:
-        """The store's name: ``materialized``'s, else a new one with ``prefix``.
-        ``takes_serdes``: the operator applies Materialized serdes (key-value stores of
-        aggregations and tables); elsewhere they are refused, not ignored."""
+    def store_name(self, materialized: Materialized | None, prefix: str) -> str:
+        """The store's name: ``materialized``'s, else a new one with ``prefix``. (Every
+        operator taking a Materialized applies its serdes to its store.)"""
         if materialized is not None and not isinstance(materialized, Materialized):
             raise TopologyException(f"materialized must be a Materialized, got {materialized!r}")
-        if materialized is not None and materialized.has_serdes and not takes_serdes:
-            raise TopologyException(
-                f"Materialized serdes are taken by the key-value stores of aggregations and "
-                f"tables only, not by this operator's store ({prefix}...): drop "
-                "with_key_serde/with_value_serde here"
-            )
         name = (
             materialized.store_name
             if materialized is not None and materialized.store_name
@@ -320,7 +311,7 @@ class StreamsBuilder:
         source = self._graph.new_name("KSTREAM-SOURCE-")
         topic, delta_source = _source_topic(topic, source)
         materialized, consumed = _kafka_order(materialized, consumed)
-        store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-", takes_serdes=True)
+        store = self._graph.store_name(materialized, f"{topic}-STATE-STORE-")
         serdes = serdes_of(consumed, Consumed, source)
         self._graph.add_source(source, [topic], serdes=serdes, delta_source=delta_source)
         name = self._graph.new_name("KTABLE-SOURCE-")
@@ -338,7 +329,8 @@ class StreamsBuilder:
         consumed: Consumed | None = None,
     ) -> GlobalKTable:
         """A table every task sees whole (not partitioned); read-only to processors.
-        ``consumed``: the topic's serdes, as for ``table``."""
+        ``consumed``: the topic's serdes, as for ``table``; ``materialized``'s serdes, if
+        given, the store's (a value they cannot hold fails there)."""
         from lakestate.dsl.ktable import GlobalKTable
 
         source = self._graph.new_name("KSTREAM-SOURCE-")
@@ -352,7 +344,14 @@ class StreamsBuilder:
             )
         serdes = serdes_of(consumed, Consumed, source)
         self._graph.add_source(source, [topic], serdes=serdes, delta_source=delta_source)
-        self._graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True), source)
+        # Kafka's: Materialized's serdes, else the topic's. The source decoded every value
+        # with the topic's already, so only Materialized ones are checked at the store (and
+        # a global store, which has no changelog, keeps a Bytes key as before).
+        store_spec = StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True)
+        if materialized is not None and materialized.has_serdes:
+            serdes = store_serdes(materialized, serdes.key, serdes.value)
+            store_spec = replace(store_spec, serdes=serdes)
+        self._graph.add_store(store_spec, source)
         self._graph.nodes[source].stores.append(store)
         self._graph.global_tables.append(GlobalTableSpec(topic, store, source))
         return GlobalKTable(topic, store)

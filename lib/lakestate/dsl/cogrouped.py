@@ -175,7 +175,7 @@ def build_cogroup(
     from lakestate.dsl.grouped import check_unversioned
 
     check_function(initializer, "cogroup", "CogroupedKStream.aggregate", "initializer()")
-    store = graph.store_name(materialized, f"{AGGREGATE_NAME}STATE-STORE-", takes_serdes=True)
+    store = graph.store_name(materialized, f"{AGGREGATE_NAME}STATE-STORE-")
     check_unversioned(materialized, store)
     if materialized is not None and materialized.retention_ms is not None:
         raise ValueError(

@@ -95,7 +95,7 @@ def foreign_key_join(
         resolver, answered, lambda: ResponseJoin(this_store, joiner, left), [this_store]
     )
     output = graph.new_name(OUTPUT)
-    result = graph.store_name(materialized, f"{OUTPUT}STATE-STORE-", takes_serdes=True)
+    result = graph.store_name(materialized, f"{OUTPUT}STATE-STORE-")
     # Kafka's: the result's store takes the Materialized serdes, its key's else this
     # table's key serde; the value's is unknown otherwise (the joiner's result).
     spec = table_store_spec(result, materialized, TopicSerdes(this.serdes.key, JSON))

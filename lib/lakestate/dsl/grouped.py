@@ -68,7 +68,7 @@ class KGroupedStream:
         name = self._graph.new_name(prefix)
         for fn, signature in checks:
             check_function(fn, name, f"KGroupedStream.{operator}", signature)
-        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-", takes_serdes=True)
+        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
         check_unversioned(materialized, name)
         parent, grouped = self._node, self._grouped
         if self._repartition_required:
@@ -171,9 +171,7 @@ class KGroupedTable:
         name = self._graph.new_name(prefix)
         for fn, signature in checks:
             check_function(fn, name, f"KGroupedTable.{operator}", signature)
-        store = self._graph.store_name(
-            materialized, "KTABLE-AGGREGATE-STATE-STORE-", takes_serdes=True
-        )
+        store = self._graph.store_name(materialized, "KTABLE-AGGREGATE-STATE-STORE-")
         check_unversioned(materialized, name)
         grouped = self._grouped
         # The topic carries changes (new and old value): its key is checked by the key

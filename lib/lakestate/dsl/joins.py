@@ -159,7 +159,7 @@ def table_table_join(
     # materialized: then its store's serdes (Materialized's, the key's else this table's).
     serdes = TopicSerdes(this.serdes.key, JSON)
     if materialized is not None:
-        store = graph.store_name(materialized, f"{merge}-STATE-STORE-", takes_serdes=True)
+        store = graph.store_name(materialized, f"{merge}-STATE-STORE-")
         spec = table_store_spec(store, materialized, serdes)
         graph.add_store(spec, merge)
         serdes = spec.serdes

@@ -317,9 +317,7 @@ class KStream:
         from lakestate.processors.table import TableSource
 
         name = self._graph.new_name("KSTREAM-TOTABLE-")
-        store = self._graph.store_name(
-            materialized, "KSTREAM-TOTABLE-STATE-STORE-", takes_serdes=True
-        )
+        store = self._graph.store_name(materialized, "KSTREAM-TOTABLE-STATE-STORE-")
         parent = self._node
         spec = table_store_spec(store, materialized, self.serdes)
         if self._repartition_required:

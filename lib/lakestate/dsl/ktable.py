@@ -92,7 +92,7 @@ class KTable:
         versioned = self._versioned
         serdes = TopicSerdes(self.serdes.key, self.serdes.value if keeps_value_serde else JSON)
         if materialized is not None:
-            store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-", takes_serdes=True)
+            store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
             # Kafka's doFilter/doMapValues: the store takes the Materialized serdes, else
             # the ones the result knows; the result knows its store's.
             spec = table_store_spec(store, materialized, serdes)

@@ -62,7 +62,7 @@ class _Windowed:
         retention = _retention(materialized, self._windows, f"{type(self).__name__}.{operator}")
         for fn, signature in checks:
             check_function(fn, name, f"{type(self).__name__}.{operator}", signature)
-        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-", takes_serdes=True)
+        store = self._graph.store_name(materialized, f"{prefix}STATE-STORE-")
         parent, grouped = self._node, self._grouped
         if self._repartition_required:
             parent = self._graph.repartition(

@@ -189,6 +189,7 @@ def _open_task(app: App, sub: int, partition: int, store) -> tuple[Task, dict[st
             app.topology.stores[g.store].kind,
             app.topology.stores[g.store].options,
             lambda: task.transaction,
+            app.topology.stores[g.store].serdes,
         )
         for g in app.topology.global_tables
     }

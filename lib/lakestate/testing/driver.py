@@ -74,6 +74,7 @@ class TopologyTestDriver:
                 topology.stores[g.store].kind,
                 topology.stores[g.store].options,
                 lambda: self._global_store,
+                topology.stores[g.store].serdes,
             )
             for g in topology.global_tables
         }
@@ -385,6 +386,7 @@ class TopologyTestDriver:
                 self.topology.stores[store].kind,
                 self.topology.stores[store].options,
                 lambda: txn,
+                self.topology.stores[store].serdes,
             )
             if record.key is not None:
                 view.put(record.key, record.value, record.timestamp)

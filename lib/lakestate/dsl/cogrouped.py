@@ -202,9 +202,10 @@ def build_cogroup(
     nodes = [graph.new_name(AGGREGATE_NAME) for _ in inputs]
     # Kafka's: the store takes the Materialized serdes only (a cogroup knows no key or value
     # serde of its own); without them it stays Json.
-    serdes = store_serdes(materialized) if materialized and materialized.has_serdes else None
+    given = materialized is not None and materialized.has_serdes
+    serdes = store_serdes(materialized) if given else TopicSerdes()
     # The first node materializes the store; the others share it (Kafka's "stateCreated").
-    graph.add_store(StoreSpec(store, kind, serdes=serdes or TopicSerdes()), nodes[0])
+    graph.add_store(StoreSpec(store, kind, serdes=serdes), nodes[0])
     for name, parent, (_, aggregator) in zip(nodes, parents, inputs, strict=True):
         graph.add_processor(name, parent, factory_of(store, name, aggregator), [store])
     merge = graph.new_name(MERGE_NAME)
@@ -213,9 +214,7 @@ def build_cogroup(
         graph.copartition_groups.append(
             (nodes[0], graph.source_nodes(parents[0]), graph.source_nodes(parent))
         )
-    grace = None if windows is None else windows.close_after_ms
-    if serdes is None:
-        return KTable(graph, merge, store, window_grace_ms=grace)
-    if windows is not None:
-        serdes = windowed_serdes(serdes, windows)
-    return KTable(graph, merge, store, window_grace_ms=grace, serdes=serdes)
+    if windows is None:
+        return KTable(graph, merge, store, serdes=serdes)
+    table_serdes = windowed_serdes(serdes, windows)
+    return KTable(graph, merge, store, window_grace_ms=windows.close_after_ms, serdes=table_serdes)

@@ -5,7 +5,9 @@ key absent before and after), and evicts nothing; any cache size forwards, per k
 subsequence of the uncached updates whose old values chain (each the previous forwarded
 new value) and which ends, at each commit, with the uncached run's latest; the state is
 the uncached run's. Through records one by one (old values seen on a repartition topic)
-and through chunks (count, windowed count); session and sliding windows one by one."""
+and through chunks (count, windowed, session count; sliding windows and a filter below an
+uncached session count one by one). The task
+restarts between some batches (an empty cache over the committed state)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,15 @@ def _session_count(b: StreamsBuilder) -> None:
     b.stream("in").group_by_key().windowed_by(windows).count().to_stream().to("out")
 
 
+def _session_filtered(b: StreamsBuilder) -> None:
+    # The session store uncached, a materialized filter's cached: its input's session puts
+    # carry no old value.
+    windows = SessionWindows.of_inactivity_gap_with_no_grace(timedelta(milliseconds=2))
+    counts = b.stream("in").group_by_key().windowed_by(windows)
+    table = counts.count(Materialized.as_("counts").with_caching_disabled())
+    table.filter(lambda k, v: v < 4, Materialized.as_("f")).to_stream().to("out")
+
+
 def _sliding_count(b: StreamsBuilder) -> None:
     windows = SlidingWindows.of_time_difference_with_no_grace(timedelta(milliseconds=3))
     b.stream("in").group_by_key().windowed_by(windows).count().to_stream().to("out")
@@ -65,6 +76,7 @@ TOPOLOGIES = {
     "count": (_count, True),
     "windowed_count": (_windowed_count, True),
     "session_count": (_session_count, True),  # session windows take chunks
+    "session_filtered": (_session_filtered, False),
     "sliding_count": (_sliding_count, False),
 }
 
@@ -80,17 +92,23 @@ batches_st = st.lists(
 )
 
 
-def _run(name: str, batches: list, cache_bytes: int) -> tuple[list[list[tuple]], Task]:
+def _run(
+    name: str, batches: list, cache_bytes: int, restarts: frozenset = frozenset()
+) -> tuple[list[list[tuple]], Task]:
     """Each batch's output (key, new, old, timestamp) from sub-topology 0, committed per
-    batch; old is None where the output carries new values only."""
+    batch, the task restarted over its store before each batch numbered in ``restarts``;
+    old is None where the output carries new values only."""
     build, chunked = TOPOLOGIES[name]
     b = StreamsBuilder()
     build(b)
     config = {"statestore.cache.max.bytes": cache_bytes} if cache_bytes else {}
-    task = Task(b.build(), 0, 0, in_memory_store("0_0"), config, "app")
+    store = in_memory_store("0_0")
+    task = Task(b.build(), 0, 0, store, config, "app")
     assert task.can_process_chunks("in") == chunked
     offset, ts, out = 0, 0, []
-    for batch in batches:
+    for number, batch in enumerate(batches):
+        if number in restarts:
+            task = Task(b.build(), 0, 0, store, config, "app")
         records = []
         for key, value, step in batch:
             ts += step  # in order, so no windowed record is late
@@ -159,10 +177,13 @@ def _with_old_values(batches: list[list[tuple]]) -> list[list[tuple]]:
     st.sampled_from(sorted(TOPOLOGIES)),
     batches_st,
     st.sampled_from([1, 40, 90, 150, BIG]),
+    st.frozensets(st.integers(1, 3)),
 )
-def test_the_cache_forwards_the_model_and_keeps_the_uncached_state(name, batches, cache_bytes):
+def test_the_cache_forwards_the_model_and_keeps_the_uncached_state(
+    name, batches, cache_bytes, restarts
+):
     uncached, plain = _run(name, batches, 0)
-    cached, task = _run(name, batches, cache_bytes)
+    cached, task = _run(name, batches, cache_bytes, restarts)
     store = "store" if name in ("regrouped_sum", "regrouped_table", "count") else None
     if store is not None:
         keys = {key for batch in batches for key, _, _ in batch}

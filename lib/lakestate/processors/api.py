@@ -79,6 +79,12 @@ class ProcessorContext(Protocol):
         state. Set it where the stores are written (``finish_chunk`` for chunked processors)."""
         ...
 
+    @property
+    def cached(self) -> bool:
+        """True when what this node forwards goes into the task's record cache (a
+        ``forwards_store_changes`` node's, with a cache budget), not straight on."""
+        ...
+
 
 class Processor:
     """One node's per-task logic, written once.

@@ -90,6 +90,11 @@ class _MaterializingTableProcessor(Processor):
         self.store = context.get_state_store(self.store_name) if self.store_name else None
 
     def emit(self, record: Record, new_value: Any, old_value: Any) -> None:
+        if old_value is None and self.store is not None and self.context.cached:
+            # Into the record cache, the store's old value (as Kafka's caching store reads
+            # it at a flush): an upstream sending none while the row exists (a session
+            # put) would hide from the cache that downstream holds the key.
+            old_value = self.store.get(record.key)
         change = put_and_change(self.store, record, new_value, old_value, record.value.is_latest)
         if change is None:
             # A versioned store refused it (beyond history retention): Kafka's versioned

@@ -371,7 +371,8 @@ class SessionWindowedAggregate(Processor):
             else:
                 new = self.aggregator(key, record.value, agg)
             mine[session] = new
-            out.append(Record(Windowed(key, session), Change(new, None), end))
+            old = self._overwritten(merged, session)
+            out.append(Record(Windowed(key, session), Change(new, old), end))
             at.append(chunk.at[i])
         self._metrics.publish(metrics, observed)
         self._pending = pending
@@ -389,6 +390,16 @@ class SessionWindowedAggregate(Processor):
         ]
         found.sort(key=lambda item: (item[0].end, item[0].start))
         return found
+
+    def _overwritten(self, merged: list, session: Window) -> Any:
+        """The old value a session put forwards: None, as Kafka's session aggregate sends
+        none with its puts, except into the record cache (``context.cached``) the value of
+        the session [t, t] a record at t overwrites in place (merged, not deleted): Kafka's
+        caching store reads that one from the store under it at a flush; lakestate's cache
+        has none, and tells from old values whether downstream holds a key."""
+        if merged and session.start == session.end and self.context.cached:
+            return merged[0][1]  # the one session merged: [t, t] itself
+        return None
 
     def finish_chunk(self) -> None:
         pending, self._pending = self._pending, {}
@@ -451,7 +462,8 @@ class SessionWindowedAggregate(Processor):
                 new = self.aggregator(key, record.value, agg)
             writes.append((Windowed(key, session), new, end))
             self.store.put_all(writes)
-            forwards.append(Record(Windowed(key, session), Change(new, None), end))
+            old = self._overwritten(merged, session)
+            forwards.append(Record(Windowed(key, session), Change(new, old), end))
         self._metrics.publish(metrics, observed)
         self._metrics.keep(observed)
         self._advance(observed, max(store_time, end) if forwards else store_time)

@@ -6,7 +6,9 @@ One ``RecordCache`` per task, one named cache per cached node (Kafka: a ``Thread
 holding a ``NamedCache`` per store). The stores themselves are written through as before;
 the cache holds what would be forwarded: per key, the newest update and the old value as
 it was before the key's first update since the last flush (Kafka reads that old value
-from the store under the cache, which is the same value). As in Kafka:
+from the store under the cache, which is the same value). So a cached node forwards its
+store's old value, None only where the store lacked the key: with no store under it, the
+cache knows from that alone whether downstream holds a key. As in Kafka:
 
 - an entry's size is its key and new value (about their serialized bytes: a string's
   characters, 8 for a number, else JSON text) plus a fixed overhead; a put

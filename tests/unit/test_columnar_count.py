@@ -168,3 +168,19 @@ def test_get_many_is_get_of_each_key(tmp_path: Path):
         check()
     finally:
         store.close()
+
+
+@SETTINGS
+@given(
+    keys=st.lists(
+        st.one_of(st.text(max_size=3), st.sampled_from(["a", "b", "\ud800", "a\udfff", 1])),
+        max_size=50,
+    )
+)
+def test_keys_are_numbered_in_first_seen_order(keys):
+    """Arrow's numbering (all keys str) and the dict pass (a lone surrogate, an int) give
+    each key the number of its first appearance."""
+    ids, groups = columnar_count._numbered(keys)
+    slots: dict = {}
+    assert ids.tolist() == [slots.setdefault((type(k), k), len(slots)) for k in keys]
+    assert groups == len(slots)

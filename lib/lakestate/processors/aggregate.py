@@ -63,7 +63,7 @@ class StreamAggregate(Processor):
                 out, at, self._pending, dropped = counted
                 if dropped:
                     self.context.metric(DROPPED_RECORDS, dropped)
-                return chunk.with_records(out, at)
+                return chunk.with_columns(out, at)
         return self._process_records(chunk)
 
     def _process_records(self, chunk: Chunk) -> Chunk:

@@ -121,6 +121,7 @@ class ChunkPlan:
                 chunk = _own_positions(chunk)
             processor = step.processor
             if step.sorted_sink:
+                chunk = chunk.without_columns()  # its outputs are counted and sorted one by one
                 before = len(output())
                 processor.process_chunk(chunk)
                 written = processor.outgoing_positions(chunk)
@@ -131,13 +132,13 @@ class ChunkPlan:
             if processor.routes_chunks:
                 routed = processor.route_chunk(chunk)
                 outs = [routed[c] for c in step.children]
-                count = sum(len(o.records) for o in outs)
+                count = sum(len(o) for o in outs)
             else:
                 out = processor.process_chunk(chunk)
                 if absorb is not None:
                     out = absorb(processor, out)
                 outs = [out] * len(step.children)
-                count = len(out.records)
+                count = len(out)
             if count:
                 forwarded(processor, count)
             self._hand_on(step, chunk, keys, outs, inbox)

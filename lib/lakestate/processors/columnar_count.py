@@ -7,11 +7,15 @@ the old count None for a key the store did not hold, at the timestamp Kafka's
 KStreamAggregate gives, max(record's, previous aggregate's), the record's own for a new
 key; the store gets each key's last count and timestamp once, in first-seen order.
 
-How: the records' keys are numbered in first-seen order (one dict pass, the only per-record
-Python work besides building the output records); each record's rank among its key's
-records comes from one stable sort, its running count is the stored count plus rank + 1,
-and its timestamp a running maximum per key (one ``maximum.accumulate`` over the sorted
-timestamps, each key's run lifted above the previous one's). The store is read once per
+The output is columns (processors/columns.py): keys, new counts, old counts, timestamps,
+each record's key numbered among the chunk's distinct keys; records are built from them
+only if a node downstream asks for them (``to_stream`` and a JSON sink do not).
+
+How: the records' keys are numbered in first-seen order (Arrow's dictionary encoding when
+they are all str, else one dict pass: the only per-record Python work); each record's rank
+among its key's records comes from one stable sort, its running count is the stored count
+plus rank + 1, and its timestamp a running maximum per key (one ``maximum.accumulate`` over
+the sorted timestamps, each key's run lifted above the previous one's). The store is read once per
 distinct key, each key encoded once for its read and its write. A chunk the arrays cannot
 hold exactly (a count or a timestamp span near 2**62, or a stored count that is not an
 int) returns None: the caller goes record by record.
@@ -22,8 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-from lakestate.records import Change, Record
+from lakestate.processors.columns import Columns
+from lakestate.records import Record
 from lakestate.state.keys import encode_key
 from lakestate.state.timestamped import TimestampedKeyValueStore
 
@@ -31,14 +37,16 @@ from lakestate.state.timestamped import TimestampedKeyValueStore
 # microseconds) is more than a short loop's.
 MIN_RECORDS = 32
 _LIMIT = 2**62  # counts and lifted timestamps stay below it: int64 arithmetic is exact
+_EMPTY = np.zeros(0, np.int64)
+_NONE = Columns([], _EMPTY, [], _EMPTY, [], _EMPTY)
 
 
 def count_chunk(
     store: Any, records: list[Record], at: list[int]
-) -> tuple[list[Record], list[int], list[tuple[bytes, bytes | None]], int] | None:
-    """(records forwarded, their positions, the store's entries to write, records dropped)
-    for counting ``records`` (at positions ``at``) into ``store``; None when the chunk is
-    one the arrays cannot take (see the module docstring)."""
+) -> tuple[Columns, list[int], list[tuple[bytes, bytes | None]], int] | None:
+    """(records forwarded, as columns, their positions, the store's entries to write,
+    records dropped) for counting ``records`` (at positions ``at``) into ``store``; None
+    when the chunk is one the arrays cannot take (see the module docstring)."""
     kept = [i for i, r in enumerate(records) if r.key is not None and r.value is not None]
     dropped = len(records) - len(kept)
     if dropped:
@@ -46,18 +54,9 @@ def count_chunk(
         at = [at[i] for i in kept]
     n = len(records)
     if n == 0:
-        return [], [], [], dropped
+        return _NONE, [], [], dropped
     keys = [r.key for r in records]
-    slots: dict[Any, int] = {}
-    ids = np.fromiter(
-        (
-            slots.setdefault(k if type(k) is str or type(k) is int else encode_key(k), len(slots))
-            for k in keys
-        ),
-        np.int64,
-        n,
-    )
-    groups = len(slots)
+    ids, groups = _numbered(keys)
     order = np.argsort(ids, kind="stable")
     sizes = np.bincount(ids, minlength=groups)
     starts = np.zeros(groups, np.int64)
@@ -84,11 +83,31 @@ def count_chunk(
     old_list = (new - 1).tolist()
     for g in np.flatnonzero(~held).tolist():
         old_list[int(firsts[g])] = None  # a new key: no old aggregate
-    ts_list = running.tolist()
-    out = list(map(_update, keys, new_list, old_list, ts_list))
+    out = Columns(keys, ids, group_keys, new, old_list, running)
     lasts = order[starts + sizes - 1].tolist()
-    pending = _entries(store, keys, encoded, lasts, new_list, ts_list)
+    pending = _entries(store, keys, encoded, lasts, new_list, running.tolist())
     return out, at, pending, dropped
+
+
+def _numbered(keys: list[Any]) -> tuple[np.ndarray, int]:
+    """Each key's number among the distinct keys in first-seen order, and their count."""
+    if all(type(k) is str for k in keys):
+        try:  # Arrow's hash table numbers them in first-seen order, in C
+            encoded = pa.array(keys, pa.string()).dictionary_encode()
+        except (pa.ArrowException, UnicodeError):  # a lone surrogate: the dict pass below
+            pass
+        else:
+            return encoded.indices.to_numpy().astype(np.int64), len(encoded.dictionary)
+    slots: dict[Any, int] = {}
+    ids = np.fromiter(
+        (
+            slots.setdefault(k if type(k) is str or type(k) is int else encode_key(k), len(slots))
+            for k in keys
+        ),
+        np.int64,
+        len(keys),
+    )
+    return ids, len(slots)
 
 
 def _entries(
@@ -109,30 +128,6 @@ def _entries(
         ]
     encode = store.encode_entry  # a view that checks its writes (store serdes)
     return [encode(keys[i], counts[i], timestamps[i]) for i in lasts]
-
-
-# Records and changes are frozen dataclasses, whose __init__ sets each field through
-# object.__setattr__; setting the slots directly builds the same objects in half the time
-# (the output's construction is most of what is left of a count's per-record cost).
-_new = object.__new__
-_set_key, _set_value = Record.key.__set__, Record.value.__set__  # type: ignore[attr-defined]
-_set_ts, _set_headers = Record.timestamp.__set__, Record.headers.__set__  # type: ignore[attr-defined]
-_set_new, _set_old = Change.new_value.__set__, Change.old_value.__set__  # type: ignore[attr-defined]
-_set_latest = Change.is_latest.__set__  # type: ignore[attr-defined]
-
-
-def _update(key: Any, new: int, old: int | None, timestamp: int) -> Record:
-    """``Record(key, Change(new, old), timestamp)``."""
-    change = _new(Change)
-    _set_new(change, new)
-    _set_old(change, old)
-    _set_latest(change, True)
-    record = _new(Record)
-    _set_key(record, key)
-    _set_value(record, change)
-    _set_ts(record, timestamp)
-    _set_headers(record, None)
-    return record
 
 
 def _stored(

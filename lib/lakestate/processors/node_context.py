@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lakestate.processors.columns import Columns
 from lakestate.processors.metrics import NODES, STORES
 from lakestate.processors.punctuation import Cancellable
 from lakestate.records import Record, RecordMetadata
@@ -67,6 +68,9 @@ class NodeContext:
 
     def send_many(self, topic: str, records: Sequence[Record]) -> None:
         self._task.send_many(topic, records)
+
+    def send_columns(self, topic: str, columns: Columns) -> None:
+        self._task.send_columns(topic, columns)
 
     def get_state_store(self, name: str) -> Any:
         return self._task.store_view(name)

@@ -257,7 +257,11 @@ class Sink(Processor):
         self.encode = encode
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
-        self.context.send_many(self.topic, self._outgoing(chunk.records))
+        plain = not (self.drop_null_keys or self.encode_changes or self.encode or self.check)
+        if plain and chunk.columns is not None and chunk.columns.olds is None:
+            self.context.send_columns(self.topic, chunk.columns)
+        else:
+            self.context.send_many(self.topic, self._outgoing(chunk.records))
         return chunk.select([])
 
     def outgoing_positions(self, chunk: Chunk) -> list[int]:

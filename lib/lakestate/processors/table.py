@@ -157,6 +157,9 @@ class TableToStream(Processor):
     chunked = True
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
+        columns = chunk.columns
+        if columns is not None and columns.olds is not None:  # changes as columns: drop one
+            return chunk.with_columns(columns.new_values())
         return chunk.with_records([r.with_value(r.value.new_value) for r in chunk.records])
 
 

@@ -17,18 +17,21 @@ from lakestate.processors.api import Processor
 from lakestate.processors.cached_forwarding import CachedForwarding
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.chunk_plan import ChunkPlan
+from lakestate.processors.columns import Columns
 from lakestate.processors.metrics import NODES, TaskMetrics
 from lakestate.processors.node_context import FORWARD_TOTAL, NodeContext
 from lakestate.processors.output import (
     Output,
+    OutputBlock,
     PreparedCommit,
     dead_letter_text,
-    sink_key_json,
+    expanded,
+    outputs_of,
     text_value,
 )
 from lakestate.processors.punctuation import Cancellable, PunctuationQueue, first_time
 from lakestate.processors.suppress import Suppress
-from lakestate.records import Record, RecordMetadata, Windowed
+from lakestate.records import Record, RecordMetadata
 from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.state import processor_metadata as metadata_store
 from lakestate.state.base import StateStore, TopicPartition, Transaction
@@ -86,7 +89,7 @@ class Task:
         self.current_metadata: RecordMetadata | None = None
         self.metrics = TaskMetrics()
         self._committed_metrics = TaskMetrics()
-        self._output: list[Output] = []
+        self._output: list[Output | OutputBlock] = []
         self._views: dict[str, Any] = {}
         self._sources: dict[str, str] = {}
         # Sink topics (real names) written with serdes other than the default.
@@ -375,30 +378,18 @@ class Task:
         context.metric(handlers.DEAD_LETTER_RECORDS)
 
     def send_many(self, topic: str, records: Sequence[Record]) -> None:
-        # Encode now, once: a value that cannot be written fails at the sink, by name, and
-        # the engine writes these texts as they are.
-        append = self._output.append
-        serdes = self._sink_serdes.get(topic)
-        for record in records:
-            headers = record.headers
-            key, value = record.key, record.value
-            if serdes is not None:  # the JSON form of the serdes' types (lakestate/serdes.py)
-                key, value = sink_key_json(serdes, key), serdes.value.to_json(value)
-            if type(key) is Windowed:
-                key_text = checked_json_text(key.as_fields(), "key")
-                partition_text = checked_json_text(key.key, "key")
-            else:
-                key_text = partition_text = checked_json_text(key, "key")
-            append(
-                Output(
-                    topic,
-                    record,
-                    key_text,
-                    checked_json_text(value, "value"),
-                    None if headers is None else checked_json_text(headers, "headers"),
-                    partition_text,
-                )
-            )
+        self._output.extend(outputs_of(topic, records, self._sink_serdes.get(topic)))
+
+    def send_columns(self, topic: str, columns: Columns) -> None:
+        """``send_many`` of the plain records of ``columns``, kept as columns when the sink
+        writes JSON (``OutputBlock``)."""
+        if not len(columns):
+            return
+        block = None if topic in self._sink_serdes else OutputBlock.of(topic, columns)
+        if block is None:
+            self.send_many(topic, columns.records())
+        else:
+            self._output.append(block)
 
     def store_view(self, name: str) -> Any:
         view = self._views.get(name)
@@ -423,14 +414,14 @@ class Task:
         )
 
     def pending_output(self) -> list[tuple[str, Record]]:
-        return [(o.topic, o.record) for o in self._output]
+        return [(o.topic, o.record) for o in expanded(self._output)]
 
     def take_output(self) -> list[tuple[str, Record]]:
         """The output since the last commit or take, handed over now: the test driver emits
         each record's output at once and commits later. A later abort cannot take it back,
         so the caller replays what it rolls back without emitting again."""
         output, self._output = self._output, []
-        return [(o.topic, o.record) for o in output]
+        return [(o.topic, o.record) for o in expanded(output)]
 
     def replays_safely(self) -> bool:
         """True when processing records again, after an abort, calls no code that may have
@@ -443,7 +434,7 @@ class Task:
 
     def pending_output_text(self) -> list[Output]:
         """The uncommitted output with its canonical JSON texts, in emission order."""
-        return list(self._output)
+        return expanded(self._output)
 
     def prepare_commit(self, offsets: Mapping[TopicPartition, int]) -> PreparedCommit:
         """Phase 1 of every commit, in the test driver and in the engine: hand over the
@@ -479,7 +470,7 @@ class Task:
         prepared = self.prepare_commit(offsets)
         self.complete_commit(prepared)
         self.post_commit()
-        return [(o.topic, o.record) for o in prepared.output]
+        return [(o.topic, o.record) for o in expanded(prepared.output)]
 
     def abort(self) -> None:
         """Drop everything since the last commit: state changes, output, stream time."""

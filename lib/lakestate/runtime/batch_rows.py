@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from lakestate.app import App
 from lakestate.checkpoint import changelog
 from lakestate.errors import StreamsException
 from lakestate.io.partitioner import partition_of_bytes, partitions_of_texts
 from lakestate.io.topic_records import RECORD_SCHEMA
-from lakestate.processors.output import Output
+from lakestate.processors.output import Output, OutputBlock
 from lakestate.runtime.outcome import OUTCOME_TYPE
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import view_class
@@ -96,7 +97,8 @@ class Rows:
         self.parts: list[tuple[int, dict[str, Any]]] = []
 
     def add(self, n: int, **columns: Any) -> None:
-        """``n`` rows: each column a list of ``n`` values or one value for all of them."""
+        """``n`` rows: each column a list, numpy array or Arrow array of ``n`` values, or
+        one value for all of them."""
         if n:
             self.parts.append((n, columns))
 
@@ -108,8 +110,10 @@ class Rows:
                 values = columns.get(name)
                 if values is None:
                     arrays.append(pa.nulls(n, type_))
-                elif isinstance(values, list):
+                elif isinstance(values, (list, np.ndarray)):
                     arrays.append(pa.array(values, type_))
+                elif isinstance(values, pa.Array):
+                    arrays.append(values.cast(type_))
                 else:
                     scalar = values if isinstance(values, pa.Scalar) else pa.scalar(values, type_)
                     arrays.append(pa.repeat(scalar, n))
@@ -121,7 +125,7 @@ class Rows:
 
 def output_rows(
     rows: Rows,
-    output: list[Output],
+    output: list[Output | OutputBlock],
     sub: int,
     partition: int,
     topic_partitions: dict[str, int],
@@ -130,7 +134,36 @@ def output_rows(
     """Add the task's output records (``topic_partitions``: each output topic's partition
     count); returns their count per topic and partition. A record goes to murmur2 of its
     key's JSON text, or, for a topic of ``key_bytes`` (a Kafka sink with a key serde other
-    than Json), of its key's serialized bytes, as Kafka's default partitioner does."""
+    than Json), of its key's serialized bytes, as Kafka's default partitioner does. A block
+    of output (``OutputBlock``) goes in as columns, partitioned once per distinct key."""
+    counts: dict[str, dict[int, int]] = {}
+    seq = 0
+    run: list[Output] = []  # records since the last block
+    for entry in output:
+        if type(entry) is not OutputBlock:
+            run.append(entry)  # type: ignore[arg-type]
+        elif key_bytes and entry.topic in key_bytes:
+            run.extend(entry.outputs())
+        else:
+            task = (sub, partition)
+            seq = _record_rows(rows, run, seq, counts, task, topic_partitions, key_bytes)
+            run = []
+            seq = _block_rows(rows, entry, seq, counts, task, topic_partitions)
+    _record_rows(rows, run, seq, counts, (sub, partition), topic_partitions, key_bytes)
+    return counts
+
+
+def _record_rows(
+    rows: Rows,
+    output: list[Output],
+    seq: int,
+    counts: dict[str, dict[int, int]],
+    task: tuple[int, int],
+    topic_partitions: dict[str, int],
+    key_bytes: Mapping[str, Callable[[str | None], bytes | None]] | None,
+) -> int:
+    """Add ``output``'s rows, numbered from ``seq`` (``counts``: the next ``pseq`` per
+    topic and partition, updated); returns the next ``seq``."""
     topics = [o.topic for o in output]
     targets = [0] * len(output)
     by_topic: dict[str, list[int]] = {}
@@ -152,7 +185,6 @@ def output_rows(
             )
         for i, target in zip(rows_of, found, strict=True):
             targets[i] = target
-    counts: dict[str, dict[int, int]] = {}
     pseqs = []
     for topic, target in zip(topics, targets, strict=True):
         per_topic = counts.get(topic)
@@ -164,9 +196,9 @@ def output_rows(
     rows.add(
         len(output),
         kind="out",
-        sub=sub,
-        task=partition,
-        seq=list(range(len(output))),
+        sub=task[0],
+        task=task[1],
+        seq=list(range(seq, seq + len(output))),
         topic=topics,
         partition=targets,
         pseq=pseqs,
@@ -175,7 +207,51 @@ def output_rows(
         value=[o.value_text for o in output],
         headers=[o.headers_text for o in output],
     )
-    return counts
+    return seq + len(output)
+
+
+def _block_rows(
+    rows: Rows,
+    block: OutputBlock,
+    seq: int,
+    counts: dict[str, dict[int, int]],
+    task: tuple[int, int],
+    topic_partitions: dict[str, int],
+) -> int:
+    """``_record_rows`` of a block, on its columns: a partition per distinct key text, each
+    partition's ``pseq`` numbered on in record order."""
+    n, topic = len(block.columns), block.topic
+    if n == 0:
+        return seq
+    per_key = partitions_of_texts(block.key_texts, topic_partitions[topic])
+    targets = np.asarray(per_key, np.int64)[block.ids]
+    pseqs = np.empty(n, np.int64)
+    per_topic = counts.setdefault(topic, {})
+    found, firsts = np.unique(targets, return_index=True)
+    for p in found[np.argsort(firsts)].tolist():  # in first-use order, as record by record
+        mask = targets == p
+        start = per_topic.get(p, 0)
+        per_topic[p] = start + int(mask.sum())
+        pseqs[mask] = np.arange(start, per_topic[p], dtype=np.int64)
+    texts = pa.array(block.key_texts, pa.string()).take(pa.array(block.ids))
+    values = block.value_texts
+    rows.add(
+        n,
+        kind="out",
+        sub=task[0],
+        task=task[1],
+        seq=np.arange(seq, seq + n, dtype=np.int64),
+        topic=topic,
+        partition=targets,
+        pseq=pseqs,
+        timestamp=block.columns.timestamps,
+        key=texts,
+        # An int64 array's decimal texts: what int.__repr__ gives each value.
+        value=pa.array(block.columns.values, pa.int64()).cast(pa.string())
+        if values is None
+        else values,
+    )
+    return seq + n
 
 
 def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:

@@ -29,6 +29,7 @@ from lakestate.app import App
 from lakestate.checkpoint.layout import kafka_topic_names
 from lakestate.errors import SerializationException, StreamsException
 from lakestate.io.kafka.appends import wire_bytes
+from lakestate.processors.columns import new_record
 from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.task import Task
 from lakestate.records import Record
@@ -249,7 +250,7 @@ class Decoder:
                                 cache[key_text] = key
                     value = None if value_text is None else loads(value_text)
                 append(
-                    Record(
+                    new_record(
                         key,
                         value,
                         timestamps[i],

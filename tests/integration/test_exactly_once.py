@@ -35,6 +35,15 @@ FAULT_POINTS = [
     "after_tables@3",
     "mid_local_commit@4",
 ]
+# Through Spark (a killed run restarts Spark: about 20 s each), one kill per commit step:
+# the second sink and the second changelog are left out. The transport changes step 1 (the
+# processing) only; steps 2-4 are the same driver code on every transport (commit.py), so
+# after the first sink the rerun's skip-what-is-held path is the second sink's too, and
+# after the last changelog nothing runs before ``after_tables`` (``_steps_2_and_3``): the
+# same durable state as ``after_tables@3``. The in-process transports kill after each table.
+SPARK_FAULT_POINTS = [
+    p for p in FAULT_POINTS if p not in ("after_sink:sums-out@2", "after_changelog:sums@2")
+]
 
 
 def _run_in_subprocess(
@@ -141,7 +150,8 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(
     # the same batch), then the last run finishes the input.
     said = []
     limit, app = TRANSPORTS[transport]
-    for point in FAULT_POINTS:
+    points = SPARK_FAULT_POINTS if transport == "spark" else FAULT_POINTS
+    for point in points:
         proc = _run_in_subprocess(wh, state, point, app=app, inprocess_max_records=limit)
         assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
         said.append(proc.stdout)
@@ -152,14 +162,14 @@ def test_kill_at_every_commit_step_then_rerun_gives_the_uninterrupted_result(
     where = "in Spark" if transport == "spark" else "in this process"
     assert all(f"transport: {where}" in out for out in said), said
     # Killed after the progress row, the next run replayed the recorded batch.
-    assert "replaying the recorded batches" in said[FAULT_POINTS.index("after_progress@2") + 1]
+    assert "replaying the recorded batches" in said[points.index("after_progress@2") + 1]
     # Killed between the table commits and the local commit, the next run applied the
     # staged transactions instead of replaying or restoring.
     for point, batch in (("after_changelog:sums@2", 2), ("after_tables@3", 3)):
-        assert (
-            f"applied the staged transaction of batch {batch}"
-            in said[FAULT_POINTS.index(point) + 1]
-        )
+        if point in points:
+            assert (
+                f"applied the staged transaction of batch {batch}" in said[points.index(point) + 1]
+            )
     assert "applied the staged transaction of batch 4" in said[-1]
     assert _results(spark, wh) == expected
 

@@ -31,11 +31,14 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 MAX_RECORDS = 15
 KEYS = [f"k{i}" for i in range(7)]
+# One kill per commit step (each killed run restarts Spark): after the first sink only, as
+# the second sink's commit is the same code (executor_writes.commits: _commit_topic for
+# each table, skipping what the table holds); the rerun after it replays the batch, which
+# types and commits the second sink's files as the driver's rows (_typed_alike).
 FAULT_POINTS = [
     "before_progress@2",
     "after_progress@2",
     "after_sink:counts-typed@2",
-    "after_sink:events-typed@2",
     "after_changelog:counts@2",
     "after_tables@3",
 ]

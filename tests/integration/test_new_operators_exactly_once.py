@@ -125,24 +125,24 @@ def _driver(inputs: dict[str, list[dict]]) -> dict:
     return {"out": out, "last": last, "stores": stores, "waiting": waiting}
 
 
-def _store_view(spark, wh: Warehouse, store: str) -> list:
-    rows = state_frame(spark, wh, APP.name, store).collect()
+def _store_view(rows) -> list:
     return sorted((json.loads(r["key"]), json.loads(r["value"])) for r in rows)
 
 
-def _waiting_view(spark, wh: Warehouse) -> list:
-    rows = state_frame(spark, wh, APP.name, WAITING).collect()
+def _waiting_view(rows) -> list:
     return sorted((json.loads(r["key"]), r["ts"], r["side"], json.loads(r["value"])) for r in rows)
 
 
-def _results(spark, wh: Warehouse) -> dict:
-    """Every sink's records and every store's rows (as the SQL views give them)."""
+def _store_rows_of(spark, wh: Warehouse) -> dict:
+    """Every store's rows as its SQL view gives them (each view read once)."""
+    return {s: state_frame(spark, wh, APP.name, s).collect() for s in APP.topology.stores}
+
+
+def _results(spark, wh: Warehouse, stores: dict) -> dict:
+    """Every sink's records and every store's rows (``stores``: ``_store_rows_of(wh)``)."""
     return {
         "sinks": {t: topic_rows(spark, wh, t) for t in ("out", "enriched")},
-        "stores": {
-            s: sorted(map(str, state_frame(spark, wh, APP.name, s).collect()))
-            for s in APP.topology.stores
-        },
+        "stores": {s: sorted(map(str, rows)) for s, rows in stores.items()},
     }
 
 
@@ -260,15 +260,16 @@ def test_kill_at_every_commit_step_with_state_wiped_gives_the_uninterrupted_and_
     where = "in Spark" if transport == "spark" else "in this process"
     assert all(f"transport: {where}" in out for out in said), said
 
-    got = _results(spark, wh)
-    assert got == _results(spark, reference)
+    stores = _store_rows_of(spark, wh)
+    got = _results(spark, wh, stores)
+    assert got == _results(spark, reference, _store_rows_of(spark, reference))
     expected = _driver(inputs)
     out = [(k, v, ts) for _p, _o, k, v, ts in got["sinks"]["out"]]
     assert out == expected["out"]
     assert {k: v for _p, _o, k, v, _ts in got["sinks"]["enriched"]} == expected["last"]
     for store in KV_STORES:
-        assert _store_view(spark, wh, store) == expected["stores"][store], store
-    assert _waiting_view(spark, wh) == expected["waiting"]
+        assert _store_view(stores[store]) == expected["stores"][store], store
+    assert _waiting_view(stores[WAITING]) == expected["waiting"]
     # Each operator did its part: pairs, records without a partner, punctuations, waiting
     # records, activity strings and orders joined to them, or to none.
     values = [v for _, v, _ in out]

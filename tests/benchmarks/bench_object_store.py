@@ -60,6 +60,7 @@ STEPS = {
         "exit (JVM and interpreter shutdown)",
     ),
     "read the tables' state (app, roles, layout, progress, recovery, plan)": (
+        "the warehouse checked (on S3: its bucket reached)",
         "load the app (its module, topology)",
         "the instance's roles and fences (scale-out tables)",
         "prepare (tables, tasks)",

@@ -105,14 +105,17 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 warehouse = root / f"wh-{workers}-{n}"
                 shutil.copytree(template, warehouse)
+                load = os.getloadavg()[0]
                 run = drive(cluster.url, warehouse, root / f"state-{workers}-{n}")
+                run["load"] = (load, os.getloadavg()[0])
             finally:
                 cluster.stop()
             runs[workers].append(run)
             print(
                 f"{workers} worker(s): {run['records']} records in {run['batches']} batches, "
                 f"driver {run['wall_s']:.1f}s ({run['records'] / run['wall_s']:,.0f}/s), "
-                f"batches {run['batch_s']:.1f}s ({run['records'] / run['batch_s']:,.0f}/s)"
+                f"batches {run['batch_s']:.1f}s ({run['records'] / run['batch_s']:,.0f}/s), "
+                f"load {run['load'][0]:.1f} -> {run['load'][1]:.1f}"
             )
             shutil.rmtree(warehouse, ignore_errors=True)
     best = {w: min(r["batch_s"] for r in rs) for w, rs in runs.items()}

@@ -7,6 +7,13 @@ Run from the repository root::
     .venv/bin/python tests/benchmarks/bench_scheduled.py                # every case, full sizes
     .venv/bin/python tests/benchmarks/bench_scheduled.py --quick        # small sizes: a check
     .venv/bin/python tests/benchmarks/bench_scheduled.py --case a --case d
+    # issue 27 item 6a: the 1M backlog through the Spark transport against SSS on the same
+    # master, dedup and the demo count, three runs per side interleaved, fresh processes
+    .venv/bin/python tests/benchmarks/bench_scheduled.py --case c --transport spark \
+        --backlog-repeat 3 --json tests/benchmarks/results/scheduled-spark-backlog.json
+    # the same check at a small size (two runs per side)
+    .venv/bin/python tests/benchmarks/bench_scheduled.py --case c --transport spark \
+        --state-keys 30000 --backlog-repeat 2 --json /tmp/scheduled-spark-small.json
 
 Both sides run on ``local[2]`` with the same Spark confs (``lakestate.runtime.spark_session``'s,
 ``spark.sql.shuffle.partitions`` = 2 through ``LAKESTATE_SHUFFLE_PARTITIONS``,
@@ -40,6 +47,10 @@ c. **Backlog**: the runs that build case a's state are the backlog runs: ``--sta
    records (1M) through each app from empty state, and through the SSS query from an empty
    checkpoint, each a fresh process. Target: lakestate >= 1.0x SSS's records/s; where the
    time goes outside processing is printed for both.
+   ``--case c`` without a runs only the backlogs, ``--backlog-repeat`` times per side,
+   interleaved, each from empty state on a fresh copy of the input; ``--transport spark``
+   sends every lakestate run through the Spark transport on ``--master`` (the CLI's own
+   choice on a local master is in process at any size).
 d. **SQL**: the demo app's store after 100 batches (``--sql-batches``; 10k records each
    after case a's) and a compaction (``lakestate.ops.compaction.compact``, when it is
    committed; without, and said so, otherwise): a latest-state query through
@@ -93,6 +104,7 @@ TARGET_SQL = 2.0  # lakestate query / plain Delta query, at most
 TARGET_RESTORE = 300_000  # rows/s, at least
 
 RUN_LINE = re.compile(r"ran (\d+) batch\(es\), (\d+) records")
+TRANSPORT_LINE = re.compile(r"transport: (in Spark|in this process, no Spark) \(([^)\n]*)")
 RESTORED_LINE = re.compile(r"task (\S+): restored (\d+) rows")
 LATEST_QUERY = (
     "SELECT count(*) AS keys, sum(CAST(value AS BIGINT)) AS total, "
@@ -129,7 +141,12 @@ LAKESTATE_HOOKS = [
     ("lakestate.runtime.spark_transport", "SparkStarter", "__call__", "spark_wait"),
     ("lakestate.runtime.spark_transport", "SparkStarter", "join", "spark_join"),
     ("lakestate.runtime.spark_transport", None, "_warm_python_workers", "warm_workers"),
-    ("lakestate.runtime.runner", None, "prepare", "prepare"),
+    ("lakestate.warehouse", "Warehouse", "check", "warehouse_check"),
+    ("lakestate.scaleout.instance_run", None, "_load", "load_app"),
+    ("lakestate.scaleout.task_roles", None, "scaled_out", "roles"),
+    ("lakestate.scaleout.task_roles", None, "roles_of", "roles"),
+    ("lakestate.scaleout.task_roles", "Roles", "fences", "roles"),
+    ("lakestate.runtime.runner", None, "ensure_layout", "prepare"),
     ("lakestate.runtime.runner", None, "where_tasks_stand", "where_tasks_stand"),
     ("lakestate.runtime.runner", None, "recover", "recover"),
     ("lakestate.restore.recovery", None, "restore", "restore"),
@@ -148,7 +165,7 @@ LAKESTATE_HOOKS = [
     ("lakestate.checkpoint.commit", None, "_run_all", "table_commits"),
     ("lakestate.checkpoint.commit", None, "_append_topic", "sink_append"),
     ("lakestate.checkpoint.commit", None, "_append_changelog", "changelog_append"),
-    ("lakestate.checkpoint.task_dir", None, "apply_staged", "local_apply"),
+    ("lakestate.checkpoint.commit", None, "_complete", "local_apply"),
 ]
 
 
@@ -261,9 +278,10 @@ def child_sss(argv: list[str]) -> int:
 class Commands:
     """Runs and times the fresh processes of both sides; keeps their output in ``logs``."""
 
-    def __init__(self, work: Path, master: str) -> None:
+    def __init__(self, work: Path, master: str, transport: str | None = None) -> None:
         self.work = work
         self.master = master
+        self.transport = transport  # lakestate run's --transport (None: the CLI's default)
         self.logs = work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.count = 0
@@ -306,6 +324,7 @@ class Commands:
             "--until-caught-up",
             "--state-dir",
             fx.state_dir,
+            *(["--transport", self.transport] if self.transport else []),
         ]
         events = self.logs / f"events-{self.count + 1:03d}.json"
         if instrumented:
@@ -317,6 +336,8 @@ class Commands:
         found = RUN_LINE.search(text)
         run["batches"] = int(found.group(1)) if found else None
         run["records"] = int(found.group(2)) if found else None
+        said = TRANSPORT_LINE.search(text)
+        run["transport"] = f"{said.group(1)} ({said.group(2)})" if said else None
         run["batch_s"] = [
             float(m.group(4)) for m in (BATCH_LINE.search(line) for line in text.splitlines()) if m
         ]
@@ -385,6 +406,9 @@ MAIN_PHASES = [
     ("startup", "startup (python, imports)"),
     ("spark_start", "spark start (JVM, jars)"),
     ("spark_wait", "waiting for Spark to be up (it starts in the background)"),
+    ("warehouse_check", "the warehouse checked (on S3: its bucket reached)"),
+    ("load_app", "load the app (its module, topology)"),
+    ("roles", "the instance's roles and fences (scale-out tables)"),
     ("prepare", "prepare (tables, tasks)"),
     ("where_tasks_stand", "where the tasks stand (progress table, txn versions)"),
     ("recover", "recover (local stores checked)"),
@@ -496,11 +520,12 @@ class Fixture:
     store: str
     query: str
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, warehouse: str | None = None) -> None:
         from lakestate.warehouse import Warehouse
 
         base = work / self.name
-        self.wh = Warehouse(base / "wh")
+        # ``warehouse``: elsewhere than under ``work`` (an ``s3://`` one: bench_object_store)
+        self.wh = Warehouse(warehouse or base / "wh")
         self.state_dir = str(base / "state")
         self.sss_out = base / "sss" / "out"
         self.sss_checkpoint = base / "sss" / "checkpoint"
@@ -522,8 +547,10 @@ class DedupFixture(Fixture):
     app_path = DEDUP_APP
     query = "dedup"
 
-    def __init__(self, work: Path, spark, total: int, seed: int) -> None:
-        super().__init__(work)
+    def __init__(
+        self, work: Path, spark, total: int, seed: int, warehouse: str | None = None
+    ) -> None:
+        super().__init__(work, warehouse)
         from lakestate.io import logtable
 
         bd = bench_dedup()
@@ -640,7 +667,7 @@ class Bench:
         self.args = args
         self.work = work
         self.results = results
-        self.commands = Commands(work, args.master)
+        self.commands = Commands(work, args.master, args.transport)
         self._spark = None
         self._timer = None
         self.dedup: DedupFixture | None = None
@@ -705,15 +732,8 @@ class Bench:
         if fx.build_failed:
             raise RuntimeError(f"the {fx.name} app's state could not be built (see above)")
         fx.build_failed = True  # until it succeeds
-        t = time.monotonic()
-        if isinstance(fx, DemoFixture):
-            n = fx.append_base()
-        else:
-            n = self.args.state_keys
-            fx.append(n)
-        out["input_write_s"] = round(time.monotonic() - t, 2)
-        out["records"] = n
-        log(f"{fx.name}: wrote {n:,} records in {out['input_write_s']:.1f}s; backlog runs")
+        out.update(self.write_base(fx))
+        n = out["records"]
         out["lakestate"] = self.commands.lakestate(fx, instrumented=True)
         log(f"  lakestate: {n:,} records in {out['lakestate']['wall_s']:.1f}s")
         if with_sss:
@@ -721,6 +741,56 @@ class Bench:
             log(f"  SSS: {out['sss']['records']:,} records in {out['sss']['wall_s']:.1f}s")
         fx.built, fx.build_failed = True, False
         return out
+
+    def write_base(self, fx: Fixture) -> dict[str, Any]:
+        """Case c's input: the base records (``--state-keys``) appended to ``fx``'s topic."""
+        t = time.monotonic()
+        if isinstance(fx, DemoFixture):
+            n = fx.append_base()
+        else:
+            n = self.args.state_keys
+            fx.append(n)
+        seconds = round(time.monotonic() - t, 2)
+        log(f"{fx.name}: wrote {n:,} records in {seconds:.1f}s; backlog runs")
+        return {"input_write_s": seconds, "records": n}
+
+    # c alone
+
+    def backlog(self, fx: Fixture) -> dict[str, Any]:
+        """Case c without a: the base input from empty state through a fresh lakestate
+        process and a fresh SSS process, ``--backlog-repeat`` times each, interleaved (the
+        order alternates), each repeat on a fresh copy of the input (lakestate: the
+        warehouse as written, an empty state directory; SSS: an empty checkpoint)."""
+        res: dict[str, Any] = {"load_start": loadavg(), **self.write_base(fx)}
+        template = self.work / f"{fx.name}-input"
+        shutil.copytree(fx.wh.root, template)
+        runs: dict[str, list[dict[str, Any]]] = {"lakestate": [], "sss": []}
+        for r in range(self.args.backlog_repeat):
+            if r:
+                shutil.rmtree(fx.wh.root)
+                shutil.copytree(template, fx.wh.root)
+                shutil.rmtree(fx.state_dir, ignore_errors=True)
+                fx.sss_out = fx.sss_out.with_name(f"out-{r}")
+                fx.sss_checkpoint = fx.sss_checkpoint.with_name(f"checkpoint-{r}")
+            for side in ("lakestate", "sss") if r % 2 == 0 else ("sss", "lakestate"):
+                run = (
+                    self.commands.lakestate(fx, instrumented=True)
+                    if side == "lakestate"
+                    else self.commands.sss(fx)
+                )
+                runs[side].append(run)
+                log(
+                    f"{fx.name} backlog {r + 1}: {side} {run['records']:,} records in "
+                    f"{run['wall_s']:.1f}s (load {run['load_before'][0]:.1f} -> "
+                    f"{run['load_after'][0]:.1f})"
+                )
+        fx.built = True
+        res["runs"] = runs
+        for side, side_runs in runs.items():  # the fastest run of each side is compared
+            res[side] = min(side_runs, key=lambda x: x["wall_s"])
+        res["check"] = self.check(fx)
+        res["load_end"] = loadavg()
+        return res
 
     # a + c
 
@@ -1019,13 +1089,13 @@ class Bench:
         (``recovery.restore``), timed, with the changelog read and the local store writes
         apart."""
         from lakestate.app import load_app
-        from lakestate.checkpoint.layout import prepare
+        from lakestate.checkpoint.layout import ensure_layout
         from lakestate.checkpoint.standing import where_tasks_stand
         from lakestate.restore import recovery
         from lakestate.state.base import isolation_for
 
         app = load_app(fx.app_path)
-        layout = prepare(app, fx.wh)
+        layout = ensure_layout(app, fx.wh)
         tasks = layout.tasks()
         where = where_tasks_stand(layout, tasks)
         per_task = []
@@ -1253,7 +1323,30 @@ def report_backlog(app: str, b: dict[str, Any], load: str) -> None:
             verdict(None if r is None else r >= TARGET_BACKLOG),
         ),
     ]
-    print_table(f"c. backlog, {app} app vs SSS (baseline), from empty state; {load}", rows)
+    # Every run of each side (case c alone repeats them): wall s (1-minute load before -> after)
+    each = {
+        side: ", ".join(
+            f"{x['wall_s']:.1f} ({x['load_before'][0]:.1f}->{x['load_after'][0]:.1f})"
+            for x in (b.get("runs", {}).get(side) or [x for x in (b.get(side),) if x])
+        )
+        for side in ("lakestate", "sss")
+    }
+    rows.append(
+        ("  each run: wall s (load before->after)", each["lakestate"], each["sss"], None, "", "")
+    )
+    runs = b.get("runs") or {}
+    pairs = list(zip(runs.get("lakestate", []), runs.get("sss", []), strict=False))
+    if len(pairs) > 1:  # records/s ratio of each interleaved pair: less exposed to the load
+        each_ratio = ", ".join(f"{s_['wall_s'] / l_['wall_s']:.2f}" for l_, s_ in pairs)
+        rows.append(("  records/s ratio of each pair", each_ratio, "", None, "", ""))
+    transport = ls.get("transport") or "the CLI's choice"
+    print_table(
+        f"c. backlog, {app} app (transport: {transport}) vs SSS (baseline), from empty state, "
+        f"the fastest run of each side; {load}",
+        rows,
+    )
+    if b.get("check"):
+        print(f"  check: {b['check']}")
     print_phases("lakestate: where the time goes", ls["phases"], ls["wall_s"])
     if ss:
         print_phases("SSS: where the time goes", ss["phases"], ss["wall_s"])
@@ -1560,7 +1653,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--case",
         action="append",
         choices=("a", "b", "c", "d", "e", "all"),
-        help="the cases to run (repeatable; default all; c comes with a, whose state build it is)",
+        help="the cases to run (repeatable; default all; a includes c, whose state build it "
+        "is; c alone runs only the backlogs)",
     )
     p.add_argument("--quick", action="store_true", help="small sizes: a check in a few minutes")
     p.add_argument("--state-keys", type=int, help="keys (ids) in state, and case c's records (1M)")
@@ -1580,7 +1674,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="measure lib/ as committed at HEAD (default) or the checkout as it is",
     )
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--master", default="local[2]")
+    p.add_argument("--master", default="local[2]", help="Spark's master, both sides")
+    p.add_argument(
+        "--transport",
+        choices=("auto", "inprocess", "spark"),
+        help="lakestate run's --transport in every lakestate run (default: not given, the "
+        "CLI's choice; spark: through Spark on --master, as SSS is)",
+    )
+    p.add_argument(
+        "--backlog-repeat",
+        type=int,
+        default=1,
+        help="case c alone (without a): backlog runs per side, interleaved, each from empty state",
+    )
     p.add_argument(
         "--driver-memory",
         default="3g",
@@ -1609,15 +1715,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, key, value)
     cases = set(args.case or ["all"])
     args.cases = ["a", "b", "c", "d", "e"] if "all" in cases else sorted(cases)
-    if "c" in args.cases and "a" not in args.cases:
-        args.cases = sorted({*args.cases, "a"})
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_lakestate"]:
-        return child_lakestate(argv[1:])
+        code = child_lakestate(argv[1:])
+        # The exit of lakestate.cli.entrypoint, what a user's command does: flush, then
+        # os._exit (an interpreter teardown after delta-rs/pyarrow reads can abort with
+        # "terminate called without an active exception", apache/arrow#34314; seen here
+        # on the S3 warehouse, exit -6 after a run that had committed).
+        import logging
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
     if argv[:1] == ["_sss"]:
         return child_sss(argv[1:])
     if argv[:1] == ["--report"]:
@@ -1673,7 +1787,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"cases {', '.join(args.cases)}; engine: {engine['engine']}; temporary directory {work}")
     try:
         for case in args.cases:
-            if case == "c":
+            if case == "c" and "a" in args.cases:
                 continue  # measured with a
             log(f"== case {case} (load average {'/'.join(str(x) for x in loadavg())})")
             try:
@@ -1686,6 +1800,12 @@ def main(argv: list[str] | None = None) -> int:
                         c[fx.name] = a[fx.name].pop("backlog")
                         save()
                         report_scheduled(fx.name, a[fx.name], load_text(a[fx.name]))
+                elif case == "c":  # alone: only the backlogs, --backlog-repeat times
+                    results["cases"]["c"] = c = {}
+                    for fx in (bench.dedup_fixture(), bench.demo_fixture()):
+                        c[fx.name] = bench.backlog(fx)
+                        save()
+                        report_backlog(fx.name, c[fx.name], load_text(c[fx.name]))
                 elif case == "b":
                     results["cases"]["b"] = bench.state_size()
                 elif case == "d":

@@ -76,6 +76,7 @@ def child(mode: str, master: str, tasks: int, batches: int) -> dict:
     return {
         "mode": mode,
         "moved": placements.moved,
+        "executors": len(set(placements.where.values())),
         **{name: statistics.median(v) for name, v in parts.items() if v},
     }
 
@@ -124,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                 load = " ".join(f"{x:.2f}" for x in os.getloadavg())
                 print(
                     f"{mode:8} batch {found['batch']:7.1f} ms (median)"
-                    + (f" [{parts}; moved {found['moved']}]" if parts else "")
+                    + (
+                        f" [{parts}; moved {found['moved']}, on {found['executors']} executors]"
+                        if parts
+                        else ""
+                    )
                     + f"  load {load}",
                     flush=True,
                 )

@@ -81,3 +81,17 @@ def s3_warehouse(s3_server, monkeypatch) -> Warehouse:
     bucket = f"lakestate-{uuid.uuid4().hex[:12]}"
     s3_server.create_bucket(bucket)
     return Warehouse(f"s3://{bucket}/warehouse")
+
+
+@pytest.fixture(scope="module")
+def standalone_cluster(s3_server, tmp_path_factory) -> Iterator[object]:
+    """A standalone Spark cluster of two one-core workers (``spark_cluster.py``) for the
+    module, its workers with the S3 server's credentials."""
+    from spark_cluster import StandaloneCluster
+
+    running = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), s3_server.env())
+    try:
+        running.start(workers=2)
+        yield running
+    finally:
+        running.stop()

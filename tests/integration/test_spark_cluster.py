@@ -6,115 +6,42 @@ one machine hold here too: the run equals the in-process run on a local folder, 
 worker lost between runs (its tasks move to the other worker, which catches up or restores
 from the changelogs) and back, that run losing an executor mid-batch (its task retried
 elsewhere); a SIGKILL of the driver at the commit steps where executors change the rerun,
-then a rerun, gives the uninterrupted result. Nothing is applied twice."""
+then a rerun, gives the uninterrupted result. Nothing is applied twice. An app whose
+source is a Kafka topic has each task read its ranges on its executor (the driver reads
+none), through driver kills too."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import uuid
 from pathlib import Path
 
 import pytest
-from engine_helpers import APPS, FAST_TEST_CONF, events, produce
+from cluster_runs import (
+    answers,
+    counts_reference,
+    driver_run,
+    executor_lost,
+    log_sizes,
+    ok,
+    stores,
+)
+from engine_helpers import APPS, events, produce
 from lakestate import run_app
-from lakestate.cli import main
-from lakestate.warehouse import Warehouse
-from spark_cluster import StandaloneCluster
+from lakestate.io.kafka import KafkaCluster, KafkaReader, KafkaTopic
+from lakestate.io.topic_records import records_of
 
 pytestmark = pytest.mark.integration
 
 MAX_RECORDS = 40
-QUERIES = (
-    "SELECT key, value FROM counts__counts ORDER BY key",
-    "SELECT key, value FROM counts__sums ORDER BY key",
-    "SELECT partition, offset, key, value FROM counts_out ORDER BY partition, offset",
-    "SELECT partition, offset, key, value FROM sums_out ORDER BY partition, offset",
-)
-
-
-@pytest.fixture(scope="module")
-def cluster(s3_server, tmp_path_factory):
-    running = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), s3_server.env())
-    try:
-        running.start(workers=2)
-        yield running
-    finally:
-        running.stop()
-
-
-def _driver(
-    cluster: StandaloneCluster,
-    wh: Warehouse,
-    state: Path,
-    fault: str | None = None,
-    executor_fault: str | None = None,
-) -> subprocess.CompletedProcess:
-    """One run of counts.py on the cluster, its driver in a process of its own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
-    conf = {**FAST_TEST_CONF, "spark.driver.host": "127.0.0.1"}
-    conf["spark.driver.bindAddress"] = "127.0.0.1"
-    conf["spark.executor.memory"] = "768m"
-    if executor_fault:
-        conf["spark.executorEnv.LAKESTATE_FAULT"] = executor_fault
-        conf["spark.executorEnv.LAKESTATE_FAULT_ONCE"] = str(state / "executor-killed")
-        state.mkdir(parents=True, exist_ok=True)
-    env["LAKESTATE_SPARK_CONF"] = json.dumps(conf)
-    env["PYTHONUNBUFFERED"] = "1"
-    if fault:
-        env["LAKESTATE_FAULT"] = fault
-    code = (
-        "from lakestate import run_app; "
-        f"run_app({str(APPS / 'counts.py')!r}, warehouse={wh.root!r}, "
-        f"state_dir={str(state)!r}, max_records={MAX_RECORDS}, until_caught_up=True, "
-        f"master={cluster.url!r}, transport='spark')"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
-    )
-
-
-def _ok(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc.stdout
-
-
-def _reference(tmp_path: Path, phases: list[list[dict]]) -> Warehouse:
-    wh = Warehouse(tmp_path / "reference")
-    for records in phases:
-        produce(None, wh, "events", records, partitions=2)
-        run_app(
-            str(APPS / "counts.py"),
-            warehouse=wh.root,
-            state_dir=str(tmp_path / "ref-state"),
-            max_records=MAX_RECORDS,
-            until_caught_up=True,
-            transport="inprocess",
-            say=lambda _: None,
-        )
-    return wh
-
-
-def _answers(capsys, root: str) -> list[str]:
-    answers = []
-    for query in QUERIES:
-        capsys.readouterr()
-        assert main(["sql", query, "--warehouse", root]) == 0
-        answers.append(capsys.readouterr().out)
-    return answers
-
-
-def _stores(root: Path) -> list[str]:
-    """The task stores (``<app>/<task>``) under a state directory."""
-    return sorted(f"{p.parents[2].name}/{p.parents[1].name}" for p in root.glob("**/db/CURRENT"))
 
 
 def test_a_cluster_run_losing_a_worker_then_an_executor_equals_the_in_process_run(
-    cluster, s3_warehouse, tmp_path, capsys
+    standalone_cluster, s3_warehouse, tmp_path, capsys
 ):
+    cluster = standalone_cluster
     phases = [events(120, seed=41)[i : i + 40] for i in (0, 40, 80)]
-    reference = _reference(tmp_path, phases)
+    reference = counts_reference(tmp_path, phases, MAX_RECORDS)
     driver_state = tmp_path / "driver-state"
     first, second = cluster.workers
     for n, records in enumerate(phases):
@@ -124,22 +51,20 @@ def test_a_cluster_run_losing_a_worker_then_an_executor_equals_the_in_process_ru
             cluster.stop_worker(first)
         if n == 2:  # and back, onto a store left behind, losing an executor mid-batch
             cluster.start_worker(first)
-            logs = {w.name: w.log.stat().st_size for w in cluster.workers}
+            logs = log_sizes(cluster)
             fault = "in_task"
-        out = _ok(_driver(cluster, s3_warehouse, driver_state, executor_fault=fault))
+        proc = driver_run(cluster, s3_warehouse, driver_state, MAX_RECORDS, executor_fault=fault)
+        out = ok(proc)
         assert "state: on Spark's executors" in out, out
         if n == 1:  # every task ran on the worker left while the other was down
-            assert {"counts/0_0", "counts/0_1"} <= set(_stores(second.state_dir))
+            assert {"counts/0_0", "counts/0_1"} <= set(stores(second.state_dir))
     # The executor lost: its JVM SIGKILLed once as the first task started processing
     # (fault in_task); Spark retried the task on another executor, which brought the store
     # up from the committed batch again.
     assert (driver_state / "executor-killed").exists()
-    lost = "".join(
-        w.log.read_bytes()[logs[w.name] :].decode(errors="replace") for w in cluster.workers
-    )
-    assert "finished with state EXITED message Command exited with code 137" in lost
-    assert _answers(capsys, s3_warehouse.root) == _answers(capsys, reference.root)
-    assert _stores(driver_state) == []  # the driver never opened a store
+    assert executor_lost(cluster, logs)
+    assert answers(capsys, s3_warehouse.root) == answers(capsys, reference.root)
+    assert stores(driver_state) == []  # the driver never opened a store
 
 
 # The driver's commit steps whose rerun differs with the stores on executors: a replay over
@@ -149,14 +74,122 @@ FAULT_POINTS = ["after_progress@2", "after_tables@3"]
 
 
 def test_driver_killed_at_each_commit_step_then_rerun_equals_the_uninterrupted_run(
-    cluster, s3_warehouse, tmp_path, capsys
+    standalone_cluster, s3_warehouse, tmp_path, capsys
 ):
     records = events(160, seed=43)
-    reference = _reference(tmp_path, [records])
+    reference = counts_reference(tmp_path, [records], MAX_RECORDS)
     produce(None, s3_warehouse, "events", records, partitions=2)
     driver_state = tmp_path / "driver-state"
     for fault in FAULT_POINTS:
-        proc = _driver(cluster, s3_warehouse, driver_state, fault=fault)
+        proc = driver_run(standalone_cluster, s3_warehouse, driver_state, MAX_RECORDS, fault=fault)
         assert proc.returncode == -9, (fault, proc.stdout[-2000:], proc.stderr[-3000:])
-    _ok(_driver(cluster, s3_warehouse, driver_state))
-    assert _answers(capsys, s3_warehouse.root) == _answers(capsys, reference.root)
+    ok(driver_run(standalone_cluster, s3_warehouse, driver_state, MAX_RECORDS))
+    assert answers(capsys, s3_warehouse.root) == answers(capsys, reference.root)
+
+
+# Appended to the cluster run's copy of kafka_counts.py (loaded by the driver and by each
+# executor's Python worker before it reads): each read of the input topic's ranges notes
+# where it ran (the worker's state directory, which its executors inherit; the driver has
+# none) and how many records it read.
+READ_NOTES = """
+import json as _json
+import lakestate.io.kafka.reads as _reads
+_read = _reads.KafkaReader.read_range
+def _noted(self, ranges):
+    rows = _read(self, ranges)
+    if self.topic == INPUT:
+        where = os.environ.get("LAKESTATE_STATE_DIR", "driver")
+        with open(os.path.join({notes!r}, str(os.getpid())), "a") as out:
+            out.write(_json.dumps([where, rows.num_rows]) + "\\n")
+    return rows
+if not hasattr(_read, "noted"):
+    _noted.noted = True
+    _reads.KafkaReader.read_range = _noted
+"""
+
+
+def _kafka_app(folder: Path, app_id: str, bootstrap: str, source: str, notes: Path | None) -> Path:
+    """kafka_counts.py with its id (app, sink topics), broker and input topic written in
+    (executors do not see this process's environment); with ``notes``: its reads noted."""
+    text = (APPS / "kafka_counts.py").read_text()
+    text = text.replace('os.environ["KAFKA_TEST_ID"]', repr(app_id))
+    text = text.replace('os.environ["KAFKA_TEST_BOOTSTRAP"]', repr(bootstrap))
+    text = text.replace('f"events-{ID}"', repr(source))
+    if notes is not None:
+        text += READ_NOTES.format(notes=str(notes))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kafka_counts.py"
+    path.write_text(text)
+    return path
+
+
+def _sinks(cluster: KafkaCluster, app_id: str) -> list[list[tuple]]:
+    """The app's sinks as a read_committed consumer sees them: (partition, key, value,
+    timestamp) in partition and offset order."""
+    found = []
+    for topic in (f"counts-out-{app_id}", f"sums-out-{app_id}"):
+        tables = KafkaTopic(cluster, topic).read_partitions()
+        found.append(
+            [(r.partition, r.key, r.value, r.timestamp) for t in tables for r in records_of(t)]
+        )
+    return found
+
+
+def _notes(folder: Path) -> list[list]:
+    """The reads noted in ``folder``: [where, records] each."""
+    return [json.loads(line) for f in folder.iterdir() for line in f.read_text().splitlines()]
+
+
+KAFKA_RECORDS = 15  # 4 or more batches per task
+
+
+def test_a_kafka_input_read_on_the_executors_through_driver_kills_equals_the_in_process_run(
+    standalone_cluster, kafka_broker, s3_warehouse, tmp_path
+):
+    """Each task reads its Kafka ranges on its executor, with the executor's own consumer
+    (runtime/spark_located.py; the driver reads none); the driver, SIGKILLed after a
+    progress commit and then after one of the two Kafka sinks' transactions, and rerun,
+    leaves the sinks equal to an in-process run's, every record once."""
+    test_id = uuid.uuid4().hex[:8]
+    bootstrap = kafka_broker.bootstrap_servers
+    kafka = KafkaCluster.from_config({"bootstrap.servers": bootstrap})
+    source = KafkaTopic(kafka, f"events-{test_id}")
+    source.create(2)
+    source.append(events(120, seed=47))
+    ref_notes = tmp_path / "ref-notes"
+    ref_notes.mkdir()
+    reference = _kafka_app(
+        tmp_path / "ref-app", f"ref-{test_id}", bootstrap, source.name, ref_notes
+    )
+    unnoted = KafkaReader.read_range
+    try:
+        run_app(
+            str(reference),
+            warehouse=str(tmp_path / "ref-wh"),
+            state_dir=str(tmp_path / "ref-state"),
+            max_records=KAFKA_RECORDS,
+            until_caught_up=True,
+            transport="inprocess",
+            say=lambda _: None,
+        )
+    finally:
+        KafkaReader.read_range = unnoted  # the notes are the reference app's only
+    # The notes tell the driver from an executor: the in-process run's reads are the driver's.
+    assert {where for where, _ in _notes(ref_notes)} == {"driver"}
+    notes = tmp_path / "read-notes"
+    notes.mkdir()
+    app = _kafka_app(tmp_path / "app", test_id, bootstrap, source.name, notes)
+    driver_state = tmp_path / "driver-state"
+    for fault in ("after_progress@2", f"after_sink:counts-out-{test_id}@3", None):
+        proc = driver_run(
+            standalone_cluster, s3_warehouse, driver_state, KAFKA_RECORDS, app=app, fault=fault
+        )
+        if fault:
+            assert proc.returncode == -9, (fault, proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "state: on Spark's executors" in ok(proc)
+    assert _sinks(kafka, test_id) == _sinks(kafka, f"ref-{test_id}")
+    reads = _notes(notes)
+    workers = {str(w.state_dir) for w in standalone_cluster.workers}
+    assert reads and {where for where, _ in reads} <= workers, reads
+    assert sum(rows for _, rows in reads) >= 120
+    assert stores(driver_state) == []

@@ -65,12 +65,12 @@ class Placements:
 def _ran_on(sc: SparkContext, group: str, count: int) -> dict[int, str]:
     """Partition index -> the location of the executor whose attempt succeeded, for the
     jobs of ``group`` (empty where the status store has not listed them in time)."""
-    store = sc._jsc.sc().statusStore()
+    store, tracker = sc._jsc.sc().statusStore(), sc.statusTracker()
     deadline = time.monotonic() + _STATUS_WAIT_S
     found: dict[int, str] = {}
     while True:
-        for job in sc.statusTracker().getJobIdsForGroup(group):
-            info = sc.statusTracker().getJobInfo(job)
+        for job in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job)
             for stage in info.stageIds if info else ():
                 listed = store.taskList(stage, 0, 100_000)
                 for i in range(listed.size()):
@@ -85,17 +85,46 @@ def _ran_on(sc: SparkContext, group: str, count: int) -> dict[int, str]:
 def located_tasks(sc: SparkContext, tasks: Sequence[TaskId], placements: Placements) -> RDD:
     """One partition per task (partition j: ``tasks[j]``), each preferring the executor
     its task ran on last."""
-    jvm = sc._jvm
-    as_scala = jvm.scala.jdk.javaapi.CollectionConverters.asScala
-    pairs = jvm.java.util.ArrayList()
+    jvm = _JvmHandles.of(sc)
+    pairs = jvm.array_list()
     for task in tasks:
-        where = jvm.java.util.ArrayList()
-        for location in placements.preferred(task):
-            where.add(location)
-        pairs.add(jvm.scala.Tuple2(bytearray(pickle.dumps(task)), as_scala(where).toSeq()))
-    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
-    rdd = sc._jsc.sc().makeRDD(as_scala(pairs).toSeq(), tag)
-    return RDD(jvm.org.apache.spark.api.java.JavaRDD(rdd, tag), sc, CPickleSerializer())
+        pairs.add(jvm.tuple2(bytearray(pickle.dumps(task)), jvm.seq_of(placements.preferred(task))))
+    rdd = sc._jsc.sc().makeRDD(jvm.as_scala(pairs).toSeq(), jvm.bytes_tag)
+    return RDD(jvm.java_rdd(rdd, jvm.bytes_tag), sc, CPickleSerializer())
+
+
+class _JvmHandles:
+    """The JVM classes ``located_tasks`` calls, looked up once per JVM, and the Scala
+    ``Seq`` of each list of locations made once: every name py4j resolves and every
+    object it makes is a round trip to the JVM (a batch of two tasks took 80-90 ms to
+    make, at load 11-15, with them looked up and made afresh)."""
+
+    _found: tuple[object, _JvmHandles] | None = None
+
+    def __init__(self, jvm) -> None:
+        self.as_scala = jvm.scala.jdk.javaapi.CollectionConverters.asScala
+        self.array_list = jvm.java.util.ArrayList
+        self.tuple2 = jvm.scala.Tuple2
+        self.bytes_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+        self.java_rdd = jvm.org.apache.spark.api.java.JavaRDD
+        self._seqs: dict[tuple[str, ...], object] = {}
+
+    @classmethod
+    def of(cls, sc: SparkContext) -> _JvmHandles:
+        if cls._found is None or cls._found[0] is not sc._jvm:
+            cls._found = (sc._jvm, cls(sc._jvm))
+        return cls._found[1]
+
+    def seq_of(self, locations: list[str]) -> object:
+        """``locations`` as a Scala ``Seq[String]`` (made once per distinct list)."""
+        key = tuple(locations)
+        found = self._seqs.get(key)
+        if found is None:
+            where = self.array_list()
+            for location in key:
+                where.add(location)
+            found = self._seqs[key] = self.as_scala(where).toSeq()
+        return found
 
 
 def processed(sc: SparkContext, batch: BatchInput, placements: Placements, group: str) -> RDD:

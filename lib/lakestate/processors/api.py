@@ -69,6 +69,14 @@ class ProcessorContext(Protocol):
         """The metric ``name`` as it stands (0 when never counted or set)."""
         ...
 
+    def derive_metrics(self, source: Callable[[Callable[[str], float | None]], Any]) -> None:
+        """Values worked out when the metrics are read, not set per record: ``source(set_)``
+        gives ``(name, value, store or None)`` for each value to show now, computed from
+        state the task rolls back and restores (processor metadata, the node's stores);
+        ``set_(name)`` is this node's value ``name`` as set, else None. Call it in
+        ``init``."""
+        ...
+
     def processor_metadata(self, key: str) -> int | None:
         """The integer kept under ``key`` with the task's committed state (None: none);
         see ``lakestate.state.processor_metadata``."""

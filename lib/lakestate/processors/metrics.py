@@ -73,9 +73,7 @@ class TaskMetrics:
     ) -> None:
         self.counts: dict[Key, float] = counts or {}
         self._values: dict[Key, float] = values or {}
-        self.sources: list[Callable[[dict[Key, float]], None]] = (
-            [] if sources is None else sources
-        )
+        self.sources: list[Callable[[dict[Key, float]], None]] = [] if sources is None else sources
 
     @property
     def values(self) -> dict[Key, float]:

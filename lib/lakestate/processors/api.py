@@ -8,12 +8,10 @@ Spark engine.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Record, RecordMetadata
-
-if TYPE_CHECKING:
-    from lakestate.processors.chunk import Chunk
 
 
 class ProcessorContext(Protocol):
@@ -119,8 +117,6 @@ class Processor:
         """Process one record: a chunk of one (see the class docstring)."""
         if not self.chunked:
             raise NotImplementedError(f"{type(self).__name__} must implement process")
-        from lakestate.processors.chunk import Chunk
-
         out = self.process_chunk(Chunk.of_record(self.context, record))
         self.finish_chunk()
         forward = self.context.forward

@@ -116,6 +116,8 @@ class Suppress(Processor):
     final results, the time limit otherwise; ``max_records``/``max_bytes``: None is
     unbounded; ``when_full``: EMIT_EARLY, SHUT_DOWN or SPILL_TO_DISK."""
 
+    cheap_single_chunks = False  # a chunk stages the buffer's changes: dearer than process
+
     def __init__(
         self,
         node_name: str,

@@ -110,7 +110,7 @@ class Processor:
     # (state/record_cache.py) may hold them back and coalesce them per key.
     forwards_store_changes: ClassVar[bool] = False
     # A chunk of one record costs no more than ``process`` (a chain of such nodes may take
-    # single records as chunks: ``ChunkPlan.run_straight``); not so for a suppression,
+    # single records as chunks: ``ChunkPlan.run_record``); not so for a suppression,
     # whose chunks stage the buffer's changes.
     cheap_single_chunks: ClassVar[bool] = True
 

@@ -56,11 +56,9 @@ class ChunkPlan:
         self.sort_output = sort_output
         self.processors = [s.processor for s in steps]
         self._keyed_source = steps[0].keyed
-        # A chain: each node hands all it forwards to the next, the last forwards nothing,
-        # and a chunk of one is cheap for each.
+        # A chain: each node hands all it forwards to the next, the last forwards nothing.
         self.straight = all(
-            s.processor.cheap_single_chunks
-            and not s.keyed
+            not s.keyed
             and not s.sorted_sink
             and not s.processor.routes_chunks
             and s.children == ((steps[i + 1].name,) if i + 1 < len(steps) else ())
@@ -158,7 +156,9 @@ class ChunkPlan:
     def run_record(self, task: Any, topic: str, offset: int, record: Record) -> bool:
         """``task.process`` of one record of a straight plan, as a chunk of one: each node
         takes what the one before forwarded, until one forwards nothing (those below are not
-        reached, as one record at a time); then the nodes reached write their stores. False,
+        reached, as one record at a time); then the nodes reached write their stores. From
+        the first node whose chunk of one is dear (``cheap_single_chunks``) on, the records
+        go on one at a time (``task.process_at``), in the order one by one gives. False,
         with nothing done, for a record ``process`` rejects. A node that raises leaves the
         changes of those before it behind: the caller aborts the task."""
         ts = record.timestamp
@@ -169,7 +169,12 @@ class ChunkPlan:
         chunk = Chunk(topic, [offset], [stream_time], [record], [0])
         forwarded = task._forwarded
         reached = []
-        for processor in self.processors:
+        tail = None
+        for step in self.steps:
+            processor = step.processor
+            if not processor.cheap_single_chunks:
+                tail = step.name
+                break
             reached.append(processor)
             chunk = processor.process_chunk(chunk)
             count = len(chunk.records)
@@ -178,6 +183,9 @@ class ChunkPlan:
             forwarded(processor, count)
         for processor in reached:
             processor.finish_chunk()
+        if tail is not None:
+            for out in chunk.records:
+                task.process_at(tail, out)
         return True
 
     @staticmethod

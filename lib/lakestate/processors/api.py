@@ -8,12 +8,10 @@ Spark engine.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
+from lakestate.processors.chunk import Chunk
 from lakestate.records import Record, RecordMetadata
-
-if TYPE_CHECKING:
-    from lakestate.processors.chunk import Chunk
 
 
 class ProcessorContext(Protocol):
@@ -69,6 +67,14 @@ class ProcessorContext(Protocol):
         """The metric ``name`` as it stands (0 when never counted or set)."""
         ...
 
+    def derive_metrics(self, source: Callable[[Callable[[str], float | None]], Any]) -> None:
+        """Values worked out when the metrics are read, not set per record: ``source(set_)``
+        gives ``(name, value, store or None)`` for each value to show now, computed from
+        state the task rolls back and restores (processor metadata, the node's stores);
+        ``set_(name)`` is this node's value ``name`` as set, else None. Call it in
+        ``init``."""
+        ...
+
     def processor_metadata(self, key: str) -> int | None:
         """The integer kept under ``key`` with the task's committed state (None: none);
         see ``lakestate.state.processor_metadata``."""
@@ -109,6 +115,10 @@ class Processor:
     # a timestamped tuple forwarder over the store), so the task's record cache
     # (state/record_cache.py) may hold them back and coalesce them per key.
     forwards_store_changes: ClassVar[bool] = False
+    # A chunk of one record costs no more than ``process`` (a chain of such nodes may take
+    # single records as chunks: ``ChunkPlan.run_record``); not so for a suppression,
+    # whose chunks stage the buffer's changes.
+    cheap_single_chunks: ClassVar[bool] = True
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
@@ -117,8 +127,6 @@ class Processor:
         """Process one record: a chunk of one (see the class docstring)."""
         if not self.chunked:
             raise NotImplementedError(f"{type(self).__name__} must implement process")
-        from lakestate.processors.chunk import Chunk
-
         out = self.process_chunk(Chunk.of_record(self.context, record))
         self.finish_chunk()
         forward = self.context.forward

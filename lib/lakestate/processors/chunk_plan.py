@@ -30,6 +30,7 @@ from typing import Any
 from lakestate.errors import StreamsException
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.records import Record, RecordMetadata
 from lakestate.topology.graph import SINK, Topology
 
 # A chunk's keys: a list, one per record, or PLAIN: each record's key is its position alone
@@ -55,6 +56,14 @@ class ChunkPlan:
         self.sort_output = sort_output
         self.processors = [s.processor for s in steps]
         self._keyed_source = steps[0].keyed
+        # A chain: each node hands all it forwards to the next, the last forwards nothing.
+        self.straight = all(
+            not s.keyed
+            and not s.sorted_sink
+            and not s.processor.routes_chunks
+            and s.children == ((steps[i + 1].name,) if i + 1 < len(steps) else ())
+            for i, s in enumerate(steps)
+        )
 
     @staticmethod
     def of(
@@ -144,6 +153,41 @@ class ChunkPlan:
             self._hand_on(step, chunk, keys, outs, inbox)
         if self.sort_output:
             _sort_tail(output(), mark, sunk)
+
+    def run_record(self, task: Any, topic: str, offset: int, record: Record) -> bool:
+        """``task.process`` of one record of a straight plan, as a chunk of one: each node
+        takes what the one before forwarded, until one forwards nothing (those below are not
+        reached, as one record at a time); then the nodes reached write their stores. From
+        the first node whose chunk of one is dear (``cheap_single_chunks``) on, the records
+        go on one at a time (``task.process_at``), in the order one by one gives. False,
+        with nothing done, for a record ``process`` rejects. A node that raises leaves the
+        changes of those before it behind: the caller aborts the task."""
+        ts = record.timestamp
+        if type(ts) is not int or ts < 0:
+            return False
+        task.stream_time = stream_time = max(task.stream_time, ts)
+        task.current_metadata = RecordMetadata(topic, task.partition, offset)
+        chunk = Chunk(topic, [offset], [stream_time], [record], [0])
+        forwarded = task._forwarded
+        reached = []
+        tail = None
+        for step in self.steps:
+            processor = step.processor
+            if not processor.cheap_single_chunks:
+                tail = step.name
+                break
+            reached.append(processor)
+            chunk = processor.process_chunk(chunk)
+            count = len(chunk.records)
+            if not count:
+                break
+            forwarded(processor, count)
+        for processor in reached:
+            processor.finish_chunk()
+        if tail is not None:
+            for out in chunk.records:
+                task.process_at(tail, out)
+        return True
 
     @staticmethod
     def _hand_on(

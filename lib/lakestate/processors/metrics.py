@@ -17,6 +17,9 @@ A metric is one of two kinds, by how a processor sets it:
   them while processing (a windowed aggregation's ``late-record-drop-total``, its rate per
   second of stream time, ``record-lateness-avg`` and ``-max``; every suppress metric).
   Those totals commit, replay and restore with the task's state, so they need no adding.
+  Values that are a function of such state are *derived* (``TaskMetrics.derive``): worked
+  out when the metrics are read, not set on every record; a copy shares its sources, and
+  since they read the task's state, a rollback of that state rolls them back too.
 
 A replayed batch (restore/recovery.py) starts from the same previous row, so it reports the
 same counts and gets the same totals; the totals never depend on batch boundaries.
@@ -24,7 +27,7 @@ same counts and gets the same totals; the totals never depend on batch boundarie
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 NODES = "nodes"
@@ -60,13 +63,33 @@ def _unnest(doc: Mapping[str, Any]) -> dict[Key, float]:
 class TaskMetrics:
     """The metrics of one task: counts and values by (level, scope, name)."""
 
-    __slots__ = ("counts", "values")
+    __slots__ = ("_values", "counts", "sources")
 
     def __init__(
-        self, counts: dict[Key, float] | None = None, values: dict[Key, float] | None = None
+        self,
+        counts: dict[Key, float] | None = None,
+        values: dict[Key, float] | None = None,
+        sources: list[Callable[[dict[Key, float]], None]] | None = None,
     ) -> None:
         self.counts: dict[Key, float] = counts or {}
-        self.values: dict[Key, float] = values or {}
+        self._values: dict[Key, float] = values or {}
+        self.sources: list[Callable[[dict[Key, float]], None]] = [] if sources is None else sources
+
+    @property
+    def values(self) -> dict[Key, float]:
+        """The values set, with the derived ones worked out now."""
+        if not self.sources:
+            return self._values
+        values = dict(self._values)
+        for source in self.sources:
+            source(values)
+        return values
+
+    def derive(self, source: Callable[[dict[Key, float]], None]) -> None:
+        """Add ``source``: called with the values set (a copy) whenever they are read, it
+        sets or updates the values it derives from state the task keeps (processor
+        metadata, a store), so a processor need not set them on every record."""
+        self.sources.append(source)
 
     def add(self, level: str, scope: str, name: str, delta: float = 1) -> None:
         """Count ``delta`` more events of ``name`` at ``scope``."""
@@ -75,17 +98,19 @@ class TaskMetrics:
 
     def set(self, level: str, scope: str, name: str, value: float) -> None:
         """Set the current value of ``name`` at ``scope``."""
-        self.values[(level, scope, name)] = value
+        self._values[(level, scope, name)] = value
 
     def get(self, level: str, scope: str, name: str) -> float:
         """The metric as it stands (0 when never counted or set)."""
         key = (level, scope, name)
-        if key in self.values:
-            return self.values[key]
+        values = self.values
+        if key in values:
+            return values[key]
         return self.counts.get(key, 0)
 
     def copy(self) -> TaskMetrics:
-        return TaskMetrics(dict(self.counts), dict(self.values))
+        """A copy of the counts and values set; the derived sources are shared."""
+        return TaskMetrics(dict(self.counts), dict(self._values), self.sources)
 
     def report(self) -> dict[str, Document]:
         """What a batch hands over (JSON-able): its counts and its values."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from lakestate.processors.columns import Columns
@@ -86,6 +86,21 @@ class NodeContext:
 
     def get_metric(self, name: str, store: str | None = None) -> float:
         return self._task.metrics.get(*self._scope(store), name)
+
+    def derive_metrics(
+        self,
+        source: Callable[[Callable[[str], float | None]], Iterable[tuple[str, float, str | None]]],
+    ) -> None:
+        node = self._node
+
+        def derived(values: dict) -> None:
+            def held(name: str) -> float | None:
+                return values.get((NODES, node, name))
+
+            for name, value, store in source(held):
+                values[(NODES, node, name) if store is None else (STORES, store, name)] = value
+
+        self._task.metrics.derive(derived)
 
     def processor_metadata(self, key: str) -> int | None:
         return self._task.processor_metadata.get(key)

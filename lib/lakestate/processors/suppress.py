@@ -116,6 +116,8 @@ class Suppress(Processor):
     final results, the time limit otherwise; ``max_records``/``max_bytes``: None is
     unbounded; ``when_full``: EMIT_EARLY, SHUT_DOWN or SPILL_TO_DISK."""
 
+    cheap_single_chunks = False  # a chunk stages the buffer's changes: dearer than process
+
     def __init__(
         self,
         node_name: str,
@@ -138,30 +140,46 @@ class Suppress(Processor):
         super().init(context)
         self.buffer: SuppressionBuffer = context.get_state_store(self.store_name)
         self._keys = {field: f"{self.store_name}.{field}" for field in _STATS}
-        # The stats and metrics the last record left (record by record), reused while the
-        # metadata's sample count says no rollback or chunk came between.
-        self._last: tuple[dict[str, int], dict[str, float]] | None = None
-        # Every metric is a value derived from the committed stats (processor metadata):
-        # the emit figures of the node, the buffer's of its store, as Kafka scopes them.
-        self._publish({}, buffer_metrics(self._stats()))
+        # The stats the last record left (record by record), reused while the metadata's
+        # sample count says no rollback or chunk came between.
+        self._last: dict[str, int] | None = None
+        # Every metric is a value derived from the stats (processor metadata): the emit
+        # figures of the node, the buffer's of its store, as Kafka scopes them. The current
+        # gauges are set as they move (they read the buffer); the others are worked out
+        # when the metrics are read, shown once they are above zero, as a figure that never
+        # moved from zero is never set.
+        stats = self._stats()
+        self._show_gauges(stats, stats["count"] != 0, stats["size"] != 0)
+        context.derive_metrics(self._derived)
         # In memory, a chunk's records are taken against staged buffer changes
         # (state/suppression_stage.py); a buffer on disk goes record by record.
         self.chunked = self.when_full != SPILL_TO_DISK
         self._staged: tuple[StagedBuffer, dict[str, int]] | None = None
 
-    def _publish(
-        self, before: dict[str, float], after: dict[str, float], moved: set[str] = frozenset()
-    ) -> None:
-        for name in METRICS:
-            if after[name] != before.get(name, 0) or name in moved:
-                store = self.store_name if name.startswith("suppression-buffer") else None
-                self.context.set_metric(name, after[name], store=store)
+    def _show_gauges(self, stats: dict[str, int], count: bool, size: bool) -> None:
+        """Set the buffer's current count and size (those that moved)."""
+        if count:
+            self.context.set_metric(COUNT_CURRENT, stats["count"], store=self.store_name)
+        if size:
+            self.context.set_metric(SIZE_CURRENT, stats["size"], store=self.store_name)
+
+    def _derived(self, _set: Any) -> list[tuple[str, float, str | None]]:
+        """The metrics other than the current gauges, from the kept stats."""
+        held = self.context.processor_metadata
+        stats = {f: held(key) for f, key in self._keys.items()}
+        stats = {f: _STATS[f] if v is None else v for f, v in stats.items()}
+        stats["count"] = stats["size"] = 0  # not derived: set as they move
+        return [
+            (name, value, self.store_name if name.startswith("suppression-buffer") else None)
+            for name, value in buffer_metrics(stats).items()
+            if value and name not in (COUNT_CURRENT, SIZE_CURRENT)
+        ]
 
     def _stats(self) -> dict[str, int]:
         held = self.context.processor_metadata
         last = self._last
-        if last is not None and held(self._keys["samples"]) == last[0]["samples"]:
-            stats = dict(last[0])  # a copy: a record that fails leaves the last one's
+        if last is not None and held(self._keys["samples"]) == last["samples"]:
+            stats = dict(last)  # a copy: a record that fails leaves the last one's
             stats["count"] = self.buffer.num_records()
             stats["size"] = self.buffer.buffer_size()
             return stats
@@ -179,33 +197,27 @@ class Suppress(Processor):
     def process(self, record: Record) -> None:
         self._staged = None  # a chunk that failed further on: never applied
         stats = self._stats()
-        last = self._last
-        if last is not None and last[0] == stats:
-            before = last[1]
-        else:
-            before = buffer_metrics(stats)
+        count, size = stats["count"], stats["size"]
         out: list[Record] = []
         self._step(self.buffer, stats, record, out)
         self.buffer.flush()
         self._keep(stats)
-        after = buffer_metrics(stats)
-        self._publish(before, after)
-        self._last = (stats, after)
+        self._show_gauges(stats, stats["count"] != count, stats["size"] != size)
+        self._last = stats
         for r in out:
             self.context.forward(r)
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         """The records one after another against the buffer's staged changes (written by
         ``finish_chunk``): the same output, buffer and stats as ``process`` on each. The
-        metrics are published once; a current gauge that moved during the chunk is set
-        even if it ends where it began, as record by record sets it."""
+        current gauges are set once; one that moved during the chunk is set even if it
+        ends where it began, as record by record sets it."""
         if not chunk.records:  # no record reached the node: nothing to sample or write
             self._staged = None
             return chunk
         staged = StagedBuffer(self.buffer)
         self._last = None
         stats = self._stats()
-        before = buffer_metrics(stats)
         count, size = stats["count"], stats["size"]
         moved_count = moved_size = False
         out: list[Record] = []
@@ -218,10 +230,7 @@ class Suppress(Processor):
                 at.extend([positions[i]] * (len(out) - n))
             moved_count = moved_count or stats["count"] != count
             moved_size = moved_size or stats["size"] != size
-        moved = {COUNT_CURRENT} if moved_count else set()
-        if moved_size:
-            moved.add(SIZE_CURRENT)
-        self._publish(before, buffer_metrics(stats), moved)
+        self._show_gauges(stats, moved_count, moved_size)
         self._staged = (staged, stats)
         return chunk.with_records(out, at)
 

@@ -138,9 +138,8 @@ class Task:
         source = self._sources.get(topic)
         if source is None:
             raise StreamsException(f"task {self.task_id} does not read topic {topic!r}")
-        self.current_metadata = (
-            None if offset is None else RecordMetadata(topic, self.partition, offset)
-        )
+        meta = None if offset is None else RecordMetadata(topic, self.partition, offset)
+        self.current_metadata = meta
         if not isinstance(record.timestamp, int) or record.timestamp < 0:
             error = ProcessingException(
                 f"node {source} rejected {self._describe(record)}: invalid timestamp "
@@ -238,6 +237,11 @@ class Task:
         self.current_metadata = RecordMetadata(topic, self.partition, offsets[-1])
         return True
 
+    def process_chained(self, topic: str, offset: int, record: Record) -> bool:
+        """``process`` by ``ChunkPlan.run_record``; False (nothing done) for other topics."""
+        plan = self._plans.get(topic) if self.cached.cache is None else None
+        return plan is not None and plan.straight and plan.run_record(self, topic, offset, record)
+
     def _forwarded(self, processor: Processor, count: int) -> None:
         """What a node forwarded of a chunk, as its forward() calls count it one by one."""
         self.metrics.add(NODES, processor.context.node, FORWARD_TOTAL, count)
@@ -254,12 +258,8 @@ class Task:
             message = (
                 f"node {node} failed on {self._describe(record)}: {handlers.exception_text(exc)}"
             )
-            kind = (
-                SerializationException
-                if isinstance(exc, SerializationException)
-                else ProcessingException
-            )
-            wrapped = kind(message)
+            serialization = isinstance(exc, SerializationException)
+            wrapped = (SerializationException if serialization else ProcessingException)(message)
             wrapped.node = node
             raise wrapped from exc
 

@@ -27,6 +27,8 @@ NO_TIME = -1
 # Metric totals kept as processor metadata, so they add up over batches and restarts.
 _TOTALS = ("late-record-drop-total", "record-lateness-count", "record-lateness-sum")
 _MAX = "record-lateness-max"
+# Set once a record reached the node: the derived late-record-drop-rate replaces it.
+_RATE_SHOWN = "late-record-drop-rate"
 
 
 class Lateness:
@@ -54,51 +56,55 @@ class WindowMetrics:
     and late records; a count), and values derived from totals kept as processor metadata
     of the node's store (so they survive batches and restarts): ``late-record-drop-total``
     and ``-rate`` (per second of stream time the node has seen), ``record-lateness-avg``
-    and ``-max``."""
+    and ``-max``. The values are worked out when the metrics are read (``derive_metrics``),
+    from the totals; each is shown once the node has set it as Kafka's sensors would: the
+    totals once they are above zero (or, the lateness sum and average, once a record
+    reached the node in this task), the rate once any record reached the node."""
 
     def __init__(self, context: Any, store_name: str) -> None:
         self.context = context
         self.prefix = f"{store_name}."
         self.first_key = f"{store_name}.first-stream-time"
+        self._time_key = f"{store_name}.observed_stream_time"
         self.pending: Lateness | None = None
-        for name in _TOTALS:
-            held = context.processor_metadata(self.prefix + name)
-            if held:
-                context.set_metric(name, held)
-        self._raise_max(context.processor_metadata(self.prefix + _MAX) or 0)
+        # Lateness samples when the task opened: a record since shows the sum and average.
+        self._opening_count = context.processor_metadata(self.prefix + _TOTALS[1]) or 0
+        context.derive_metrics(self._values)
 
-    def _raise_max(self, value: int) -> None:
-        if value > self.context.get_metric(_MAX):
-            self.context.set_metric(_MAX, value)
-
-    def _add(self, name: str, delta: int) -> None:
-        self.context.set_metric(name, self.context.get_metric(name) + delta)
+    def _values(self, set_: Any) -> list[tuple[str, float, None]]:
+        held, prefix = self.context.processor_metadata, self.prefix
+        drops, count, total = (held(prefix + name) or 0 for name in _TOTALS)
+        most = held(prefix + _MAX) or 0
+        shown: list[tuple[str, float, None]] = []
+        if drops:
+            shown.append(("late-record-drop-total", drops, None))
+        if count:
+            shown.append(("record-lateness-count", count, None))
+        reached = count > self._opening_count
+        if total or reached:
+            shown.append(("record-lateness-sum", total, None))
+        if reached:
+            shown.append(("record-lateness-avg", total / count, None))
+        if most:
+            shown.append((_MAX, most, None))
+        if set_(_RATE_SHOWN) is not None:
+            observed = held(self._time_key)
+            observed = NO_TIME if observed is None else observed
+            first = held(self.first_key)
+            first = observed if first is None else first
+            seconds = max(1.0, (observed - first) / 1000)
+            shown.append(("late-record-drop-rate", drops / seconds, None))
+        return shown
 
     def publish(self, chunk: Lateness, observed: int) -> None:
-        """Add a chunk's counts to the task metrics (rolled back with a failed chunk); they
-        are kept as metadata by ``keep``."""
+        """Count a chunk's dropped records (rolled back with a failed chunk); its totals
+        are kept as metadata by ``keep``, from which the values are derived."""
         context = self.context
         dropped = chunk.late_drops + chunk.null_keys
         if dropped:
             context.metric("dropped-records", dropped)
-        if chunk.late_drops:
-            self._add("late-record-drop-total", chunk.late_drops)
-        if chunk.count:
-            self._add("record-lateness-count", chunk.count)
-            self._add("record-lateness-sum", chunk.total)
-            context.set_metric(
-                "record-lateness-avg",
-                context.get_metric("record-lateness-sum")
-                / context.get_metric("record-lateness-count"),
-            )
-            self._raise_max(chunk.max)
-        first = context.processor_metadata(self.first_key)
-        if first is None:
-            first = observed if chunk.first_observed is None else chunk.first_observed
-        seconds = max(1.0, (observed - first) / 1000)
-        context.set_metric(
-            "late-record-drop-rate", context.get_metric("late-record-drop-total") / seconds
-        )
+        # Once a record reached the node, the rate is shown (rolled back with the chunk).
+        context.set_metric(_RATE_SHOWN, 1)
         self.pending = chunk
 
     def keep(self, observed: int) -> None:

@@ -95,7 +95,10 @@ class TestOutputTopic:
         self.topic = topic
 
     def _queue(self) -> deque[TestRecord]:
-        return self._driver._outputs.setdefault(self.topic, deque())
+        queue = self._driver._outputs.get(self.topic)
+        if queue is None:
+            queue = self._driver._outputs[self.topic] = deque()
+        return queue
 
     def read_record(self) -> TestRecord:
         queue = self._queue()
@@ -111,7 +114,9 @@ class TestOutputTopic:
         return record.key, record.value
 
     def read_records_to_list(self) -> list[TestRecord]:
-        queue = self._queue()
+        queue = self._driver._outputs.get(self.topic)
+        if not queue:
+            return []
         records = list(queue)
         queue.clear()
         return records

@@ -5,8 +5,8 @@ worker only (a task that had moved would have restored or caught up a store on t
 a task whose worker is lost moves to the other and restores there. The results equal the
 in-process run's.
 
-The placement is what the first check tests: with ``Placements.preferred`` returning no
-location, the same run left both tasks' stores on both workers (2026-11-29)."""
+The placement is what the first check tests: with no preferred location given
+(``located_tasks``), the same run left both tasks' stores on both workers (2026-11-29)."""
 
 from __future__ import annotations
 

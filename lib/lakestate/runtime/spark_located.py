@@ -8,8 +8,8 @@ restores. PySpark exposes no preferred locations, but the JVM's
 executor-level location (``executor_<host>_<id>``) is what a cached block's is: the
 scheduler waits up to ``spark.locality.wait`` (3 s by default) for that executor before
 it runs the task elsewhere. So a batch is one partition per task, each preferring the
-executor its task ran on last (``Placements``, read from Spark's status store after each
-batch), and each task reads its own input where it runs (``inprocess.read_inputs``: its
+executor ``Placements`` plans for it (where it ran last, read from Spark's status store
+after each batch, while that executor is live and under its share of the tasks), and each task reads its own input where it runs (``inprocess.read_inputs``: its
 topics' readers, delta-rs on the files and ranges of its partitions) instead of Spark's
 scan and shuffle. The output stays on the executors, persisted, for the file writes
 (``spark_kept``), which run where the cached blocks are.
@@ -42,15 +42,46 @@ _STATUS_WAIT_S = 5.0
 class Placements:
     """Where each task ran last in this Spark application: its executor's location
     (``executor_<host>_<executor id>``); executor ids are the application's, so a new run
-    starts without any (its tasks land where Spark puts them, and stay from then on)."""
+    starts without any, and each batch's plan (``plan``) spreads its tasks over the live
+    executors, keeping each where it ran last as long as that executor holds no more than
+    its share."""
 
     def __init__(self) -> None:
         self.where: dict[TaskId, str] = {}
         self.moved = 0  # tasks that ran elsewhere than their last executor, this run
 
-    def preferred(self, task: TaskId) -> list[str]:
-        found = self.where.get(task)
-        return [found] if found else []
+    def plan(self, tasks: Sequence[TaskId], live: dict[str, int]) -> dict[TaskId, str]:
+        """Each task's executor for a batch, over ``live`` (location -> cores; none: each
+        task where it ran last, if anywhere). Balanced and sticky, as Kafka's assignor:
+        every core gets ``len(tasks) // cores`` tasks or one more; as many tasks as that
+        allows stay on the executor they ran on last, the others (new, their executor gone
+        or full) go to the cores with the fewest. Without the balance, a run whose first
+        batch started while one executor had registered kept every task on that one."""
+        if not live:
+            return {t: self.where[t] for t in tasks if t in self.where}
+        cores = [(e, i) for e in sorted(live) for i in range(live[e])]
+        base, extra = divmod(len(tasks), len(cores))
+        held = dict.fromkeys(cores, 0)
+        chosen: dict[TaskId, str] = {}
+
+        def place(task: TaskId, candidates: list[tuple[str, int]]) -> None:
+            nonlocal extra
+            for core in candidates:
+                if held[core] < base or (held[core] == base and extra):
+                    if held[core] == base:
+                        extra -= 1
+                    held[core] += 1
+                    chosen[task] = core[0]
+                    return
+
+        for task in tasks:  # where they ran last, while that executor has room
+            if self.where.get(task) in live:
+                place(task, [c for c in cores if c[0] == self.where[task]])
+        for task in tasks:
+            if task not in chosen:
+                fewest = min(held.values())
+                place(task, [c for c in cores if held[c] == fewest])
+        return chosen
 
     def learn(self, sc: SparkContext, group: str, tasks: Sequence[TaskId]) -> None:
         """Read where the job group ``group``'s tasks (partition j: ``tasks[j]``) ran."""
@@ -60,6 +91,18 @@ class Placements:
             if self.where.get(task) not in (None, location):
                 self.moved += 1
             self.where[task] = location
+
+
+def live_executors(sc: SparkContext) -> dict[str, int]:
+    """The application's executors now (not the driver), as locations -> their cores, from
+    Spark's status store (an executor that registered a moment ago may not be listed)."""
+    listed = sc._jsc.sc().statusStore().executorList(True)
+    live = {}
+    for i in range(listed.size()):
+        e = listed.apply(i)
+        if e.id() != "driver":
+            live[f"executor_{e.hostPort().rsplit(':', 1)[0]}_{e.id()}"] = max(1, e.totalCores())
+    return live
 
 
 def _ran_on(sc: SparkContext, group: str, count: int) -> dict[int, str]:
@@ -84,11 +127,13 @@ def _ran_on(sc: SparkContext, group: str, count: int) -> dict[int, str]:
 
 def located_tasks(sc: SparkContext, tasks: Sequence[TaskId], placements: Placements) -> RDD:
     """One partition per task (partition j: ``tasks[j]``), each preferring the executor
-    its task ran on last."""
+    ``placements`` plans for it."""
     jvm = _JvmHandles.of(sc)
+    planned = placements.plan(tasks, live_executors(sc))
     pairs = jvm.array_list()
     for task in tasks:
-        pairs.add(jvm.tuple2(bytearray(pickle.dumps(task)), jvm.seq_of(placements.preferred(task))))
+        where = [planned[task]] if task in planned else []
+        pairs.add(jvm.tuple2(bytearray(pickle.dumps(task)), jvm.seq_of(where)))
     rdd = sc._jsc.sc().makeRDD(jvm.as_scala(pairs).toSeq(), jvm.bytes_tag)
     return RDD(jvm.java_rdd(rdd, jvm.bytes_tag), sc, CPickleSerializer())
 
@@ -173,4 +218,4 @@ def on_driver(rdd: RDD, kept: frozenset[str]) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
-__all__ = ["Placements", "located_tasks", "on_driver", "processed"]
+__all__ = ["Placements", "live_executors", "located_tasks", "on_driver", "processed"]

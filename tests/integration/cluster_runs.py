@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,9 @@ def driver_run(
         run_env["LAKESTATE_FAULT"] = fault
     run_env.update(env or {})
     code = (
+        # The placement's moves (runtime/spark_located.py) on stderr, for the checks.
+        "import logging; logging.getLogger('lakestate.spark').setLevel(logging.INFO); "
+        "logging.getLogger('lakestate.spark').addHandler(logging.StreamHandler()); "
         "from lakestate import run_app; "
         f"r = run_app({str(app)!r}, warehouse={wh.root!r}, "
         f"state_dir={str(state)!r}, max_records={max_records}, until_caught_up=True, "
@@ -71,6 +75,12 @@ def ok(proc: subprocess.CompletedProcess) -> str:
     """The run's output, once it exited 0 (else its output's tail, failing)."""
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
+
+
+def moved_tasks(proc: subprocess.CompletedProcess) -> set[str]:
+    """The tasks a ``driver_run``'s placement moved off a live executor to balance them
+    (an executor that registered late): those leave a store behind."""
+    return set(re.findall(r"moves task (\S+) from", proc.stderr))
 
 
 def batches_of(out: str) -> int:

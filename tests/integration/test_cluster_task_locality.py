@@ -18,6 +18,7 @@ from cluster_runs import (
     driver_run,
     executor_lost,
     log_sizes,
+    moved_tasks,
     ok,
     stores,
 )
@@ -46,15 +47,22 @@ def test_tasks_stay_with_their_stores_and_a_moved_task_restores(
     driver_state = tmp_path / "driver-state"
 
     produce(None, s3_warehouse, "events", phases[0], partitions=2)
-    out = ok(driver_run(cluster, s3_warehouse, driver_state, MAX_RECORDS))
+    first = driver_run(cluster, s3_warehouse, driver_state, MAX_RECORDS)
+    out = ok(first)
     assert "state: on Spark's executors" in out, out
     assert batches_of(out) >= 8, out
-    # Each task ran all its batches on one executor: its store is on one worker only.
-    holders = _holders(cluster)
-    assert all(len(h) == 1 for h in holders.values()), holders
+    # Each task ran all its batches on one executor: its store is on one worker only; but
+    # a task the placement moved to balance the tasks over a late executor left one behind.
+    holders, moved = _holders(cluster), {f"counts/{t}" for t in moved_tasks(first)}
+    assert all(len(h) == 1 for t, h in holders.items() if t not in moved), (holders, moved)
+    assert len(moved) <= 1, moved
+    # And the two tasks ran on the two workers, one each (balanced).
+    latest = {t: h[0] for t, h in holders.items() if t not in moved}
+    assert len(set(latest.values())) == len(latest), holders
 
-    # The worker of task 0_0 lost: the task moves to the other worker and restores there.
-    lost = next(w for w in cluster.workers if w.name == holders["counts/0_0"][0])
+    # The worker of a task lost: the task moves to the other worker and restores there.
+    task = next(t for t in TASKS if t not in moved)
+    lost = next(w for w in cluster.workers if w.name == holders[task][0])
     kept = next(w for w in cluster.workers if w is not lost)
     cluster.stop_worker(lost)
     try:

@@ -18,6 +18,7 @@ scan and shuffle. The output stays on the executors, persisted, for the file wri
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pickle
 import time
 from collections.abc import Sequence
@@ -33,6 +34,8 @@ from lakestate.task_id import TaskId
 from pyspark import SparkContext
 from pyspark.rdd import RDD
 from pyspark.serializers import CPickleSerializer
+
+_log = logging.getLogger("lakestate.spark")
 
 #: How long the driver waits for Spark's status store to list a finished job's tasks
 #: (its listener runs behind the job's end).
@@ -81,6 +84,15 @@ class Placements:
             if task not in chosen:
                 fewest = min(held.values())
                 place(task, [c for c in cores if held[c] == fewest])
+                if self.where.get(task) in live:  # it leaves a warm store: say so
+                    _log.info(
+                        "moves task %s from %s to %s (%d tasks over %d cores)",
+                        task,
+                        self.where[task],
+                        chosen[task],
+                        len(tasks),
+                        len(cores),
+                    )
         return chosen
 
     def learn(self, sc: SparkContext, group: str, tasks: Sequence[TaskId]) -> None:

@@ -1521,7 +1521,7 @@ def report_floors(results: dict[str, Any]) -> None:
         if q >= TARGET_BACKLOG:
             continue
         ph = ls["phases"]
-        if INPROCESS_PROCESS in ph:  # the in-process transport
+        if ph.get(INPROCESS_PROCESS):  # the in-process transport (its hook ran)
             floor = ph[INPROCESS_READ] + ph[INPROCESS_PROCESS]
             best = (ls["records"] / floor) / (ss["records"] / ss["wall_s"])
             spark = ph.get(SPARK_WAIT, 0.0) + ph.get(PREPARE, 0.0)
@@ -1555,10 +1555,12 @@ def report_floors(results: dict[str, Any]) -> None:
                 if best < TARGET_BACKLOG
                 else "not ruled out by the floor: the rest is overhead to remove. "
             )
-            + "What would change it: the in-process transport for backlogs too (no JVM, no "
-            "rows to the driver; case b's 50k-record batches run in process at ~130k "
-            "records/s), once a sweep on a quiet machine places lakestate.inprocess.max.records; "
-            "columnar operators (the dedup decision and the count over Arrow columns)."
+            + f"Besides, Spark's Delta snapshot of the input took {ph.get(SPARK_READ, 0.0):.1f}s. "
+            "What would change it: the tasks reading their own input with delta-rs where they "
+            "run, as they do with executor-owned state on a cluster (runtime/spark_located.py), "
+            "instead of Spark's snapshot, scan and shuffle; the output kept on the executors "
+            "instead of collected to the driver. (On a local master a run goes in process at "
+            "any size by default.)"
         )
     b = cases.get("b")
     if b and any(q is None or q > TARGET_STATE for q in b["ratios"]):

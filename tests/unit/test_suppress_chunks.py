@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from lakestate import (
     BufferConfig,
@@ -203,6 +203,10 @@ def _run(name: str, records: list[Record], cuts: list[int] | None) -> tuple:
 @pytest.mark.parametrize("name", sorted(TOPOLOGIES))
 @SETTINGS
 @given(rows=RECORDS, cuts=CUTS)
+# Found by CI-sized runs: a session ending exactly at the close time (stream time - gap -
+# grace) is not late but already past the store's retention; one by one kept it, a chunk
+# purged it at its end.
+@example(rows=[("a", None, 73), (None, None, 1), (None, None, 2), ("a", None, 63)], cuts=[4])
 def test_suppression_in_chunks_gives_what_one_by_one_gives(name, rows, cuts):
     records = [Record(k, v, ts) for k, v, ts in rows]
     chunked = _run(name, records, cuts)

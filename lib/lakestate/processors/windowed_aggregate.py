@@ -466,7 +466,8 @@ class SessionWindowedAggregate(Processor):
                 new = record.value
             else:
                 new = self.aggregator(key, record.value, agg)
-            writes.append((Windowed(key, session), new, end))
+            if end > observed - self.retention_ms:  # else past retention: not kept (as a chunk)
+                writes.append((Windowed(key, session), new, end))
             self.store.put_all(writes)
             old = self._overwritten(merged, session)
             forwards.append(Record(Windowed(key, session), Change(new, old), end))

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import psutil
+from common import log  # tests/benchmarks/common.py (first on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_PATH = str(ROOT / "jobs" / "demo.py")
@@ -80,10 +81,6 @@ POSITIVE_AMOUNTS = (1, 5, 10, 20)
 BATCH_LINE = re.compile(r"batch ([\d_:, ]+): (\d+) records, (\d+) output records, ([0-9.]+)s")
 TARGET_RATIO_PLAIN = 0.5
 TARGET_RATIO_STATE = 1.5
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # -- memory --------------------------------------------------------------------------------

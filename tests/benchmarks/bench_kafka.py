@@ -57,6 +57,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from common import log  # tests/benchmarks/common.py (first on sys.path)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_JSON = HERE / "results" / "kafka.json"
@@ -84,10 +86,6 @@ counts.to_stream().to(sink)
 config = {{"bootstrap.servers": {bootstrap!r}, "statestore.cache.max.bytes": {cache_bytes}}}
 app = ls.App({app_id!r}, b.build(), config)
 """
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def loadavg() -> list[float]:

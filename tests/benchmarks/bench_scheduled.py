@@ -87,6 +87,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common import log  # tests/benchmarks/common.py (first on sys.path)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_JSON = HERE / "results" / "scheduled.json"
@@ -110,10 +112,6 @@ LATEST_QUERY = (
     "SELECT count(*) AS keys, sum(CAST(value AS BIGINT)) AS total, "
     "max(CAST(value AS BIGINT)) AS top FROM {table}"
 )
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def loadavg() -> list[float]:

@@ -38,7 +38,6 @@ Results go to ``tests/benchmarks/results/stream_join.json``. Not a test: pytest 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -48,6 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import log, sibling  # tests/benchmarks/common.py (first on sys.path)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -62,20 +63,6 @@ TARGET_RATIO = 1.5
 TARGET_WALL_S = 60.0
 TOPICS = ("join-left", "join-right")
 OUTPUT_TOPIC = "join-pairs"
-
-
-def sibling(name: str) -> Any:
-    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def uptime() -> str:

@@ -51,7 +51,6 @@ process. The engine measured is lib/ as committed at HEAD (``--engine head``, as
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -61,6 +60,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import log, sibling  # tests/benchmarks/common.py (first on sys.path)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -74,22 +75,8 @@ TIERS = ("bronze", "silver", "gold", "platinum")
 TARGET_RATIO = 1.0
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def sibling(name: str) -> Any:
-    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def bench_scheduled() -> Any:

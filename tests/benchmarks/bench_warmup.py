@@ -65,6 +65,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import log  # tests/benchmarks/common.py (first on sys.path)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_JSON = HERE / "results" / "warmup.json"
@@ -74,10 +76,6 @@ LIGHT_KEYS = 1_000
 LIGHT_TICK_RECORDS = 100
 PRODUCE_CHUNK = 100_000
 TARGET_RATIO = 1.0  # longest gap with warmups / normal batch interval, at most
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def loadavg() -> list[float]:

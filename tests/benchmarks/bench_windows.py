@@ -75,6 +75,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from common import log, sibling  # tests/benchmarks/common.py (first on sys.path)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DEFAULT_JSON = HERE / "results" / "windows.json"
@@ -91,22 +93,8 @@ TARGET_RATIO = 1.0
 SPAWNED_AT_ENV = "BENCH_SPAWNED_AT"
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def sibling(name: str) -> Any:
-    """A sibling benchmark script as a module (its helpers are reused, not copied)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def bs() -> Any:

@@ -187,6 +187,7 @@ def _store(warehouse: Warehouse, name: str, new: dict[int, tuple[int, ...]]) -> 
         rows,
         mode="append",
         description="lakestate: rows per partition of each version of a Delta source",
+        configuration=delta_commits.TABLE_PROPERTIES,
     )
 
 

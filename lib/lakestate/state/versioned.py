@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException, StreamsException
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.constants import (
     PUT_RETURN_CODE_NOT_PUT,
     PUT_RETURN_CODE_VALID_TO_UNDEFINED,
@@ -303,12 +304,14 @@ class VersionedKeyValueStore:
         return not raw_key.startswith(VERSION_PREFIX)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         if not raw_key.startswith(VERSION_PREFIX):
             return None
         value, valid_to = _decode_entry(raw_value)
         return {
-            "key": json_text(decode_key(raw_key[1:-_TS_BYTES])),
+            "key": changelog_text(decode_key(raw_key[1:-_TS_BYTES]), key_serde),
             "value": json_text(value),
             "valid_from": _valid_from(raw_key),
             "valid_to": valid_to,

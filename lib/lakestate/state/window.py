@@ -30,6 +30,7 @@ from typing import Any
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.records import Window, Windowed
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_key, encode_i64_be, encode_key
 from lakestate.state.serde import decode_value, encode_value, json_text
@@ -260,13 +261,15 @@ class WindowStore:
         return not raw_key.startswith(WINDOW_PREFIX)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         if not raw_key.startswith(WINDOW_PREFIX):
             return None
         windowed = decode_key(raw_key[1:])
         value, timestamp = decode_value(raw_value)
         return {
-            "key": json_text(windowed.key),
+            "key": changelog_text(windowed.key, key_serde),
             "window_start": windowed.window.start,
             "window_end": windowed.window.end,
             "value": json_text(value),

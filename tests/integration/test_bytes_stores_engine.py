@@ -124,3 +124,43 @@ def test_a_bytes_store_killed_mid_commit_reruns_exactly_once(spark, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _check(spark, wh, blobs)
+
+
+JSON_STORE_APP = """
+import lakestate as ls
+
+B, J = ls.Serdes.Bytes(), ls.Serdes.Json()
+b = ls.StreamsBuilder()
+blobs = b.stream("blobs", ls.Consumed.with_(B, B))
+blobs.to("copied", ls.Produced.with_(B, B))
+blobs.group_by_key(ls.Grouped.with_(J, J)).count(ls.Materialized.as_("counts"))
+app = ls.App("json_store", b.build())
+"""
+
+
+def test_a_json_store_given_bytes_keys_fails_before_anything_is_written(tmp_path):
+    from lakestate.errors import StreamsException
+
+    wh = Warehouse(tmp_path / "wh")
+    _setup(wh, _blobs(10, seed=6, start=0))
+    (tmp_path / "app.py").write_text(JSON_STORE_APP)
+    state = tmp_path / "state"
+    with pytest.raises(StreamsException) as err:
+        run_app(
+            str(tmp_path / "app.py"),
+            warehouse=wh.root,
+            state_dir=str(state),
+            until_caught_up=True,
+            inprocess_max_records=10**9,
+            say=lambda _: None,
+        )
+    message = str(err.value)
+    assert "store 'counts' (key serde Serdes.Json())" in message
+    assert "KSTREAM-AGGREGATE-" in message and "Grouped.with_(Serdes.Bytes()" in message
+    # Nothing half-applied: no sink rows, no changelog, nothing staged or stored locally.
+    assert (
+        not topics.topic(wh, "copied").exists()
+        or sum(topics.topic(wh, "copied").end_offsets().values()) == 0
+    )
+    assert not list((tmp_path / "wh").rglob("changelog/counts/*.parquet"))
+    assert not list(state.rglob("staged/*.pkl"))

@@ -207,3 +207,26 @@ def test_the_test_driver_gives_bytes_to_reducers_joiners_and_store_readers():
         assert driver.create_output_topic("gjoined").read_key_values_to_list() == joined
         store = driver.get_key_value_store("concat")
         assert dict(store.all()) == {b"": b"", b"\xff": b"\x00\x80"}
+
+
+@pytest.mark.parametrize("empty, longer", [(b"", b"\x00"), (b"", b"\x00\x01"), ("", "\x00")])
+def test_a_key_whose_encoding_another_key_extends_sees_only_its_own_entries(empty, longer):
+    # state.keys escapes 0x00 as 0x00 0xff, so b"" encodes as a prefix of b"\x00"'s
+    # encoding: a window's or a version's range scan of b"" also meets b"\x00"'s entries.
+    store = in_memory_store("task")
+    txn = store.new_transaction()
+    serdes = TopicSerdes(B, B) if type(empty) is bytes else TopicSerdes(S, S)
+    value = b"v" if type(empty) is bytes else "v"
+    windows = open_view(NAME, "session", {}, lambda: txn, serdes)
+    windows.put(longer, Window(5, 6), value, 6)
+    assert list(windows.windows_of(empty)) == []
+    assert windows.find_sessions(empty, 0, 10) == []
+    windows.put(empty, Window(1, 2), value, 2)
+    assert [w for w, _ in windows.windows_of(empty)] == [Window(1, 2)]
+    assert [w for w, _ in windows.windows_of(longer)] == [Window(5, 6)]
+    versions = open_view("v", VERSIONED, OPTIONS[VERSIONED], lambda: txn, serdes)
+    versions.put(longer, value, 10)
+    assert versions.get(empty) is None
+    versions.put(empty, value, 3)  # its next version, if any, is its own: none
+    assert versions.get(empty) == VersionedRecord(value, 3, None)
+    assert versions.get(longer) == VersionedRecord(value, 10, None)

@@ -55,7 +55,10 @@ def _end_key(raw_windowed: bytes, end: int) -> bytes:
 
 def _key_range(key: Any) -> tuple[bytes, bytes]:
     """The byte range of every window entry of ``key``: a Windowed encoding is its tag,
-    the key's own (self-delimiting) encoding, then 16 bytes of bounds."""
+    the key's own (self-delimiting) encoding, then 16 bytes of bounds. Another key's
+    encoding may extend this one's (``b""`` and ``b"\\x00"``, ``""`` and ``"\\x00"``:
+    state.keys escapes a 0x00 as 0x00 0xff), so its entries fall in the range too, each
+    longer: readers keep the entries of exactly ``len(start) + 16`` bytes."""
     prefix = _window_key(Windowed(key, Window(0, 0)))[:-16]
     return prefix, prefix + b"\xff" * 17
 
@@ -124,8 +127,10 @@ class WindowStore:
     def windows_of(self, key: Any) -> Iterator[tuple[Window, ValueAndTimestamp]]:
         """Every window ``key`` has, by start then end."""
         start, end = _key_range(key)
+        size = len(start) + 16  # a longer key's encoding may extend this one's (_key_range)
         for raw_key, raw in self._source().iterate(self.name, start, end, False):
-            yield decode_key(raw_key[1:]).window, ValueAndTimestamp(*decode_value(raw))
+            if len(raw_key) == size:
+                yield decode_key(raw_key[1:]).window, ValueAndTimestamp(*decode_value(raw))
 
     def windows_starting(
         self, key: Any, time_from: int, time_to: int, backward: bool = False

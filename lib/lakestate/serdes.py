@@ -471,13 +471,13 @@ def changelog_text(value: Any, serde: Serde = JSON) -> str | None:
     form; the caller names the store."""
     if type(serde) is not JsonSerde:
         return json_text(serde.to_json(value))
-    if type(value) is bytes or isinstance(value, bytearray | memoryview):
-        raise SerializationException(
-            f"a Json store cannot hold {a_type(value)} ({_short(value)}): JSON has no bytes"
-        )
-    try:
+    try:  # the common case first: a changelog row per changed key
         return json_text(value)
     except (TypeError, ValueError) as exc:
+        if isinstance(value, bytes | bytearray | memoryview):
+            raise SerializationException(
+                f"a Json store cannot hold {a_type(value)} ({_short(value)}): JSON has no bytes"
+            ) from None
         raise SerializationException(f"a Json store cannot hold {_short(value)}: {exc}") from None
 
 

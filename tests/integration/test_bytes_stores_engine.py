@@ -15,7 +15,7 @@ import pytest
 from engine_helpers import APPS, topic_rows
 from lakestate import run_app
 from lakestate.io import topics
-from lakestate.read import duckdb_engine
+from lakestate.read import duckdb_engine, spark_engine
 from lakestate.warehouse import Warehouse
 from test_exactly_once import _run_in_subprocess
 
@@ -82,6 +82,10 @@ def _check(spark, wh: Warehouse, blobs: list) -> None:
     assert _view(wh, "tails") == tails
     hexed = duckdb_engine.sql(wh, "SELECT hex(key) FROM bytes_stores__tails").rows
     assert sorted(r[0] for r in hexed) == sorted(k.hex().upper() for k in tails)
+    # The same view on Spark: BINARY columns, the same bytes.
+    frame = spark_engine.sql(spark, wh, "SELECT key, value, hex(key) FROM bytes_stores__tails")
+    assert {f.name: f.dataType.simpleString() for f in frame.schema.fields}["key"] == "binary"
+    assert {bytes(k): bytes(v) for k, v, _ in frame.collect()} == tails
     assert _view(wh, "bcounts") == counts
     decoded = lambda k, v: (base64.b64decode(k), base64.b64decode(v))  # noqa: E731
     last = {}

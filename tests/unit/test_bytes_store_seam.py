@@ -249,3 +249,13 @@ def test_suppress_of_a_bytes_table_is_refused_at_build_naming_the_node_and_what_
     windowed = grouped.windowed_by(TimeWindows.of_size_with_no_grace(timedelta(seconds=1)))
     with pytest.raises(TopologyException, match=r"whose key serde is Serdes\.Bytes\(\)"):
         windowed.count().suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+
+
+def test_removing_a_waiting_join_group_leaves_a_key_that_extends_its_encoding():
+    store = in_memory_store("task")
+    txn = store.new_transaction()
+    waiting = open_view(NAME, "stream_join_waiting", {}, lambda: txn)
+    waiting.add("", 5, True, 0, "a")
+    waiting.add("\x00", 5, True, 1, "b")
+    waiting.remove_group("", 5, True)
+    assert [(key, value) for _, _, _, key, value in waiting.scan()] == [("\x00", "b")]

@@ -211,7 +211,11 @@ class WaitingRecordsStore(_Store):
         """Remove every waiting record of ``key`` at ``ts`` on the given side."""
         group = self._group(key, ts, is_left)
         txn = self._writer()
-        doomed = [k for k, _ in txn.iterate(self.name, group, group + b"\xff" * (_I64 + 1))]
+        # Another key's encoding may extend this key's (b"" and b"\x00": state.keys escapes
+        # 0x00 as 0x00 0xff): its records fall in the range too, each longer.
+        size = len(group) + _I64
+        scan = txn.iterate(self.name, group, group + b"\xff" * (_I64 + 1))
+        doomed = [k for k, _ in scan if len(k) == size]
         if doomed:
             txn.put_all(self.name, [(k, None) for k in doomed])
 

@@ -44,6 +44,9 @@ def _held(store: str, what: str, serde: Serde, item: Any) -> Any:
 
 
 class _Seam:
+    """What every mixin below shares: a write's key checked and value held in its JSON
+    form, a read's held form given back (by the store's ``store_serdes``)."""
+
     name: str
     store_serdes: TopicSerdes
 
@@ -59,7 +62,9 @@ class _Seam:
         return None if held is None else self.store_serdes.value.from_json(held)
 
     def _given_vt(self, found: ValueAndTimestamp | None) -> ValueAndTimestamp | None:
-        return None if found is None else ValueAndTimestamp(self._given(found.value), found[1])
+        if found is None:
+            return None
+        return ValueAndTimestamp(self._given(found.value), found.timestamp)
 
 
 class _KeyValueWrites(_Seam):

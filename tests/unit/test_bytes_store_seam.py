@@ -259,3 +259,13 @@ def test_removing_a_waiting_join_group_leaves_a_key_that_extends_its_encoding():
     waiting.add("\x00", 5, True, 1, "b")
     waiting.remove_group("", 5, True)
     assert [(key, value) for _, _, _, key, value in waiting.scan()] == [("\x00", "b")]
+
+
+def test_every_store_kind_takes_the_key_serde_state_rows_passes():
+    import inspect
+
+    from lakestate.state.registry import STORE_KINDS
+
+    for kind, view in STORE_KINDS.items():
+        parameters = inspect.signature(view.changelog_row).parameters
+        assert list(parameters)[:3] == ["raw_key", "raw_value", "key_serde"], kind

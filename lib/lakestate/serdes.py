@@ -46,6 +46,7 @@ __all__ = [
     "TopicSerdes",
     "WindowedSerdes",
     "base_key_serde",
+    "changelog_text",
     "check_serde",
     "serde_named",
 ]
@@ -59,6 +60,9 @@ class Serde:
     errors and ``describe`` name it, e.g. ``Serdes.Long()``."""
 
     name = "Serdes.Json()"
+    #: True when the JSON form is not the value itself (Bytes: base64 text): a store keeps
+    #: the JSON form and gives the value back through ``from_json`` (state/serde_checked.py).
+    json_form_differs = False
 
     def serialize(self, value: Any) -> bytes | None:
         """``value``'s bytes (None for None); SerializationException for a value the serde
@@ -240,9 +244,11 @@ class DoubleSerde(Serde):
 
 
 class BytesSerde(Serde):
-    """Bytes as they are; in a log table, a base64 JSON string."""
+    """Bytes as they are; in a log table, a store's entries and its changelog, a base64
+    JSON string."""
 
     name = "Serdes.Bytes()"
+    json_form_differs = True
 
     def serialize(self, value: Any) -> bytes | None:
         if value is None:
@@ -455,6 +461,24 @@ def check_serde(serde: Any, what: str) -> Serde:
             f"{what} must be a serde such as ls.Serdes.Long(), got {_short(serde)}"
         )
     return serde
+
+
+def changelog_text(value: Any, serde: Serde = JSON) -> str | None:
+    """The JSON text a store's changelog column (and so its SQL view) holds for ``value``, a
+    key or value of a store whose serde is ``serde``: the text of its JSON form (a Bytes
+    key as base64 text, which the view turns back into BINARY). SerializationException for
+    bytes under any serde but Bytes (JSON has no bytes), or any other value without a JSON
+    form; the caller names the store."""
+    if type(serde) is not JsonSerde:
+        return json_text(serde.to_json(value))
+    try:  # the common case first: a changelog row per changed key
+        return json_text(value)
+    except (TypeError, ValueError) as exc:
+        if isinstance(value, bytes | bytearray | memoryview):
+            raise SerializationException(
+                f"a Json store cannot hold {a_type(value)} ({_short(value)}): JSON has no bytes"
+            ) from None
+        raise SerializationException(f"a Json store cannot hold {_short(value)}: {exc}") from None
 
 
 _BY_NAME = {

@@ -20,6 +20,7 @@ from scenario import (
     TABLE_TOPIC,
     AggregateParams,
     Buffer,
+    BytesStoreParams,
     CogroupParams,
     ForeignKeyJoinParams,
     GroupedSerdesParams,
@@ -150,6 +151,27 @@ def grouped_serdes(params: GroupedSerdesParams) -> ls.Topology:
     else:
         table = grouped.aggregate(_init, _append, store.with_value_serde(ls.Serdes.String()))
     table.to_stream().to(OUTPUT_TOPIC)
+    return builder.build()
+
+
+def bytes_store(params: BytesStoreParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    grouped = (
+        builder.stream(INPUT_TOPIC)
+        .map(
+            lambda k, v: (
+                None if k is None else k.encode(),
+                None if v is None else b"\xff\x00" + str(v).encode(),
+            )
+        )
+        .group_by_key(ls.Grouped.with_(ls.Serdes.Bytes(), ls.Serdes.Bytes()))
+    )
+    store = ls.Materialized.as_("bytes-store")  # the serdes: Kafka's defaults
+    if params.aggregation == "count":
+        table = grouped.count(store).map_values(str)
+    else:
+        table = grouped.reduce(lambda agg, v: (agg + v)[-6:], store).map_values(bytes.hex)
+    table.to_stream().map(lambda k, v: (k.hex(), v)).to(OUTPUT_TOPIC)
     return builder.build()
 
 
@@ -478,6 +500,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StatelessParams.kind: stateless,
     AggregateParams.kind: aggregate,
     GroupedSerdesParams.kind: grouped_serdes,
+    BytesStoreParams.kind: bytes_store,
     SerdeFlowParams.kind: serde_flow,
     TimeWindowedParams.kind: time_windowed_aggregate,
     SessionWindowedParams.kind: session_windowed_aggregate,

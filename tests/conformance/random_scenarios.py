@@ -23,6 +23,7 @@ from scenario import (
     AggregateParams,
     Aggregation,
     Buffer,
+    BytesStoreParams,
     CogroupParams,
     ForeignKeyJoinParams,
     GroupedSerdesParams,
@@ -212,6 +213,23 @@ def grouped_serdes(seed: int, aggregation: Aggregation, count: int) -> list[Scen
         records = inputs(rng, rng.randint(8, 40), no_boundaries, 5)
         params = GroupedSerdesParams(aggregation, serde)
         name = f"grouped_serdes-{aggregation}-{i}"
+        scenarios.append(Scenario(name, params, _with_values(rng, records, serde), serde))
+    return scenarios
+
+
+def bytes_stores(seed: int, aggregation: Aggregation, count: int) -> list[Scenario]:
+    """A count or reduce into a store with Bytes serdes; the keys also empty and not ASCII
+    (their UTF-8 bytes are the store's keys)."""
+    rng = random.Random(f"{seed}/bytes_store/{aggregation}")
+    scenarios = []
+    for i in range(count):
+        serde = _serde(rng, "count")
+        records = inputs(rng, rng.randint(8, 40), no_boundaries, 5)
+        records = [
+            replace(r, key=rng.choice(["", "\u00e9"])) if rng.random() < 0.2 else r for r in records
+        ]
+        params = BytesStoreParams(aggregation)
+        name = f"bytes_store-{aggregation}-{i}"
         scenarios.append(Scenario(name, params, _with_values(rng, records, serde), serde))
     return scenarios
 

@@ -78,6 +78,19 @@ class GroupedSerdesParams:
 
 
 @dataclass(frozen=True)
+class BytesStoreParams:
+    """A store with Bytes serdes (issue 26): ``stream("in")`` mapped to bytes (the key's
+    UTF-8; the value's text's UTF-8 after 0xff 0x00, never UTF-8 text), then
+    ``groupByKey(Grouped.with(Bytes, Bytes))`` into store "bytes-store" named with
+    ``Materialized.as`` and no serde (Kafka's defaults: Bytes keys, a count's Long, a
+    reduce's Bytes); a reduce keeps the last 6 bytes of agg + value. "out" gets the key's
+    and value's lower-case hex (a count's decimal text) as Strings."""
+
+    kind: ClassVar[str] = "bytes_store"
+    aggregation: Literal["count", "reduce"]
+
+
+@dataclass(frozen=True)
 class SerdeFlowParams:
     """Serdes carried forward, as Kafka's KStreamImpl: ``stream("in", Consumed.with(String,
     values))``, then ``step``: "filter" (keeps both serdes) or "to_string" (``mapValues`` to the
@@ -271,6 +284,7 @@ Params = (
     | StatelessParams
     | AggregateParams
     | GroupedSerdesParams
+    | BytesStoreParams
     | SerdeFlowParams
     | TimeWindowedParams
     | SessionWindowedParams

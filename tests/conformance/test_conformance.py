@@ -33,6 +33,7 @@ import pytest
 from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_lakestate
 from random_scenarios import (
     AGGREGATIONS,
+    bytes_stores,
     cogroups,
     fk_joins,
     grouped_serdes,
@@ -89,6 +90,9 @@ GROUPS: dict[str, list[Scenario]] = {
     # groupBy with Grouped serdes (a named repartition topic) into a store with Kafka's
     # default store serdes (issue 26).
     **{f"grouped_serdes-{a}": grouped_serdes(SEED, a, PER_GROUP) for a in AGGREGATIONS},
+    # A count or reduce into a store with Bytes serdes through a Bytes repartition topic,
+    # keys empty, non-ASCII and null, values never UTF-8 text (issue 26).
+    **{f"bytes_store-{a}": bytes_stores(SEED, a, PER_GROUP) for a in ("count", "reduce")},
     # Serdes carried forward from Consumed, Repartitioned and StreamJoined serdes, fitting
     # the values or not, and a count with no serdes given (issue 26).
     "serde_flow": serde_flows(SEED, 2 * PER_GROUP),
@@ -174,7 +178,15 @@ def _group_param(group: str) -> object:
     if group.startswith(("suppress", "spill")):
         marks.append(NO_SUPPRESS)
     elif not group.startswith(
-        ("aggregate-", "grouped_serdes-", "serde_flow", "join-", "stateless", "cogroup-none")
+        (
+            "aggregate-",
+            "grouped_serdes-",
+            "bytes_store-",
+            "serde_flow",
+            "join-",
+            "stateless",
+            "cogroup-none",
+        )
     ):
         marks.append(NO_WINDOWS)
     if group in KNOWN_DIFFERENCES:

@@ -102,33 +102,30 @@ def test_store_serdes_follow_kafkas_defaults():
     assert stores["tc"] == TopicSerdes(S, L) and topic == TopicSerdes(S, J)
 
 
-def test_a_bytes_store_is_refused_naming_the_store_the_serde_and_what_to_do():
-    b = StreamsBuilder()
-    grouped = b.stream("in").group_by_key(Grouped.with_(Serdes.Bytes(), J))
-    with pytest.raises(TopologyException) as info:
-        grouped.count(Materialized.as_("c"))
-    text = str(info.value)
-    assert "store 'c' cannot have key serde Serdes.Bytes()" in text
-    assert "keeps its keys and values as JSON" in text and "map_values(" in text
-    with pytest.raises(TopologyException, match=r"value serde Serdes\.Bytes\(\)"):
-        b.table("t", Consumed.with_(S, Serdes.Bytes()), Materialized.as_("t"))
-    # Carried from Consumed too (Kafka's store would take it), and on a window store.
+def test_bytes_stores_take_kafkas_serdes_given_or_carried():
     from datetime import timedelta
 
     from lakestate import TimeWindows
 
-    b = StreamsBuilder()
-    carried = b.stream("in", Consumed.with_(Serdes.Bytes(), L)).group_by_key()
-    with pytest.raises(TopologyException, match="store 'w' cannot have key serde"):
-        carried.windowed_by(TimeWindows.of_size_with_no_grace(timedelta(seconds=1))).count(
-            Materialized.as_("w")
-        )
-    # The repartition topic itself takes Bytes (its JSON form is base64 text).
-    b = StreamsBuilder()
-    b.stream("in").group_by(lambda k, v: v, Grouped.with_(S, Serdes.Bytes())).count(
-        Materialized.with_(S, L)
+    B = Serdes.Bytes()
+    stores, _ = _stores_and_repartition(
+        lambda b: b.stream("in").group_by_key(Grouped.with_(B, J)).count(Materialized.as_("c"))
     )
-    b.build()
+    assert stores["c"] == TopicSerdes(B, L)
+    stores, _ = _stores_and_repartition(
+        lambda b: b.table("t", Consumed.with_(S, B), Materialized.as_("t"))
+    )
+    assert stores["t"] == TopicSerdes(S, B)
+    # Carried from Consumed (Kafka's store takes it), on a window store too.
+    stores, _ = _stores_and_repartition(
+        lambda b: (
+            b.stream("in", Consumed.with_(B, L))
+            .group_by_key()
+            .windowed_by(TimeWindows.of_size_with_no_grace(timedelta(seconds=1)))
+            .count(Materialized.as_("w"))
+        )
+    )
+    assert stores["w"] == TopicSerdes(B, L)
 
 
 def test_a_grouped_name_names_the_repartition_topic_and_the_key_selector():

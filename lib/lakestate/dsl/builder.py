@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from lakestate.delta_sink import DeltaSink
 from lakestate.delta_source import DeltaSource
 from lakestate.dsl.consumed import Consumed, serdes_of
-from lakestate.dsl.materialized import Materialized, check_store_serdes, store_serdes
+from lakestate.dsl.materialized import Materialized, store_serdes
 from lakestate.errors import TopologyException
 from lakestate.processors.api import Processor
 from lakestate.processors.stateless import ChangeDecodingSource, DecodingSource, PassThrough, Sink
@@ -187,7 +187,6 @@ class GraphBuilder:
         return node
 
     def add_store(self, spec: StoreSpec, owner: str) -> None:
-        check_store_serdes(spec.name, spec.serdes, owner)
         existing = self.stores.get(spec.name)
         if existing is not None and existing != spec:
             raise TopologyException(
@@ -345,11 +344,13 @@ class StreamsBuilder:
         serdes = serdes_of(consumed, Consumed, source)
         self._graph.add_source(source, [topic], serdes=serdes, delta_source=delta_source)
         # Kafka's: Materialized's serdes, else the topic's. The source decoded every value
-        # with the topic's already, so only Materialized ones are checked at the store (and
-        # a global store, which has no changelog, keeps a Bytes key as before).
+        # with the topic's already, so only Materialized ones are checked at the store, and
+        # the topic's are the store's only where the store must convert (Bytes).
         store_spec = StoreSpec(store, TIMESTAMPED_KEY_VALUE, is_global=True)
         if materialized is not None and materialized.has_serdes:
             serdes = store_serdes(materialized, serdes.key, serdes.value)
+            store_spec = replace(store_spec, serdes=serdes)
+        elif serdes.value.json_form_differs:
             store_spec = replace(store_spec, serdes=serdes)
         self._graph.add_store(store_spec, source)
         self._graph.nodes[source].stores.append(store)

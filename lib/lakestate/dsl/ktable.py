@@ -161,7 +161,9 @@ class KTable:
         spec = self._graph.stores.get(self._store_name) if self._store_name else None
         # A versioned table may have no store of its own (an unmaterialized filter of one).
         kind = VERSIONED if self._versioned else (None if spec is None else spec.kind)
-        name = add_suppression(self._graph, self._node, suppressed, self._window_grace_ms, kind)
+        name = add_suppression(
+            self._graph, self._node, suppressed, self._window_grace_ms, kind, self.serdes
+        )
         # Kafka's KTableImpl.suppress: the result keeps this table's key and value serdes.
         grace = self._window_grace_ms
         return KTable(self._graph, name, None, window_grace_ms=grace, serdes=self.serdes)

@@ -12,7 +12,7 @@ from lakestate.dsl.consumed import Grouped
 from lakestate.dsl.names import check_store_name
 from lakestate.dsl.repartitioned import ClassOrInstance
 from lakestate.errors import SerializationException, TopologyException
-from lakestate.serdes import JSON, BytesSerde, Serde, Serdes, TopicSerdes, check_serde
+from lakestate.serdes import JSON, Serde, Serdes, TopicSerdes, check_serde
 
 
 def _checked(serde: Any, where: str) -> Serde | None:
@@ -34,11 +34,11 @@ class Materialized:
 
     ``with_(key_serde, value_serde)``, ``with_key_serde``, ``with_value_serde``: the
     store's serdes (Kafka's). They type the store's SQL view (a String key as text, a Long
-    as BIGINT...) and a value the serde cannot hold fails at the store. A serde not given
-    (None) is the default: the one the operator implies as in Kafka (a count's value is
-    Long, a grouped aggregation's key takes the Grouped key serde), else Json. A store
-    cannot have ``Serdes.Bytes()`` (a TopologyException naming the store and what to do
-    instead: ``check_store_serdes``), as Kafka's can: lakestate stores keep JSON.
+    as BIGINT, Bytes as BINARY...) and a value the serde cannot hold fails at the store.
+    A serde not given (None) is the default: the one the operator implies as in Kafka (a
+    count's value is Long, a grouped aggregation's key takes the Grouped key serde), else
+    Json. A ``Serdes.Bytes()`` store gives back the bytes it was given (it holds them as
+    base64 text: ``state/serde_checked.py``).
     """
 
     store_name: str | None = None
@@ -132,26 +132,6 @@ def store_serdes(
     key = materialized.key_serde if materialized is not None else None
     value = materialized.value_serde if materialized is not None else None
     return TopicSerdes(key or key_default or JSON, value or value_default or JSON)
-
-
-def check_store_serdes(store: str, serdes: TopicSerdes, owner: str) -> None:
-    """Refuse a store whose key or value serde is ``Serdes.Bytes()``, naming the store and
-    what to do instead. Kafka's stores hold bytes; lakestate's keep keys and values as JSON
-    (the local store's entries, the changelog's rows and the SQL view are all read from
-    that form), and JSON has no bytes: a bytes value written as base64 text would come back
-    to the aggregator as a str, and the changelog cannot write a bytes key at all."""
-    for what, serde in (("key", serdes.key), ("value", serdes.value)):
-        if isinstance(serde, BytesSerde):
-            raise TopologyException(
-                f"node {owner}: store {store!r} cannot have {what} serde {serde.name} (given "
-                "by Materialized, else by the Grouped or Consumed serdes it takes): a "
-                "lakestate store keeps its keys and values as JSON, which has no bytes, so "
-                "they would not come back as bytes. Turn the bytes into text or numbers "
-                "before the store (e.g. map_values(lambda v: v.decode()) or "
-                "select_key(lambda k, v: k.hex()) then Serdes.String()) and give that "
-                "serde (Grouped.with_ or Materialized.with_); repartition topics and sinks "
-                "take Serdes.Bytes() as they are"
-            )
 
 
 def aggregate_store_serdes(

@@ -19,7 +19,7 @@ from lakestate.state.serde import decode_value, encode_value
 
 # Aggregates of these types are immutable: a chunk keeps them as they are between records.
 # Others are kept encoded and decoded for each use, as the store would give them.
-_KEPT_AS_IS = frozenset((int, str, bool, type(None)))
+_KEPT_AS_IS = frozenset((int, str, bool, bytes, type(None)))
 
 
 class StreamAggregate(Processor):

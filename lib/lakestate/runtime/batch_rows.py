@@ -20,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 from lakestate.app import App
 from lakestate.checkpoint import changelog
-from lakestate.errors import StreamsException
+from lakestate.errors import SerializationException, StreamsException
 from lakestate.io.partitioner import partition_of_bytes, partitions_of_texts
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.processors.output import Output, OutputBlock
 from lakestate.runtime.outcome import OUTCOME_TYPE
+from lakestate.serdes import Serde
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import view_class
 
@@ -258,14 +259,16 @@ def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> 
     """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
     for a store kind's index-only entries); returns the stores that have rows."""
     per_store: dict[str, tuple[list, list, list, list]] = {}
-    kinds: dict[str, Any] = {}  # namespace -> its StoreKind
+    kinds: dict[str, tuple[Any, Serde]] = {}  # namespace -> its StoreKind and key serde
     global_stores = {g.store for g in app.topology.global_tables}  # no changelog
     for seq, (namespace, raw_key, raw_value) in enumerate(writes):
         if namespace in RESERVED_NAMESPACES or namespace in global_stores:
             continue
-        kind = kinds.get(namespace)
-        if kind is None:
-            kind = kinds[namespace] = view_class(app.topology.stores[namespace].kind)
+        found = kinds.get(namespace)
+        if found is None:
+            spec = app.topology.stores[namespace]
+            found = kinds[namespace] = (view_class(spec.kind), spec.serdes.key)
+        kind, key_serde = found
         if kind.is_index_only(raw_key):
             continue
         columns = per_store.get(namespace)
@@ -275,7 +278,13 @@ def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> 
         seqs.append(seq)
         raw_keys.append(raw_key)
         raw_values.append(raw_value)
-        typed.append(None if raw_value is None else kind.changelog_row(raw_key, raw_value))
+        if raw_value is None:
+            typed.append(None)
+            continue
+        try:
+            typed.append(kind.changelog_row(raw_key, raw_value, key_serde))
+        except SerializationException as exc:
+            raise _unwritable(app, namespace, key_serde, exc) from None
     for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
         rows.add(
             len(seqs),
@@ -289,6 +298,20 @@ def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> 
             **{changelog.struct_column(app.topology.stores[namespace].kind): typed},
         )
     return sorted(per_store)
+
+
+def _unwritable(app: App, store: str, key_serde: Serde, exc: Exception) -> StreamsException:
+    """The error for a store entry its changelog cannot hold (a bytes key in a store whose
+    key serde is not Bytes), naming the store's nodes and what to do. Raised while the
+    batch's rows are made, before its transaction is staged: nothing is written."""
+    nodes = sorted(n.name for n in app.topology.nodes.values() if store in n.stores)
+    return StreamsException(
+        f"node {', '.join(nodes) or '?'}: store {store!r} (key serde {key_serde.name}) cannot "
+        f"write this key to its changelog: {exc}. Give the store Serdes.Bytes() as its key "
+        "serde (Grouped.with_(Serdes.Bytes(), ...) or Materialized.with_(Serdes.Bytes(), "
+        "...)), or turn the key into text first (e.g. select_key(lambda k, v: k.hex())). "
+        "The batch failed before anything was written"
+    )
 
 
 __all__ = [

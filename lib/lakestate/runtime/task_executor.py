@@ -229,11 +229,13 @@ def _hand_over(
         offsets.setdefault(offset_tp, offset)
     prepared = task.prepare_commit(offsets)
     writes = prepared.writes()
-    local.stage(ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id))
     rows = Rows(out_fields(store_kinds(app)))
+    # The rows first: an entry the changelog cannot hold fails the batch before it is staged.
+    stores = tuple(state_rows(rows, app, writes, sub, partition))
     counts = output_rows(
         rows, prepared.output, sub, partition, ctx.topic_partitions, kafka_key_bytes(app)
     )
+    local.stage(ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id))
     task.close()
     outcome = TaskOutcome(
         reached={**reached, **global_reached},
@@ -241,7 +243,7 @@ def _hand_over(
         records=processed,
         metrics=task.metrics,
         output_partitions=counts,
-        stores=tuple(state_rows(rows, app, writes, sub, partition)),
+        stores=stores,
         processor_metadata=dict(task.processor_metadata),
     )
     rows.add(1, kind="task", sub=sub, task=partition, seq=0, outcome=outcome.encode())

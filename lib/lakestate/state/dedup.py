@@ -41,6 +41,7 @@ from zlib import crc32
 import orjson
 
 from lakestate.errors import InvalidStateStoreException
+from lakestate.serdes import JSON, Serde
 from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
@@ -316,8 +317,11 @@ class DedupStore:
         return not raw_key.startswith(ID_PREFIX)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
-        """The typed columns of one stored entry, or None for an index-only entry."""
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
+        """The typed columns of one stored entry, or None for an index-only entry (a dedup
+        store has no key serde: ``key_serde`` is the contract's, unused)."""
         if DedupStore.is_index_only(raw_key):
             return None
         entry = _decode_entry(raw_value)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from lakestate.errors import InvalidStateStoreException
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_key, encode_key, prefix_range
@@ -135,8 +136,11 @@ class KeyValueStore:
     STATE_COLUMNS = (("key", "STRING"), ("value", "STRING"))
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any]:
-        return {"key": json_text(decode_key(raw_key)), "value": json_text(decode_value(raw_value))}
+    def changelog_row(raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON) -> dict[str, Any]:
+        return {
+            "key": changelog_text(decode_key(raw_key), key_serde),
+            "value": json_text(decode_value(raw_value)),
+        }
 
     @staticmethod
     def is_index_only(raw_key: bytes) -> bool:

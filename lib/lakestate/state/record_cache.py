@@ -55,10 +55,10 @@ def cache_max_bytes(config: Any) -> int:
 
 
 def _size(value: Any) -> int:
-    """About the bytes Kafka's serdes would give ``value``: a string's characters, 8 for a
-    number (a long or double), else its JSON text's length."""
+    """About the bytes Kafka's serdes would give ``value``: a string's characters (bytes,
+    their length), 8 for a number (a long or double), else its JSON text's length."""
     kind = type(value)
-    if kind is str:
+    if kind is str or kind is bytes:
         return len(value)
     if kind is int or kind is float:
         return 8

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from lakestate.errors import TopologyException
-from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
+from lakestate.serdes import DEFAULT_SERDES, JSON, Serde, TopicSerdes
 from lakestate.state.dedup import DedupStore
 from lakestate.state.kv import KeyValueStore
 from lakestate.state.serde_checked import checked_class
@@ -24,8 +24,9 @@ class StoreKind(Protocol):
     ``kind``: the kind's name, kept with the store's changelog table.
     ``STATE_COLUMNS``: the changelog's typed columns, ``(name, Spark SQL type)``, besides
     ``task``, ``batch_id``, ``raw_key`` and ``raw_value``.
-    ``changelog_row(raw_key, raw_value)``: a stored entry's typed columns (a dict), or None
-    for an entry that ``is_index_only``.
+    ``changelog_row(raw_key, raw_value, key_serde)``: a stored entry's typed columns (a
+    dict; its key's text by the store's key serde, ``serdes.changelog_text``), or None for
+    an entry that ``is_index_only``.
     ``is_index_only(raw_key)``: True for a local-only entry derived from others (e.g. a
     dedup store's time index): no changelog row; the kind rebuilds it (``restore_entry``,
     or later on demand, like the dedup store's purge floor).
@@ -38,7 +39,9 @@ class StoreKind(Protocol):
     STATE_COLUMNS: ClassVar[tuple[tuple[str, str], ...]]
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None: ...
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None: ...
 
     @staticmethod
     def is_index_only(raw_key: bytes) -> bool: ...

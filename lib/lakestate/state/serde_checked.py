@@ -1,96 +1,212 @@
 """Key-value, window and session stores with serdes (``Materialized.with_``,
-``Grouped.with_``): every write checked to fit them, as Kafka's store serializes each put
-with its serdes (a window store's key serde is its windowed keys' inner key's).
+``Grouped.with_``): the one seam between what a processor gives and gets and what the store
+holds, as Kafka's store serializes each put and deserializes each get with its serdes (a
+window store's key serde is its windowed keys' inner key's).
 
-Values are still kept as JSON (every store's form); the serdes only say what a store may
-hold, so that its SQL view can show typed columns (a Long value as BIGINT). A value the
-serde cannot represent (a string given to a Long store) fails at its put, with an error
-naming the store, the serde and the value's type, instead of a view that cannot cast it.
+A store holds each value in its serde's JSON form (``Serde.to_json``, checked), which is
+the value itself for every serde but Bytes: a Bytes value is held as base64 text, since
+every store keeps JSON (its local entries, its changelog rows, its SQL view). Reads give
+the value back (``Serde.from_json``): the processor, the value getters and interactive
+queries see the bytes they put. Keys are not converted: ``state.keys`` encodes bytes keys
+as they are (in byte order, as Kafka's Bytes store), and the changelog shows them by the
+key serde (``serdes.changelog_text``). Restores copy the stored entries as they are, so
+they need nothing here.
+
+A value the serde cannot represent (a string given to a Long store) fails at its put, with
+an error naming the store, the serde and the value's type, before anything is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from lakestate.errors import SerializationException
 from lakestate.serdes import Serde, TopicSerdes
 from lakestate.state.serde import decode_value
+from lakestate.state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
+from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
 from lakestate.state.window import WindowStore
 
 __all__ = ["checked_class"]
 
 
-def _check(store: str, what: str, serde: Serde, item: Any) -> None:
+def _held(store: str, what: str, serde: Serde, item: Any) -> Any:
+    """``item``'s JSON form by ``serde`` (what the store holds), checked."""
     if item is None:  # a delete (or a null key, which no store takes anyway)
-        return
+        return None
     try:
-        serde.to_json(item)
+        return serde.to_json(item)
     except SerializationException as exc:
         raise SerializationException(
             f"store {store!r} has {what} serde {serde.name} and cannot hold this {what}: {exc}"
         ) from None
 
 
-class _SerdeChecked:
-    """Overrides of the writing methods of a key-value view class (mixed in before it)."""
+class _Seam:
+    """What every mixin below shares: a write's key checked and value held in its JSON
+    form, a read's held form given back (by the store's ``store_serdes``)."""
 
     name: str
     store_serdes: TopicSerdes
 
-    def _check_entry(self, key: Any, value: Any) -> None:
-        _check(self.name, "key", self.store_serdes.key, key)
-        _check(self.name, "value", self.store_serdes.value, value)
+    def _check_key(self, key: Any) -> None:
+        _held(self.name, "key", self.store_serdes.key, key)
+
+    def _held_value(self, value: Any) -> Any:
+        return _held(self.name, "value", self.store_serdes.value, value)
+
+    def _given(self, held: Any) -> Any:
+        """The value a held JSON form stands for (only views whose value serde converts
+        read through this)."""
+        return None if held is None else self.store_serdes.value.from_json(held)
+
+    def _given_vt(self, found: ValueAndTimestamp | None) -> ValueAndTimestamp | None:
+        if found is None:
+            return None
+        return ValueAndTimestamp(self._given(found.value), found.timestamp)
+
+
+class _KeyValueWrites(_Seam):
+    """Overrides of the writing methods of a key-value, timestamped or versioned view
+    class (mixed in before it). A timestamped view's ``put`` goes through
+    ``encode_entry``, a key-value view's ``put_if_absent`` and ``put_all`` through
+    ``put``."""
 
     def put(self, key: Any, value: Any, *rest: Any) -> Any:
-        self._check_entry(key, value)
-        return super().put(key, value, *rest)  # type: ignore[misc]
-
-    def put_if_absent(self, key: Any, value: Any, *rest: Any) -> Any:
-        self._check_entry(key, value)
-        return super().put_if_absent(key, value, *rest)  # type: ignore[misc]
+        if isinstance(self, TimestampedKeyValueStore):
+            return super().put(key, value, *rest)  # type: ignore[misc]
+        self._check_key(key)
+        return super().put(key, self._held_value(value), *rest)  # type: ignore[misc]
 
     def put_all(self, entries: Iterable[tuple[Any, Any]]) -> None:
         entries = list(entries)
-        for key, value in entries:
-            self._check_entry(key, value)
+        for key, value in entries:  # all checked before any is written
+            self._check_key(key)
+            self._held_value(value)
         super().put_all(entries)  # type: ignore[misc]
 
     def encode_entry(self, key: Any, value: Any, timestamp: int) -> Any:
-        self._check_entry(key, value)
-        return super().encode_entry(key, value, timestamp)  # type: ignore[misc]
+        self._check_key(key)
+        return super().encode_entry(key, self._held_value(value), timestamp)  # type: ignore[misc]
 
     def encode_json_entry(self, key: Any, value_json: bytes | None, timestamp: int) -> Any:
         # Only stores with serdes pay for decoding the value again.
-        self._check_entry(key, None if value_json is None else decode_value(value_json))
+        value = None if value_json is None else decode_value(value_json)
+        if self.store_serdes.value.json_form_differs:
+            return self.encode_entry(key, value, timestamp)
+        self._check_key(key)
+        self._held_value(value)  # the JSON form is the value: value_json stays
         return super().encode_json_entry(key, value_json, timestamp)  # type: ignore[misc]
 
 
-class _WindowSerdeChecked:
-    """The override of a window or session view class's writes (``put`` goes through
-    ``put_all``): the entries' inner keys and values, all checked before any is written."""
+class _TimestampedReads(_Seam):
+    """Overrides of a timestamped view's primitive reads (``get`` goes through
+    ``get_with_timestamp``) when its value serde converts (Bytes)."""
 
-    name: str
-    store_serdes: TopicSerdes
+    def get_with_timestamp(self, key: Any) -> ValueAndTimestamp | None:
+        return self._given_vt(super().get_with_timestamp(key))  # type: ignore[misc]
+
+    def get_many_with_timestamp(self, keys: list[Any], encoded: Any = None) -> list[Any]:
+        found = super().get_many_with_timestamp(keys, encoded)  # type: ignore[misc]
+        return [self._given_vt(f) for f in found]
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        for key, value in super().all():  # type: ignore[misc]
+            yield key, self._given(value)
+
+    def prefix_scan(self, prefix: tuple) -> Iterator[tuple[Any, ValueAndTimestamp | None]]:
+        for key, found in super().prefix_scan(prefix):  # type: ignore[misc]
+            yield key, self._given_vt(found)
+
+
+class _VersionedReads(_Seam):
+    """Overrides of a versioned view's reads when its value serde converts (Bytes)."""
+
+    def _given_record(self, found: VersionedRecord | None) -> VersionedRecord | None:
+        return None if found is None else found._replace(value=self._given(found.value))
+
+    def get(self, key: Any, as_of: int | None = None) -> VersionedRecord | None:
+        return self._given_record(super().get(key, as_of))  # type: ignore[misc]
+
+    def all(self) -> Iterator[tuple[Any, VersionedRecord | None]]:
+        for key, found in super().all():  # type: ignore[misc]
+            yield key, self._given_record(found)
+
+
+class _KeyValueReads(_Seam):
+    """Overrides of a plain key-value view's reads (ranges go through ``_iterate``) when
+    its value serde converts (Bytes)."""
+
+    def get(self, key: Any) -> Any:
+        return self._given(super().get(key))  # type: ignore[misc]
+
+    def _iterate(self, *args: Any) -> Iterator[tuple[Any, Any]]:
+        for key, found in super()._iterate(*args):  # type: ignore[misc]
+            yield key, self._given(found)
+
+
+class _WindowWrites(_Seam):
+    """The override of a window or session view class's writes (``put`` goes through
+    ``put_all``): the entries' inner keys checked and values held, all before any is
+    written."""
 
     def put_all(self, entries: Iterable[tuple[Any, Any, int]]) -> None:
-        entries = list(entries)
-        for windowed, value, _ in entries:
-            _check(self.name, "key", self.store_serdes.key, windowed.key)
-            _check(self.name, "value", self.store_serdes.value, value)
-        super().put_all(entries)  # type: ignore[misc]
+        held = []
+        for windowed, value, timestamp in entries:
+            self._check_key(windowed.key)
+            held.append((windowed, self._held_value(value), timestamp))
+        super().put_all(held)  # type: ignore[misc]
+
+
+class _WindowReads(_Seam):
+    """Overrides of a window or session view class's primitive reads (every other read
+    goes through them) when its value serde converts (Bytes)."""
+
+    def get_with_timestamp(self, key: Any, window: Any) -> ValueAndTimestamp | None:
+        return self._given_vt(super().get_with_timestamp(key, window))  # type: ignore[misc]
+
+    def get_windowed(self, windowed: Any) -> ValueAndTimestamp | None:
+        return self._given_vt(super().get_windowed(windowed))  # type: ignore[misc]
+
+    def windows_of(self, key: Any) -> Iterator[tuple[Any, ValueAndTimestamp]]:
+        for window, found in super().windows_of(key):  # type: ignore[misc]
+            yield window, self._given_vt(found)
+
+    def windows_starting(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        for window, found in super().windows_starting(*args, **kwargs):  # type: ignore[misc]
+            yield window, self._given_vt(found)
+
+    def all_with_timestamps(self) -> Iterator[tuple[Any, ValueAndTimestamp]]:
+        for windowed, found in super().all_with_timestamps():  # type: ignore[misc]
+            yield windowed, self._given_vt(found)
+
+
+def _reads_of(view: type) -> type:
+    """The mixin converting ``view``'s reads back (most specific kind first)."""
+    for kind, reads in (
+        (WindowStore, _WindowReads),
+        (TimestampedKeyValueStore, _TimestampedReads),
+        (VersionedKeyValueStore, _VersionedReads),
+    ):
+        if issubclass(view, kind):
+            return reads
+    return _KeyValueReads
 
 
 _CLASSES: dict[tuple[type, TopicSerdes], type] = {}
 
 
 def checked_class(view: type, serdes: TopicSerdes) -> type:
-    """``view`` (a key-value, window or session view class) whose instances check every
-    write against ``serdes``; the class is a subclass of ``view``, so ``isinstance`` still
-    holds."""
+    """``view`` (a key-value, window or session view class) whose instances check and
+    convert every write by ``serdes`` and, when the value serde converts (Bytes), give back
+    every value read; the class is a subclass of ``view``, so ``isinstance`` still holds."""
     found = _CLASSES.get((view, serdes))
     if found is None:
-        mixin = _WindowSerdeChecked if issubclass(view, WindowStore) else _SerdeChecked
-        found = type(f"SerdeChecked{view.__name__}", (mixin, view), {"store_serdes": serdes})
+        window = issubclass(view, WindowStore)
+        mixins: tuple[type, ...] = (_WindowWrites,) if window else (_KeyValueWrites,)
+        if serdes.value.json_form_differs:
+            mixins = (_reads_of(view), *mixins)
+        found = type(f"SerdeChecked{view.__name__}", (*mixins, view), {"store_serdes": serdes})
         _CLASSES[(view, serdes)] = found
     return found

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from lakestate.errors import InvalidStateStoreException
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.overlay import Overlay
@@ -155,12 +156,14 @@ class JoinBufferStore(_Store):
         return not raw_key.startswith(_ENTRY)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         if not raw_key.startswith(_ENTRY):
             return None
         key, ts, seq = _split_entry(raw_key)
         return {
-            "key": json_text(key),
+            "key": changelog_text(key, key_serde),
             "ts": ts,
             "seq": seq,
             "value": json_text(decode_value(raw_value)),
@@ -208,7 +211,11 @@ class WaitingRecordsStore(_Store):
         """Remove every waiting record of ``key`` at ``ts`` on the given side."""
         group = self._group(key, ts, is_left)
         txn = self._writer()
-        doomed = [k for k, _ in txn.iterate(self.name, group, group + b"\xff" * (_I64 + 1))]
+        # Another key's encoding may extend this key's (b"" and b"\x00": state.keys escapes
+        # 0x00 as 0x00 0xff): its records fall in the range too, each longer.
+        size = len(group) + _I64
+        scan = txn.iterate(self.name, group, group + b"\xff" * (_I64 + 1))
+        doomed = [k for k, _ in scan if len(k) == size]
         if doomed:
             txn.put_all(self.name, [(k, None) for k in doomed])
 
@@ -237,12 +244,14 @@ class WaitingRecordsStore(_Store):
         return not raw_key.startswith(_WAITING)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         if not raw_key.startswith(_WAITING):
             return None
         ts, is_left, key, seq = _split_waiting(raw_key)
         return {
-            "key": json_text(key),
+            "key": changelog_text(key, key_serde),
             "ts": ts,
             "side": "left" if is_left else "right",
             "seq": seq,

@@ -52,6 +52,7 @@ from sortedcontainers import SortedList
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.records import Windowed
+from lakestate.serdes import JSON, Serde
 from lakestate.state.base import Transaction, TransactionState
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
@@ -343,7 +344,9 @@ class SuppressionBuffer:
         return not raw_key.startswith(ENTRY_PREFIX)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         """The typed columns of one stored entry, or None for an index-only entry."""
         if not raw_key.startswith(ENTRY_PREFIX):
             return None

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.keys import decode_key, encode_key, prefix_range
 from lakestate.state.multi_get import get_many
 from lakestate.state.serde import decode_value, encode_value, json_text
@@ -104,10 +105,12 @@ class TimestampedKeyValueStore:
     STATE_COLUMNS = (("key", "STRING"), ("value", "STRING"), ("ts", "BIGINT"))
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any]:
-        """The typed columns of one stored entry, for its Delta state-table row."""
+    def changelog_row(raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON) -> dict[str, Any]:
+        """The typed columns of one stored entry, for its Delta state-table row (the key's
+        text by the store's key serde: ``changelog_text``)."""
         value, timestamp = decode_value(raw_value)
-        return {"key": json_text(decode_key(raw_key)), "value": json_text(value), "ts": timestamp}
+        key = changelog_text(decode_key(raw_key), key_serde)
+        return {"key": key, "value": json_text(value), "ts": timestamp}
 
     @staticmethod
     def is_index_only(raw_key: bytes) -> bool:

@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from lakestate.errors import InvalidStateStoreException, StreamsException
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.constants import (
     PUT_RETURN_CODE_NOT_PUT,
     PUT_RETURN_CODE_VALID_TO_UNDEFINED,
@@ -182,7 +183,8 @@ class VersionedKeyValueStore:
         reader = self._source()
         prefix = VERSION_PREFIX + _encode_key(key)
         if as_of is None:
-            latest = next(reader.iterate(self.name, prefix, prefix + _AFTER_TIMESTAMPS, True), None)
+            scan = reader.iterate(self.name, prefix, prefix + _AFTER_TIMESTAMPS, True)
+            latest = next(_own(scan, prefix), None)
             return None if latest is None else _record(*latest)
         at = encode_i64_be(as_of)  # checks as_of
         found = next(reader.iterate(self.name, prefix, prefix + at + b"\x00", True), None)
@@ -252,7 +254,8 @@ class VersionedKeyValueStore:
                 _set(writes, before_key, before_from, before_json, old_expiry, timestamp, cutoff)
         else:
             # Nothing at or before the timestamp: the new version ends where the first starts.
-            after = next(txn.iterate(name, raw_key, prefix + _AFTER_TIMESTAMPS, False), None)
+            scan = txn.iterate(name, raw_key, prefix + _AFTER_TIMESTAMPS, False)
+            after = next(_own(scan, prefix), None)
             valid_to = None if after is None else _valid_from(after[0])
         _set(writes, raw_key, timestamp, value_json, None, valid_to, cutoff)
         txn.put_all(name, list(writes.items()))
@@ -303,12 +306,14 @@ class VersionedKeyValueStore:
         return not raw_key.startswith(VERSION_PREFIX)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         if not raw_key.startswith(VERSION_PREFIX):
             return None
         value, valid_to = _decode_entry(raw_value)
         return {
-            "key": json_text(decode_key(raw_key[1:-_TS_BYTES])),
+            "key": changelog_text(decode_key(raw_key[1:-_TS_BYTES]), key_serde),
             "value": json_text(value),
             "valid_from": _valid_from(raw_key),
             "valid_to": valid_to,
@@ -346,6 +351,15 @@ class VersionedKeyValueStore:
     @classmethod
     def restore_entry(cls, txn: Any, name: str, raw_key: bytes, raw_value: bytes | None) -> None:
         cls.restore_entries(txn, name, ((raw_key, raw_value),))
+
+
+def _own(entries: Iterator[tuple[bytes, bytes]], prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The version entries of ``entries`` whose key is exactly the one encoded ``prefix``
+    (after VERSION_PREFIX): another key's encoding may extend it (``b""`` and ``b"\\x00"``,
+    ``""`` and ``"\\x00"``: state.keys escapes a 0x00 as 0x00 0xff), and its entries then
+    sort among this key's range, one byte or more longer."""
+    size = len(prefix) + _TS_BYTES
+    return (entry for entry in entries if len(entry[0]) == size)
 
 
 def _encode_key(key: Any) -> bytes:

@@ -30,6 +30,7 @@ from typing import Any
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.records import Window, Windowed
+from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_key, encode_i64_be, encode_key
 from lakestate.state.serde import decode_value, encode_value, json_text
@@ -54,7 +55,10 @@ def _end_key(raw_windowed: bytes, end: int) -> bytes:
 
 def _key_range(key: Any) -> tuple[bytes, bytes]:
     """The byte range of every window entry of ``key``: a Windowed encoding is its tag,
-    the key's own (self-delimiting) encoding, then 16 bytes of bounds."""
+    the key's own (self-delimiting) encoding, then 16 bytes of bounds. Another key's
+    encoding may extend this one's (``b""`` and ``b"\\x00"``, ``""`` and ``"\\x00"``:
+    state.keys escapes a 0x00 as 0x00 0xff), so its entries fall in the range too, each
+    longer: readers keep the entries of exactly ``len(start) + 16`` bytes."""
     prefix = _window_key(Windowed(key, Window(0, 0)))[:-16]
     return prefix, prefix + b"\xff" * 17
 
@@ -123,8 +127,10 @@ class WindowStore:
     def windows_of(self, key: Any) -> Iterator[tuple[Window, ValueAndTimestamp]]:
         """Every window ``key`` has, by start then end."""
         start, end = _key_range(key)
+        size = len(start) + 16  # a longer key's encoding may extend this one's (_key_range)
         for raw_key, raw in self._source().iterate(self.name, start, end, False):
-            yield decode_key(raw_key[1:]).window, ValueAndTimestamp(*decode_value(raw))
+            if len(raw_key) == size:
+                yield decode_key(raw_key[1:]).window, ValueAndTimestamp(*decode_value(raw))
 
     def windows_starting(
         self, key: Any, time_from: int, time_to: int, backward: bool = False
@@ -260,13 +266,15 @@ class WindowStore:
         return not raw_key.startswith(WINDOW_PREFIX)
 
     @staticmethod
-    def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
+    def changelog_row(
+        raw_key: bytes, raw_value: bytes, key_serde: Serde = JSON
+    ) -> dict[str, Any] | None:
         if not raw_key.startswith(WINDOW_PREFIX):
             return None
         windowed = decode_key(raw_key[1:])
         value, timestamp = decode_value(raw_value)
         return {
-            "key": json_text(windowed.key),
+            "key": changelog_text(windowed.key, key_serde),
             "window_start": windowed.window.start,
             "window_end": windowed.window.end,
             "value": json_text(value),

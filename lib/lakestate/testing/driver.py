@@ -138,7 +138,8 @@ class TopologyTestDriver:
             return self._global_views[name]
         task = self._store_task(name)
         spec = self.topology.stores[name]
-        return open_view(name, spec.kind, spec.options, lambda: _AutoCommit(task, self._flush))
+        source = lambda: _AutoCommit(task, self._flush)  # noqa: E731
+        return open_view(name, spec.kind, spec.options, source, spec.serdes)
 
     def get_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)

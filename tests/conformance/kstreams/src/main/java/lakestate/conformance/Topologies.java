@@ -1,9 +1,11 @@
 package lakestate.conformance;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import org.apache.kafka.common.serialization.Deserializer;
@@ -77,6 +79,7 @@ final class Topologies {
             Map.entry("stateless", (Kind) Topologies::stateless),
             Map.entry("aggregate", (Kind) Topologies::aggregate),
             Map.entry("grouped_serdes", (Kind) Topologies::groupedSerdes),
+            Map.entry("bytes_store", (Kind) Topologies::bytesStore),
             Map.entry("serde_flow", (Kind) Topologies::serdeFlow),
             Map.entry("time_windowed_aggregate", (Kind) Topologies::timeWindowedAggregate),
             Map.entry("session_windowed_aggregate", (Kind) Topologies::sessionWindowedAggregate),
@@ -201,6 +204,54 @@ final class Topologies {
                 : WindowedSerdes.timeWindowedSerdeFrom(String.class, size.toMillis());
         counts.toStream().to(Main.OUTPUT_TOPIC);
         return new Built(builder.build(), cast(keys.deserializer()), cast(Serdes.Long().deserializer()));
+    }
+
+    /**
+     * A store with Bytes serdes: stream("in") mapped to bytes (the key's UTF-8; the value's
+     * text's UTF-8 after 0xff 0x00, so never UTF-8 text), groupByKey(Grouped.with(Bytes,
+     * Bytes)) into the store "bytes-store" named with Materialized.as and given no serde
+     * (Kafka's defaults: the Grouped key serde, a count's Long, a reduce's Grouped value
+     * serde); a reduce keeps the last 6 bytes of agg + value. Out: the key's and the
+     * value's lower-case hex (a count: its decimal text), as Strings.
+     */
+    static Built bytesStore(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        KGroupedStream<Bytes, Bytes> grouped = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values))
+                .map((k, v) -> KeyValue.pair(k == null ? null : Bytes.wrap(utf8(k)),
+                        v == null ? null : Bytes.wrap(marked(String.valueOf(v)))))
+                .groupByKey(Grouped.with(Serdes.Bytes(), Serdes.Bytes()));
+        String aggregation = params.get("aggregation").asText();
+        KTable<Bytes, String> table = switch (aggregation) {
+            case "count" -> grouped.count(Materialized.as("bytes-store")).mapValues(n -> Long.toString(n));
+            case "reduce" -> grouped.reduce(Topologies::tail, Materialized.as("bytes-store"))
+                    .mapValues(v -> HexFormat.of().formatHex(v.get()));
+            default -> throw unknown("aggregation", aggregation);
+        };
+        table.toStream()
+                .map((k, v) -> KeyValue.pair(HexFormat.of().formatHex(k.get()), v))
+                .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    static byte[] utf8(String text) {
+        return text.getBytes(StandardCharsets.UTF_8);
+    }
+
+    /** 0xff 0x00, then the text's UTF-8. */
+    static byte[] marked(String text) {
+        byte[] body = utf8(text);
+        byte[] out = new byte[body.length + 2];
+        out[0] = (byte) 0xff;
+        System.arraycopy(body, 0, out, 2, body.length);
+        return out;
+    }
+
+    /** The last 6 bytes of agg + value. */
+    static Bytes tail(Bytes agg, Bytes value) {
+        byte[] both = new byte[agg.get().length + value.get().length];
+        System.arraycopy(agg.get(), 0, both, 0, agg.get().length);
+        System.arraycopy(value.get(), 0, both, agg.get().length, value.get().length);
+        return Bytes.wrap(Arrays.copyOfRange(both, Math.max(0, both.length - 6), both.length));
     }
 
     /** The grouped_serdes kind's new key: "a" and "b" become "ab", "c" stays (null: null). */

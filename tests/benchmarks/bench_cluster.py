@@ -30,6 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "lib"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
+import cluster_trace  # noqa: E402 - beside this script
+
+HERE = Path(__file__).resolve().parent
 APP = str(REPO / "jobs" / "demo.py")
 CHUNK = 200_000
 
@@ -53,30 +56,62 @@ def build(warehouse: Path, records: int, partitions: int) -> None:
         topic.append(chunk)
 
 
-def drive(url: str, warehouse: Path, state: Path) -> dict:
-    """One run of the demo app on the cluster at ``url``, its driver a fresh process."""
+def drive(url: str, warehouse: Path, state: Path, cluster, trace_dir: Path) -> dict:
+    """One run of the demo app on the cluster at ``url``, its driver a fresh process, its
+    processes' CPU sampled and Spark's event log written into ``trace_dir``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
     conf = {
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.executor.memory": "1g",
+        **cluster_trace.event_log_conf(trace_dir),
     }
     env["LAKESTATE_SPARK_CONF"] = json.dumps(conf)
     code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import cluster_trace; "
+        "cluster_trace.instrument(); "
         "from lakestate import run_app; "
         f"run_app({APP!r}, warehouse={str(warehouse)!r}, state_dir={str(state)!r}, "
         f"until_caught_up=True, master={url!r}, transport='spark')"
     )
+    workers = {str(w.work_dir): w.name for w in cluster.workers}
+    pids = [cluster.master.pid, *(w.process.pid for w in cluster.workers)]
+    sampler = cluster_trace.CpuSampler(pids, workers)
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=3600
+    t0 = time.time()
+    sampler.start()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
+    sampler.add_root(proc.pid)
+    stdout, stderr = proc.communicate(timeout=3600)
     wall = time.perf_counter() - started
+    sampler.stop()
     if proc.returncode != 0:
-        raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-4000:])
-    batches = [float(s) for s in re.findall(r", ([0-9.]+)s$", proc.stdout, re.MULTILINE)]
-    records = sum(int(n) for n in re.findall(r": (\d+) records,", proc.stdout))
-    return {"wall_s": wall, "batch_s": sum(batches), "batches": len(batches), "records": records}
+        raise RuntimeError(stdout[-2000:] + stderr[-4000:])
+    batches = [float(s) for s in re.findall(r", ([0-9.]+)s$", stdout, re.MULTILINE)]
+    records = sum(int(n) for n in re.findall(r": (\d+) records,", stdout))
+    trace = [
+        "driver steps (s after the driver process started):",
+        *cluster_trace.steps(stdout, t0),
+        "executor steps:",
+        *cluster_trace.executor_steps({w.name: w.work_dir for w in cluster.workers}, t0),
+        "Spark's timeline:",
+        *cluster_trace.timeline(trace_dir, t0),
+        "CPU seconds per process:",
+        *sampler.report(t0),
+    ]
+    return {
+        "wall_s": wall,
+        "batch_s": sum(batches),
+        "batches": len(batches),
+        "records": records,
+        "trace": trace,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print each run's driver steps, Spark's timeline and each process's CPU seconds",
+    )
+    parser.add_argument(
+        "--order", default="2,1", help="the cluster sizes, in the order each repeat runs them"
+    )
     args = parser.parse_args(argv)
     from spark_cluster import StandaloneCluster
 
@@ -98,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for n in range(args.repeat):
-        for workers in (2, 1):
+        for workers in [int(w) for w in args.order.split(",")]:
             cluster = StandaloneCluster(root / f"cluster-{workers}-{n}", {})
             cluster.root.mkdir(parents=True)
             cluster.start(workers=workers)
@@ -106,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                 warehouse = root / f"wh-{workers}-{n}"
                 shutil.copytree(template, warehouse)
                 load = os.getloadavg()[0]
-                run = drive(cluster.url, warehouse, root / f"state-{workers}-{n}")
+                trace_dir = root / f"events-{workers}-{n}"
+                run = drive(
+                    cluster.url, warehouse, root / f"state-{workers}-{n}", cluster, trace_dir
+                )
                 run["load"] = (load, os.getloadavg()[0])
             finally:
                 cluster.stop()
@@ -117,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"batches {run['batch_s']:.1f}s ({run['records'] / run['batch_s']:,.0f}/s), "
                 f"load {run['load'][0]:.1f} -> {run['load'][1]:.1f}"
             )
+            if args.trace:
+                print("\n".join(run["trace"]))
             shutil.rmtree(warehouse, ignore_errors=True)
     best = {w: min(r["batch_s"] for r in rs) for w, rs in runs.items()}
     best_wall = {w: min(r["wall_s"] for r in rs) for w, rs in runs.items()}

@@ -57,6 +57,8 @@ class CpuSampler:
     _thread: threading.Thread | None = None
     _machine: tuple[float, float] = (0.0, 0.0)
     _base: dict[int, float] = field(default_factory=dict)
+    series: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    machine: list[tuple[float, float]] = field(default_factory=list)
 
     def start(self) -> None:
         self._machine = _machine_cpu()
@@ -93,14 +95,21 @@ class CpuSampler:
                     with proc.oneshot():
                         times = proc.cpu_times()
                         cpu = times.user + times.system
-                        role = self.seen[proc.pid][0] if proc.pid in self.seen else None
-                        role = role or role_of(proc, self.workers)
+                        role = self.seen[proc.pid][0] if proc.pid in self.seen else ""
+                        if not role or role.startswith("other"):  # bash exec's the JVMs
+                            role = role_of(proc, self.workers)
                 except psutil.Error:
                     continue
                 if proc.pid not in self.seen:  # a process older than the run: from now on
                     self._base[proc.pid] = cpu if proc.create_time() < self._started else 0.0
                 first = self.seen.get(proc.pid, (role, cpu, now, now))[2]
                 self.seen[proc.pid] = (role, cpu - self._base[proc.pid], first, now)
+                self.series.setdefault(proc.pid, []).append((now, cpu - self._base[proc.pid]))
+        self.machine.append((now, _machine_cpu()[0]))
+
+    def total(self) -> float:
+        """The CPU seconds of every process of the run."""
+        return sum(cpu for _, cpu, _, _ in self.seen.values())
 
     def report(self, t0: float) -> list[str]:
         """Lines: each process's CPU seconds and when it was seen (seconds after ``t0``),
@@ -124,6 +133,43 @@ class CpuSampler:
         )
         return lines
 
+    def window(self, start: float, end: float, what: str) -> list[str]:
+        """Lines: the CPU seconds each role used between ``start`` and ``end`` (epoch
+        seconds, e.g. the processing job's), against 2 cores x that time, and the machine's."""
+        by_role: dict[str, float] = {}
+        for pid, samples in self.series.items():
+            used = _at(samples, end) - _at(samples, start)
+            if used > 0.05:
+                role = self.seen[pid][0]
+                by_role[role] = by_role.get(role, 0.0) + used
+        ours = sum(by_role.values())
+        machine = _at(self.machine, end) - _at(self.machine, start)
+        return [
+            f"  {what}, {end - start:.1f} s: "
+            + ", ".join(f"{r} {s:.1f}" for r, s in sorted(by_role.items()))
+            + f"; ours {ours:.1f} CPU s of 2 x {end - start:.1f} = {2 * (end - start):.1f}, "
+            f"the machine busy {machine:.1f} (others {machine - ours:.1f})"
+        ]
+
+
+def _at(samples: list[tuple[float, float]], when: float) -> float:
+    """A cumulative series' value at ``when`` (its last sample before; 0 before the first)."""
+    value = 0.0
+    for t, v in samples:
+        if t > when:
+            break
+        value = v
+    return value
+
+
+def _cached(metrics: dict) -> str:
+    """What a task put in the block manager (a persisted partition): ``, cached N MB``."""
+    size = sum(
+        b["Status"].get("Memory Size", 0) + b["Status"].get("Disk Size", 0)
+        for b in metrics.get("Updated Blocks", ())
+    )
+    return f", cached {size / 1e6:.0f} MB" if size else ""
+
 
 def _machine_cpu() -> tuple[float, float]:
     """The machine's busy and total CPU seconds since boot (``/proc/stat``)."""
@@ -140,6 +186,7 @@ def event_log_conf(directory: Path) -> dict[str, str]:
         "spark.eventLog.enabled": "true",
         "spark.eventLog.dir": directory.as_uri(),
         "spark.eventLog.compress": "false",
+        "spark.eventLog.logBlockUpdates.enabled": "true",  # the persisted outputs' sizes
     }
 
 
@@ -181,8 +228,15 @@ def timeline(directory: Path, t0: float) -> list[str]:
                 f" (deserialize {m.get('Executor Deserialize Time', 0) / 1000:.2f}, run "
                 f"{m.get('Executor Run Time', 0) / 1000:.2f}, JVM CPU "
                 f"{m.get('Executor CPU Time', 0) / 1e9:.2f}, GC {m.get('JVM GC Time', 0) / 1000:.2f}"
-                f", result {m.get('Result Size', 0) / 1e6:.1f} MB) {e['Task End Reason']['Reason']}"
+                f", result {m.get('Result Size', 0) / 1e6:.1f} MB{_cached(m)}) "
+                f"{e['Task End Reason']['Reason']}"
             )
+        elif kind == "SparkListenerBlockUpdated":
+            b = e["Block Updated Info"]
+            size = (b.get("Memory Size", 0) + b.get("Disk Size", 0)) / 1e6
+            if size:
+                where = b["Block Manager ID"]["Executor ID"]
+                lines.append(f"           block {b['Block ID']} on executor {where}: {size:.0f} MB")
         elif kind == "SparkListenerApplicationEnd":
             lines.append(f"  {at(e['Timestamp'])} s  application end")
     return lines
@@ -190,6 +244,11 @@ def timeline(directory: Path, t0: float) -> list[str]:
 
 #: The driver's steps timed by ``instrument`` (module, attribute path).
 DRIVER_STEPS = (
+    ("lakestate.runtime.spark_session", "_launch_jvm_into_log"),
+    ("pyspark.sql.session", "SparkSession.Builder.getOrCreate"),
+    ("lakestate.runtime.spark_transport", "_warm_python_workers"),
+    ("lakestate.runtime.spark_transport", "SparkTransport.state_owner"),
+    ("lakestate.runtime.spark_located", "located_tasks"),
     ("lakestate.runtime.spark_transport", "SparkStarter.__call__"),
     ("lakestate.runtime.spark_transport", "SparkTransport.run_batch"),
     ("lakestate.runtime.spark_transport", "on_driver"),
@@ -209,7 +268,9 @@ def instrument() -> None:
     for module_name, path in DRIVER_STEPS:
         module = importlib.import_module(module_name)
         owner, _, name = path.rpartition(".")
-        holder = getattr(module, owner) if owner else module
+        holder = module
+        for part in owner.split(".") if owner else ():
+            holder = getattr(holder, part)
         original = getattr(holder, name)
 
         def timed(*args, __f=original, __n=path, **kwargs):
@@ -273,6 +334,15 @@ def executor_steps(work_dirs: dict[str, Path], t0: float) -> list[str]:
                         f"{took:.2f} s"
                     )
     return sorted(lines, key=lambda line: float(line.split()[0]))
+
+
+def step_window(stdout: str, name: str) -> tuple[float, float] | None:
+    """The first call of the driver's step ``name``: (start, end), epoch seconds."""
+    for line in stdout.splitlines():
+        if line.startswith(f"step {name} "):
+            _, _, start, end = line.split()
+            return float(start), float(end)
+    return None
 
 
 def steps(stdout: str, t0: float) -> list[str]:

@@ -1,5 +1,7 @@
-"""The demo count's backlog on a Spark standalone cluster of one worker against two (one core
-each), the executors owning the stores (docs/architecture.md, "State on Spark's executors").
+"""The demo count's backlog on a Spark standalone cluster, one worker against two.
+
+The workers have one core each, the executors own the stores (docs/architecture.md, "State
+on Spark's executors"); where the time goes: docs/benchmarks.md, session 23.
 
     python tests/benchmarks/bench_cluster.py [--records N] [--partitions P] [--repeat R]
         [--order 1,2] [--trace] [--keep]

@@ -72,7 +72,9 @@ def build(warehouse: Path, records: int, partitions: int) -> None:
         topic.append(chunk)
 
 
-def drive(url: str, warehouse: Path, state: Path, cluster, trace_dir: Path) -> dict:
+def drive(
+    url: str, warehouse: Path, state: Path, cluster, trace_dir: Path, bare: bool = False
+) -> dict:
     """One run of the demo app on the cluster at ``url``, its driver a fresh process, its
     processes' CPU sampled and Spark's event log written into ``trace_dir``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESTATE_")}
@@ -87,7 +89,8 @@ def drive(url: str, warehouse: Path, state: Path, cluster, trace_dir: Path) -> d
     code = (
         f"import sys; sys.path.insert(0, {str(HERE)!r}); import cluster_trace; "
         "cluster_trace.instrument(); "
-        "from lakestate import run_app; "
+        + ("cluster_trace.bare_context(); " if bare else "")
+        + "from lakestate import run_app; "
         f"run_app({APP!r}, warehouse={str(warehouse)!r}, state_dir={str(state)!r}, "
         f"until_caught_up=True, master={url!r}, transport='spark')"
     )
@@ -145,6 +148,26 @@ def drive(url: str, warehouse: Path, state: Path, cluster, trace_dir: Path) -> d
     }
 
 
+def _compare(runs: dict[int, list[dict]]) -> None:
+    """The two-worker / one-worker ratios: of the batches, the whole run and each phase
+    (the best run of each size), and the runs' CPU seconds."""
+    best = {w: min(r["batch_s"] for r in rs) for w, rs in runs.items()}
+    best_wall = {w: min(r["wall_s"] for r in rs) for w, rs in runs.items()}
+    print(
+        f"two workers / one, records/s of the batches: {best[1] / best[2]:.2f}x (target 1.6x); "
+        f"of the whole driver run: {best_wall[1] / best_wall[2]:.2f}x"
+    )
+    for phase in runs[1][0]["phases"]:
+        took = {w: min(r["phases"].get(phase, 0) for r in rs) for w, rs in runs.items()}
+        if took[2]:
+            print(f"  {phase}: {took[1]:.1f}s against {took[2]:.1f}s ({took[1] / took[2]:.2f}x)")
+    cpu = {w: min(r["cpu_s"] for r in rs) for w, rs in runs.items()}
+    print(
+        f"  CPU seconds of the run's processes: one worker {cpu[1]:.1f}, two {cpu[2]:.1f}: two "
+        f"workers cannot take less than {cpu[2] / 2:.1f}s on two cores"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -154,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         "--trace",
         action="store_true",
         help="print each run's driver steps, Spark's timeline and each process's CPU seconds",
+    )
+    parser.add_argument(
+        "--bare-context",
+        action="store_true",
+        help="start a SparkContext without a SparkSession (all the executor-owned path uses)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the runs' directories (logs)")
     parser.add_argument(
@@ -183,7 +211,12 @@ def main(argv: list[str] | None = None) -> int:
                 load = os.getloadavg()[0]
                 trace_dir = root / f"events-{workers}-{n}"
                 run = drive(
-                    cluster.url, warehouse, root / f"state-{workers}-{n}", cluster, trace_dir
+                    cluster.url,
+                    warehouse,
+                    root / f"state-{workers}-{n}",
+                    cluster,
+                    trace_dir,
+                    args.bare_context,
                 )
                 run["load"] = (load, os.getloadavg()[0])
             finally:
@@ -199,21 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             print("\n".join((run["trace"] if args.trace else []) + run["windows"]))
             shutil.rmtree(warehouse, ignore_errors=True)
-    best = {w: min(r["batch_s"] for r in rs) for w, rs in runs.items()}
-    best_wall = {w: min(r["wall_s"] for r in rs) for w, rs in runs.items()}
-    print(
-        f"two workers / one, records/s of the batches: {best[1] / best[2]:.2f}x (target 1.6x); "
-        f"of the whole driver run: {best_wall[1] / best_wall[2]:.2f}x"
-    )
-    for phase in runs[1][0]["phases"]:
-        took = {w: min(r["phases"].get(phase, 0) for r in rs) for w, rs in runs.items()}
-        if took[2]:
-            print(f"  {phase}: {took[1]:.1f}s against {took[2]:.1f}s ({took[1] / took[2]:.2f}x)")
-    cpu = {w: min(r["cpu_s"] for r in rs) for w, rs in runs.items()}
-    print(
-        f"  CPU seconds of the run's processes: one worker {cpu[1]:.1f}, two {cpu[2]:.1f}: two "
-        f"workers cannot take less than {cpu[2] / 2:.1f}s on two cores"
-    )
+    if runs[1] and runs[2]:
+        _compare(runs)
     print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
     if args.keep:
         print(f"kept: {root}")

@@ -359,3 +359,32 @@ def steps(stdout: str, t0: float) -> list[str]:
                 lines.append(f"  {float(start) - t0:6.1f} s  {name}: {took:.2f} s")
     lines += [f"  (calls under 0.05 s: {n} {s:.2f} s in all)" for n, s in sums.items()]
     return lines
+
+
+class _Bare:
+    """What the located path asks of its session: its ``sparkContext``."""
+
+    def __init__(self, sc) -> None:
+        self.sparkContext = sc
+
+
+def bare_context() -> None:
+    """In the driver: Spark started as a SparkContext without a SparkSession (the located
+    path, with the executors owning the state, uses only the context), to measure what
+    the session and Delta's extension cost a run. Only for such runs: a run that reads
+    through Spark SQL fails."""
+    import os
+    import sys
+
+    from lakestate.runtime import spark_session
+    from pyspark import SparkConf, SparkContext
+
+    def get_spark(master=None, app_name="lakestate", extra_conf=None, s3=False):
+        conf = spark_session.spark_conf(master, app_name, extra_conf, s3=s3)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        spark_session._launch_jvm_into_log(conf)
+        sc = SparkContext.getOrCreate(SparkConf().setAll(list(conf.items())))
+        sc.setLogLevel("WARN")
+        return _Bare(sc)
+
+    spark_session.get_spark = get_spark

@@ -20,6 +20,15 @@ from lakestate.state.suppression_buffer import BufferedRecord
 from lakestate.state.suppression_stage import StagedBuffer
 
 _NEVER = 2**63  # above every buffer time: nothing buffered
+_SAMPLED = (
+    "first_time",
+    "stream_time",
+    "samples",
+    "count_sum",
+    "size_sum",
+    "count_max",
+    "size_max",
+)
 
 
 def unbounded_chunk(
@@ -50,15 +59,7 @@ def unbounded_chunk(
         if ts > observed:
             observed = ts
         key = record.key
-        if final:
-            if type(key) is not Windowed:
-                raise StreamsException(
-                    f"suppress node {node.node_name}: until_window_closes needs Windowed "
-                    f"keys, got {key!r}"
-                )
-            buffer_time = key.window.end
-        else:
-            buffer_time = ts
+        buffer_time = _buffer_time(node, key) if final else ts
         put(buffer_time, key, change.new_value, change.old_value, ts, record.headers)
         if buffer_time < oldest:
             oldest = buffer_time  # a lower bound: a key already held keeps its own time
@@ -80,19 +81,19 @@ def unbounded_chunk(
             size_max = size
         moved_count = moved_count or count != count0
         moved_size = moved_size or size != size0
-    stats.update(
-        first_time=first_time,
-        stream_time=observed,
-        samples=samples,
-        count_sum=count_sum,
-        size_sum=size_sum,
-        count_max=count_max,
-        size_max=size_max,
-        count=staged.count,
-        size=staged.size,
-        emitted=stats["emitted"] + len(out),
-    )
+    sampled = (first_time, observed, samples, count_sum, size_sum, count_max, size_max)
+    stats.update(zip(_SAMPLED, sampled, strict=True))
+    stats.update(count=staged.count, size=staged.size, emitted=stats["emitted"] + len(out))
     return out, at, moved_count, moved_size
+
+
+def _buffer_time(node: Any, key: Any) -> int:
+    """A final result's buffer time: its window's end."""
+    if type(key) is not Windowed:
+        raise StreamsException(
+            f"suppress node {node.node_name}: until_window_closes needs Windowed keys, got {key!r}"
+        )
+    return key.window.end
 
 
 def _emitter(out: list[Record], drop_tombstones: bool) -> Any:

@@ -135,3 +135,25 @@ def test_the_fast_paths_are_taken():
     suppress = [n for n in nodes if isinstance(n, Suppress)]
     assert windowed and windowed[0]._tumbling  # noqa: SLF001
     assert suppress and suppress[0].chunked and suppress[0].max_records is None
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(-(2**70), 2**70), st.text()
+)
+
+
+@given(
+    buffer_time=st.integers(-(2**63), 2**63 - 1),
+    ts=st.integers(-(2**63), 2**63 - 1),
+    value=SCALARS,
+    prior=SCALARS,
+    headers=st.one_of(st.none(), st.just({"h": "x"})),
+)
+def test_a_buffer_entry_is_formatted_as_encode_value_writes_it(
+    buffer_time, ts, value, prior, headers
+):
+    from lakestate.state.serde import encode_value
+    from lakestate.state.suppression_stage import _entry_bytes
+
+    expected = encode_value([buffer_time, ts, value, prior, headers])
+    assert _entry_bytes(buffer_time, ts, value, prior, headers) == expected

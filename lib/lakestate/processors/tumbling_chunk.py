@@ -5,7 +5,8 @@ does record by record, in one loop specialised for one window per record.
 Each record's window is ``[ts - ts % size, ... + size)`` (none for a negative timestamp,
 as ``windows_for`` gives none); a window is found among the chunk's by (key, start), a
 tuple whose hash is cheaper than a ``Windowed``'s, and its ``Windowed`` object is made
-once per chunk. The built-in count adds one instead of calling its aggregator. Lateness,
+once per chunk, and read from the store only if it may be there (it starts by the node's
+stream time). The built-in count adds one instead of calling its aggregator. Lateness,
 late drops (a window whose end + grace the node's stream time has reached, the record's
 own timestamp included), null keys, the forwarded ``Change(new, old)`` at max(record's,
 window's) timestamp and the pending writes are those of the general loop
@@ -45,6 +46,10 @@ def tumbling_chunk(
     metrics = Lateness()
     lateness_count = lateness_total = lateness_max = late = null_keys = 0
     positions = chunk.at
+    # No window the store holds starts after the node's stream time (a window is written
+    # for a record it holds, and the time is committed with the store; before any record,
+    # NO_TIME, the store is empty): a window starting later is new, and not read.
+    written = observed
     for i, record in enumerate(chunk.records):
         key = record.key
         if key is None:
@@ -69,7 +74,7 @@ def tumbling_chunk(
             continue
         slot = held.get((key, start))
         if slot is None:
-            slot = held[(key, start)] = _stored(store, key, start, size)
+            slot = held[(key, start)] = _stored(store, key, start, size, start > written)
         old = slot[1]
         if old is None:
             new_ts = ts
@@ -91,8 +96,9 @@ def tumbling_chunk(
     return out, at, metrics, observed, pending
 
 
-def _stored(store: Any, key: Any, start: int, size: int) -> list[Any]:
-    """[the window's Windowed key, its stored aggregate or None, its timestamp]."""
+def _stored(store: Any, key: Any, start: int, size: int, new: bool) -> list[Any]:
+    """[the window's Windowed key, its stored aggregate or None, its timestamp]; ``new``:
+    the store cannot hold it."""
     windowed = Windowed(key, Window(start, start + size))
-    found = store.get_windowed(windowed)
+    found = None if new else store.get_windowed(windowed)
     return [windowed, None, 0] if found is None else [windowed, found.value, found.timestamp]

@@ -98,7 +98,7 @@ class StagedBuffer:
             buffer_time, prior = old.buffer_time, old.prior
         else:
             prior = old_value
-        raw = encode_value([buffer_time, timestamp, value, prior, headers])
+        raw = _entry_bytes(buffer_time, timestamp, value, prior, headers)
         entry = _Entry(buffer_time, timestamp, value, prior, headers, len(raw_key) + len(raw))
         self._writes[raw_key] = raw
         if old is None:
@@ -176,3 +176,19 @@ class StagedBuffer:
                 entries[raw_key] = entry
         order.update(self._added)
         state.stats.update(stats)
+
+
+def _entry_bytes(buffer_time: int, ts: int, value: Any, prior: Any, headers: Any) -> bytes:
+    """``encode_value([buffer_time, ts, value, prior, headers])``; for int values and no
+    headers (a count's updates) formatted directly: the same JSON."""
+    if (
+        headers is None
+        and type(value) is int
+        and (prior is None or type(prior) is int)
+        and type(buffer_time) is int
+        and type(ts) is int
+    ):
+        if prior is None:
+            return b"[%d,%d,%d,null,null]" % (buffer_time, ts, value)
+        return b"[%d,%d,%d,%d,null]" % (buffer_time, ts, value, prior)
+    return encode_value([buffer_time, ts, value, prior, headers])

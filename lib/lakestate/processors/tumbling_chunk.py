@@ -5,8 +5,10 @@ does record by record, in one loop specialised for one window per record.
 Each record's window is ``[ts - ts % size, ... + size)`` (none for a negative timestamp,
 as ``windows_for`` gives none); a window is found among the chunk's by (key, start), a
 tuple whose hash is cheaper than a ``Windowed``'s, and its ``Windowed`` object is made
-once per chunk, and read from the store only if it may be there (it starts by the node's
-stream time). The built-in count adds one instead of calling its aggregator. Lateness,
+once per chunk, and read from the store only if it may be there: no window the store
+holds starts after the node's stream time when the chunk begins (a window is written for a
+record it holds, and the time is committed with the store; before any record, NO_TIME, the
+store is empty). The built-in count adds one instead of calling its aggregator. Lateness,
 late drops (a window whose end + grace the node's stream time has reached, the record's
 own timestamp included), null keys, the forwarded ``Change(new, old)`` at max(record's,
 window's) timestamp and the pending writes are those of the general loop
@@ -45,11 +47,7 @@ def tumbling_chunk(
     at: list[int] = []
     metrics = Lateness()
     lateness_count = lateness_total = lateness_max = late = null_keys = 0
-    positions = chunk.at
-    # No window the store holds starts after the node's stream time (a window is written
-    # for a record it holds, and the time is committed with the store; before any record,
-    # NO_TIME, the store is empty): a window starting later is new, and not read.
-    written = observed
+    positions, written = chunk.at, observed  # no stored window starts after written
     for i, record in enumerate(chunk.records):
         key = record.key
         if key is None:

@@ -207,6 +207,9 @@ def _run(name: str, records: list[Record], cuts: list[int] | None) -> tuple:
 # grace) is not late but already past the store's retention; one by one kept it, a chunk
 # purged it at its end.
 @example(rows=[("a", None, 73), (None, None, 1), (None, None, 2), ("a", None, 63)], cuts=[4])
+# The same session written by a chunk whose records do not advance stream time (no purge at
+# its end): kept by the chunk, not one by one.
+@example(rows=[("a", {"n": 0}, 62), (None, None, 1), ("a", {"n": 0}, 54)], cuts=[1])
 def test_suppression_in_chunks_gives_what_one_by_one_gives(name, rows, cuts):
     records = [Record(k, v, ts) for k, v, ts in rows]
     chunked = _run(name, records, cuts)

@@ -287,7 +287,8 @@ class SessionWindowedAggregate(Processor):
                 new = record.value
             else:
                 new = self.aggregator(key, record.value, agg)
-            mine[session] = new
+            if end > observed - self.retention_ms:  # else past retention: not kept (as process)
+                mine[session] = new
             old = self._overwritten(merged, session)
             out.append(Record(Windowed(key, session), Change(new, old), end))
             at.append(chunk.at[i])
@@ -377,7 +378,7 @@ class SessionWindowedAggregate(Processor):
                 new = record.value
             else:
                 new = self.aggregator(key, record.value, agg)
-            if end > observed - self.retention_ms:  # else past retention: not kept (as a chunk)
+            if end > observed - self.retention_ms:  # else past retention: not kept
                 writes.append((Windowed(key, session), new, end))
             self.store.put_all(writes)
             old = self._overwritten(merged, session)

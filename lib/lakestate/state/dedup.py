@@ -316,6 +316,14 @@ class DedupStore:
         return not raw_key.startswith(ID_PREFIX)
 
     @staticmethod
+    def changelog_columns(raw_keys: list[bytes], raw_values: list[bytes | None]) -> Any:
+        """``changelog_row`` of many entries at once, as Arrow columns, or None
+        (state/dedup_columns.py)."""
+        from lakestate.state.dedup_columns import changelog_columns
+
+        return changelog_columns(raw_keys, raw_values)
+
+    @staticmethod
     def changelog_row(raw_key: bytes, raw_value: bytes) -> dict[str, Any] | None:
         """The typed columns of one stored entry, or None for an index-only entry."""
         if DedupStore.is_index_only(raw_key):

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakestate.state.dedup import ID_PREFIX
 from lakestate.state.keys import TAG_STR
 
+ID_PREFIX = b"i"  # the dedup store's id entries' prefix (state/dedup.py takes it from here)
 # An id entry of a str id whose JSON text is the id between quotes: the tag, the UTF-8
 # body (no NUL: a NUL is escaped as NUL 0xFF; nothing JSON escapes), the terminator.
 _PLAIN_STR_KEY = rf'^i\x{TAG_STR:02x}[^\x00-\x1f"\\]*\x00$'

@@ -58,23 +58,6 @@ NO_ID = "no_id"
 NO_ID_PARTITION_KEY = 0
 
 _SKIP = object()  # dedup_id() result: forward without deduplication
-# _verdict() results.
-_NEW, _REPLAY, _DUPLICATE = "new", "replay", "duplicate"
-
-
-def _verdict(
-    entry: DedupEntry | None, timestamp: int, offset: int | None, source: int | None, interval: int
-) -> str:
-    """A record against the entry its id holds (None: none, or purged): processed again
-    (the entry was stored at this record's offset of its topic; a record without an offset
-    never is), a duplicate (within the interval, both ends inclusive), or new."""
-    if entry is None:
-        return _NEW
-    if offset is not None and entry.offset == offset and entry.source == source:
-        return _REPLAY
-    if abs(entry.ts - timestamp) <= interval:
-        return _DUPLICATE
-    return _NEW
 
 
 class Deduplicate(Processor):
@@ -107,12 +90,18 @@ class Deduplicate(Processor):
         """What is forwarded for ``record``."""
         return record
 
+    def dedup_ids(self, records: list[Record]) -> list[Any]:
+        """``[dedup_id(r) for r in records]``: each record's id, or ``_SKIP``."""
+        dedup_id = self.dedup_id
+        return [dedup_id(record) for record in records]
+
     def process_chunk(self, chunk: Chunk) -> Chunk:
         """KIP-655 for each record in turn, with the store's reads and writes kept in a
         dict until ``finish_chunk``: an entry older than a record's cutoff (its stream time
         minus the interval) counts as purged, and the purge runs once, at the last record's
         cutoff, which removes the same entries as purging at every record would (cutoffs
-        only grow). A record without a topic (no metadata) has no source or offset."""
+        only grow). A record without a topic (no metadata) has no source or offset. The
+        checks are ``_verdict``'s, inlined (an entry is ``(ts, offset, source)``)."""
         interval = self.interval_ms
         offsets, stream_times, positions = chunk.offsets, chunk.stream_times, chunk.at
         topic = chunk.topic
@@ -121,59 +110,61 @@ class Deduplicate(Processor):
             source = self._tags[topic] = source_tag(topic)
         records = chunk.records
         id_keys, held = self._held(records)  # held: id key -> stored entry (None: none)
-        seen = dict(held)  # id key -> entry as of this record
+        seen: dict[bytes, Any] = dict(held)  # id key -> entry as of this record
         stored: dict[bytes, tuple[int, int, int]] = {}
-        output = self.output
         out: list[Record] = []
         at: list[int] = []
         dropped = late = 0
         cutoff = None
-        for i, record in enumerate(records):
-            p = positions[i]
+        for record, id_key, p in zip(records, id_keys, positions, strict=True):
             cutoff = stream_times[p] - interval
-            id_key = id_keys[i]
             if id_key is None:
-                out.append(output(record))
+                out.append(record)
                 at.append(p)
                 continue
             offset = offsets[p]
             entry = seen[id_key]
             timestamp = record.timestamp
-            if entry is not None and entry.ts < cutoff:
-                entry = None  # purged by now
-            verdict = _verdict(entry, timestamp, offset, source, interval)
-            if verdict is _DUPLICATE:
-                dropped += 1
-                continue
-            out.append(output(record))
+            if entry is not None and entry[0] >= cutoff:  # else purged by now: new
+                if offset is not None and entry[1] == offset and entry[2] == source:
+                    out.append(record)  # processed again: forwarded, store untouched
+                    at.append(p)
+                    continue
+                if abs(entry[0] - timestamp) <= interval:
+                    dropped += 1  # a duplicate
+                    continue
+            out.append(record)
             at.append(p)
-            if verdict is _REPLAY:
-                continue
             if timestamp < cutoff:
                 late += 1
                 continue
-            seen[id_key] = DedupEntry(timestamp, offset, source)
-            stored[id_key] = (timestamp, offset, source)
+            seen[id_key] = stored[id_key] = (timestamp, offset, source)
         self._pending, self._pending_held, self._pending_cutoff = stored, held, cutoff
+        self._count(len(out), dropped, late)
+        if type(self).output is not Deduplicate.output:
+            out = list(map(self.output, out))
+        return chunk.with_records(out, at)
+
+    def _count(self, forwarded: int, dropped: int, late: int) -> None:
         context = self.context
-        if out:
-            context.metric(RECORDS_FORWARDED, len(out))
+        if forwarded:
+            context.metric(RECORDS_FORWARDED, forwarded)
         if dropped:
             context.metric(DUPLICATES_DROPPED, dropped)
         if late:
             context.metric(LATE_RECORDS_FORWARDED, late)
-        return chunk.with_records(out, at)
 
     def _held(
         self, records: list[Record]
     ) -> tuple[list[bytes | None], dict[bytes, DedupEntry | None]]:
         """Each record's id key (None: forwarded without deduplication), and the entry
         the store holds for each id of the chunk (None: none), read in one multi-get."""
-        dedup_id, id_key = self.dedup_id, self.store.id_key
-        id_keys: list[bytes | None] = []
-        for record in records:
-            the_id = dedup_id(record)
-            id_keys.append(None if the_id is _SKIP else id_key(the_id))
+        ids = self.dedup_ids(records)
+        wanted = [i for i in ids if i is not _SKIP]
+        id_keys: list[Any] = self.store.id_keys(wanted)
+        if len(wanted) < len(ids):
+            encoded = iter(id_keys)
+            id_keys = [None if i is _SKIP else next(encoded) for i in ids]
         distinct = list(dict.fromkeys(k for k in id_keys if k is not None))
         return id_keys, dict(zip(distinct, self.store.get_many_by_key(distinct), strict=True))
 
@@ -196,6 +187,9 @@ class DeduplicateByKey(Deduplicate):
 
     def dedup_id(self, record: Record) -> Any:
         return _SKIP if record.key is None else record.key
+
+    def dedup_ids(self, records: list[Record]) -> list[Any]:
+        return [_SKIP if r.key is None else r.key for r in records]
 
 
 class DeduplicateByKeyValue(Deduplicate):

@@ -14,6 +14,8 @@ struct column ``outcome``: ``runtime/outcome.py``). Columns a kind does not use 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -257,47 +259,65 @@ def _block_rows(
 
 def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:
     """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
-    for a store kind's index-only entries); returns the stores that have rows."""
-    per_store: dict[str, tuple[list, list, list, list]] = {}
-    kinds: dict[str, tuple[Any, Serde]] = {}  # namespace -> its StoreKind and key serde
+    for a store kind's index-only entries); returns the stores that have rows. ``writes``
+    come by namespace (``Transaction.changes``): a kind with ``changelog_columns`` (the dedup
+    store) takes its namespace's writes at once, as columns."""
+    stores: list[str] = []
     global_stores = {g.store for g in app.topology.global_tables}  # no changelog
-    for seq, (namespace, raw_key, raw_value) in enumerate(writes):
-        if namespace in RESERVED_NAMESPACES or namespace in global_stores:
-            continue
-        found = kinds.get(namespace)
-        if found is None:
-            spec = app.topology.stores[namespace]
-            found = kinds[namespace] = (view_class(spec.kind), spec.serdes.key)
-        kind, key_serde = found
-        if kind.is_index_only(raw_key):
-            continue
-        columns = per_store.get(namespace)
-        if columns is None:
-            columns = per_store[namespace] = ([], [], [], [])
-        seqs, raw_keys, raw_values, typed = columns
-        seqs.append(seq)
-        raw_keys.append(raw_key)
-        raw_values.append(raw_value)
-        if raw_value is None:
-            typed.append(None)
-            continue
-        try:
-            typed.append(kind.changelog_row(raw_key, raw_value, key_serde))
-        except SerializationException as exc:
-            raise _unwritable(app, namespace, key_serde, exc) from None
-    for namespace, (seqs, raw_keys, raw_values, typed) in per_store.items():
-        rows.add(
-            len(seqs),
-            kind="state",
-            sub=sub,
-            task=partition,
-            seq=seqs,
-            store=namespace,
-            raw_key=raw_keys,
-            raw_value=raw_values,
-            **{changelog.struct_column(app.topology.stores[namespace].kind): typed},
-        )
-    return sorted(per_store)
+    start = 0
+    for namespace, group in groupby(map(itemgetter(0), writes)):
+        end = start + sum(1 for _ in group)
+        if namespace not in RESERVED_NAMESPACES and namespace not in global_stores:
+            if _store_rows(rows, app, namespace, writes, start, end, (sub, partition)):
+                stores.append(namespace)
+        start = end
+    return sorted(set(stores))
+
+
+def _store_rows(
+    rows: Rows, app: App, namespace: str, writes: list, start: int, end: int, task: tuple
+) -> bool:
+    """The changelog rows of one store's writes ``writes[start:end]``; False if none."""
+    store = app.topology.stores[namespace]
+    kind, key_serde = view_class(store.kind), store.serdes.key
+    raw_keys = [w[1] for w in writes[start:end]]
+    raw_values = [w[2] for w in writes[start:end]]
+    bulk = getattr(kind, "changelog_columns", None)
+    columns = None if bulk is None else bulk(raw_keys, raw_values)
+    if columns is not None:
+        positions, raw_keys, raw_values, typed = columns
+        seqs: Any = positions + start
+    else:
+        seqs, typed = [], []
+        kept_keys, kept_values = [], []
+        for seq, raw_key, raw_value in zip(range(start, end), raw_keys, raw_values, strict=True):
+            if kind.is_index_only(raw_key):
+                continue
+            seqs.append(seq)
+            kept_keys.append(raw_key)
+            kept_values.append(raw_value)
+            if raw_value is None:
+                typed.append(None)
+                continue
+            try:
+                typed.append(kind.changelog_row(raw_key, raw_value, key_serde))
+            except SerializationException as exc:
+                raise _unwritable(app, namespace, key_serde, exc) from None
+        raw_keys, raw_values = kept_keys, kept_values
+    if not len(seqs):
+        return False
+    rows.add(
+        len(seqs),
+        kind="state",
+        sub=task[0],
+        task=task[1],
+        seq=seqs,
+        store=namespace,
+        raw_key=raw_keys,
+        raw_value=raw_values,
+        **{changelog.struct_column(store.kind): typed},
+    )
+    return True
 
 
 def _unwritable(app: App, store: str, key_serde: Serde, exc: Exception) -> StreamsException:

@@ -44,16 +44,17 @@ from lakestate.errors import InvalidStateStoreException
 from lakestate.serdes import JSON, Serde
 from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
-from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
+from lakestate.state.dedup_columns import ID_PREFIX, changelog_columns
+from lakestate.state.keys import TAG_STR, decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.multi_get import get_many
 from lakestate.state.serde import decode_value, encode_value, json_text
 
 __all__ = ["DedupEntry", "DedupStore", "source_tag"]
 
-ID_PREFIX = b"i"
 TIME_PREFIX = b"t"
 COUNT_KEY = b"n"
 FLOOR_KEY = b"f"
+_STR_ID = ID_PREFIX + bytes([TAG_STR])  # an id entry's key of a str id starts so
 _ID_END = b"j"  # the smallest key above every id entry
 _TIME_END = b"u"  # the smallest key above every index entry
 _TS_BYTES = 8
@@ -195,6 +196,17 @@ class DedupStore:
         """The stored key of ``dedup_id`` (for ``get_by_key`` and ``put_keyed``)."""
         return ID_PREFIX + encode_key(dedup_id)
 
+    @staticmethod
+    def id_keys(dedup_ids: list[Any]) -> list[bytes]:
+        """``[id_key(i) for i in dedup_ids]``, a str id encoded inline (the same bytes as
+        ``encode_key``'s, without its memo: ids are mostly seen once)."""
+        return [
+            _STR_ID + i.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00"
+            if type(i) is str
+            else ID_PREFIX + encode_key(i)
+            for i in dedup_ids
+        ]
+
     def get_by_key(self, id_key: bytes) -> DedupEntry | None:
         """The entry stored under ``id_key``, or None."""
         raw = self._source().get(self.name, id_key)
@@ -315,6 +327,9 @@ class DedupStore:
         not state-table rows; ``restore_entry`` rebuilds the index and the count, and the
         next purge the floor."""
         return not raw_key.startswith(ID_PREFIX)
+
+    # ``changelog_row`` of many entries at once, as Arrow columns, or None.
+    changelog_columns = staticmethod(changelog_columns)
 
     @staticmethod
     def changelog_row(

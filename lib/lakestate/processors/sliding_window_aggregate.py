@@ -25,7 +25,7 @@ from typing import Any
 
 from lakestate.dsl.windows import SlidingWindows
 from lakestate.processors.api import Processor
-from lakestate.processors.windowed_aggregate import NO_TIME, Lateness, WindowMetrics
+from lakestate.processors.window_metrics import NO_TIME, Lateness, WindowMetrics
 from lakestate.records import Change, Record, Window, Windowed
 from lakestate.state.timestamped import ValueAndTimestamp
 

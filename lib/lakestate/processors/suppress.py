@@ -52,6 +52,7 @@ from typing import Any
 from lakestate.errors import StreamsException
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
+from lakestate.processors.suppress_chunk import unbounded_chunk
 from lakestate.records import Change, Record, Windowed
 from lakestate.state.suppression_buffer import BufferedRecord, SuppressionBuffer
 from lakestate.state.suppression_stage import StagedBuffer
@@ -218,6 +219,12 @@ class Suppress(Processor):
         staged = StagedBuffer(self.buffer)
         self._last = None
         stats = self._stats()
+        if self.max_records is None and self.max_bytes is None:
+            # No bound to check after each record: the leaner loop (suppress_chunk.py).
+            out, at, moved_count, moved_size = unbounded_chunk(self, staged, stats, chunk)
+            self._show_gauges(stats, moved_count, moved_size)
+            self._staged = (staged, stats)
+            return chunk.with_records(out, at)
         count, size = stats["count"], stats["size"]
         moved_count = moved_size = False
         out: list[Record] = []

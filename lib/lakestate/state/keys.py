@@ -123,6 +123,16 @@ def encode_key(value: Any) -> bytes:
     if t is str:  # the commonest key: what _encode writes, without its dispatch
         raw = _STR_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
         raw += _END_BYTE
+    elif t is Windowed and type(value.key) is str and _plain_window(value.window):
+        # A windowed aggregation's key (the same bytes as _encode's, without its dispatch).
+        body = value.key.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
+        window = value.window
+        raw = (
+            _WINDOWED_STR_TAG
+            + body
+            + _END_BYTE
+            + _BOUNDS.pack(window.start + _SIGN, window.end + _SIGN)
+        )
     else:
         out = bytearray()
         _encode(value, out, "key")
@@ -135,6 +145,21 @@ def encode_key(value: Any) -> bytes:
 
 
 _MEMO_TYPES = frozenset((str, int))
+_WINDOWED_STR_TAG = bytes([TAG_WINDOWED, TAG_STR])
+_BOUNDS = struct.Struct(">QQ")
+
+
+def _plain_window(window: Window) -> bool:
+    """Whether the window's bounds are ints in the signed 64-bit range."""
+    start, end = window.start, window.end
+    return (
+        type(start) is int
+        and type(end) is int
+        and _I64_MIN <= start <= _I64_MAX
+        and _I64_MIN <= end <= _I64_MAX
+    )
+
+
 _MEMO_SIZE = 1 << 16
 _STR_TAG = bytes([TAG_STR])
 _END_BYTE = bytes([_END])

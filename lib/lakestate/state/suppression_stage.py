@@ -10,15 +10,14 @@ that fails is dropped unapplied: nothing of it was written (processors/api.py's 
 
 In memory mode only (the buffer's mirror serves every read). Evictions take the oldest
 entry, so the mirror's entries that a chunk evicts are the first of its order: a position
-in that order and a sorted list of the entries the chunk added make the staged order.
+in that order and a heap of the entries the chunk added make the staged order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import Any
-
-from sortedcontainers import SortedList
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.records import Windowed
@@ -53,7 +52,8 @@ class StagedBuffer:
         self._buffer = buffer
         self._state = state
         self._base_pos = 0  # the mirror's order[:_base_pos] was evicted by the chunk
-        self._added: SortedList = SortedList()  # (buffer time, raw key) put by the chunk
+        # (buffer time, raw key) put by the chunk, a heap: its first is the oldest.
+        self._added: list[tuple[int, bytes]] = []
         self._entries: dict[bytes, _Entry | None] = {}  # None: evicted
         self._writes: dict[bytes, bytes | None] = {}  # the last value written, by key
         self._keys: dict[bytes, Any] = {}  # raw key -> key put, when decoding gives it back
@@ -98,12 +98,12 @@ class StagedBuffer:
             buffer_time, prior = old.buffer_time, old.prior
         else:
             prior = old_value
-        raw = encode_value([buffer_time, timestamp, value, prior, headers])
+        raw = _entry_bytes(buffer_time, timestamp, value, prior, headers)
         entry = _Entry(buffer_time, timestamp, value, prior, headers, len(raw_key) + len(raw))
         self._writes[raw_key] = raw
         if old is None:
             self._writes[_index_key(buffer_time, raw_key[1:])] = b""
-            self._added.add((buffer_time, raw_key))
+            heappush(self._added, (buffer_time, raw_key))
             self.count += 1
             self.size += entry.size
         else:
@@ -143,7 +143,7 @@ class StagedBuffer:
                 f"suppression buffer {self._buffer.name!r}: index entry without entry"
             )
         if self._added and self._added[0] == first:
-            self._added.pop(0)
+            heappop(self._added)
         else:
             self._base_pos += 1
         self._entries[raw_key] = None
@@ -177,3 +177,19 @@ class StagedBuffer:
                 entries[raw_key] = entry
         order.update(self._added)
         state.stats.update(stats)
+
+
+def _entry_bytes(buffer_time: int, ts: int, value: Any, prior: Any, headers: Any) -> bytes:
+    """``encode_value([buffer_time, ts, value, prior, headers])``; for int values and no
+    headers (a count's updates) formatted directly: the same JSON."""
+    if (
+        headers is None
+        and type(value) is int
+        and (prior is None or type(prior) is int)
+        and type(buffer_time) is int
+        and type(ts) is int
+    ):
+        if prior is None:
+            return b"[%d,%d,%d,null,null]" % (buffer_time, ts, value)
+        return b"[%d,%d,%d,%d,null]" % (buffer_time, ts, value, prior)
+    return encode_value([buffer_time, ts, value, prior, headers])

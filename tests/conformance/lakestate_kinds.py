@@ -167,6 +167,16 @@ def bytes_store(params: BytesStoreParams) -> ls.Topology:
         .group_by_key(ls.Grouped.with_(ls.Serdes.Bytes(), ls.Serdes.Bytes()))
     )
     store = ls.Materialized.as_("bytes-store")  # the serdes: Kafka's defaults
+    if params.window is not None:
+        windowed = grouped.windowed_by(ls.TimeWindows.of_size_with_no_grace(_ms(params.window)))
+        final = ls.Suppressed.until_window_closes(ls.BufferConfig.unbounded())
+        if params.aggregation == "count":
+            table = windowed.count(store).suppress(final).map_values(str)
+        else:
+            reduced = windowed.reduce(lambda agg, v: (agg + v)[-6:], store)
+            table = reduced.suppress(final).map_values(bytes.hex)
+        table.to_stream().map(lambda w, v: (f"{w.key.hex()}@{w.window.start}", v)).to(OUTPUT_TOPIC)
+        return builder.build()
     if params.aggregation == "count":
         table = grouped.count(store).map_values(str)
     else:

@@ -234,6 +234,25 @@ def bytes_stores(seed: int, aggregation: Aggregation, count: int) -> list[Scenar
     return scenarios
 
 
+def bytes_stores_suppressed(seed: int, aggregation: Aggregation, count: int) -> list[Scenario]:
+    """A windowed count or reduce into a store with Bytes serdes, suppressed until its
+    windows close (the buffer holds a windowed Bytes key and a Long or Bytes value)."""
+    rng = random.Random(f"{seed}/bytes_store_suppressed/{aggregation}")
+    scenarios = []
+    for i in range(count):
+        serde = _serde(rng, "count")
+        size = rng.choice([3, 5, 10])
+        boundaries = time_window_boundaries(size, 0, size)
+        records = inputs(rng, rng.randint(8, 40), boundaries, 6)
+        records = [
+            replace(r, key=rng.choice(["", "\u00e9"])) if rng.random() < 0.2 else r for r in records
+        ]
+        params = BytesStoreParams(aggregation, window=size)
+        name = f"bytes_store-suppressed-{aggregation}-{i}"
+        scenarios.append(Scenario(name, params, _with_values(rng, records, serde), serde))
+    return scenarios
+
+
 def serde_flows(seed: int, count: int) -> list[Scenario]:
     """Serdes carried from Consumed through a filter or a ``mapValues`` to text, into a
     repartition topic and a stream-stream join with serdes that fit or do not (a record that

@@ -84,10 +84,16 @@ class BytesStoreParams:
     ``groupByKey(Grouped.with(Bytes, Bytes))`` into store "bytes-store" named with
     ``Materialized.as`` and no serde (Kafka's defaults: Bytes keys, a count's Long, a
     reduce's Bytes); a reduce keeps the last 6 bytes of agg + value. "out" gets the key's
-    and value's lower-case hex (a count's decimal text) as Strings."""
+    and value's lower-case hex (a count's decimal text) as Strings.
+
+    With ``window`` (ms): the grouped stream is ``windowedBy(TimeWindows.ofSizeWithNoGrace
+    (window))`` and the table ``suppress(untilWindowCloses(unbounded()))`` before the
+    ``mapValues`` (the buffer takes the table's serdes: a windowed Bytes key, a count's
+    Long or a reduce's Bytes); "out"'s key is the inner key's hex, "@", the window start."""
 
     kind: ClassVar[str] = "bytes_store"
     aggregation: Literal["count", "reduce"]
+    window: int | None = None
 
 
 @dataclass(frozen=True)

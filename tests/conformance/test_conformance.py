@@ -34,6 +34,7 @@ from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_l
 from random_scenarios import (
     AGGREGATIONS,
     bytes_stores,
+    bytes_stores_suppressed,
     cogroups,
     fk_joins,
     grouped_serdes,
@@ -93,6 +94,12 @@ GROUPS: dict[str, list[Scenario]] = {
     # A count or reduce into a store with Bytes serdes through a Bytes repartition topic,
     # keys empty, non-ASCII and null, values never UTF-8 text (issue 26).
     **{f"bytes_store-{a}": bytes_stores(SEED, a, PER_GROUP) for a in ("count", "reduce")},
+    # The same, windowed and suppressed until its windows close: the suppression buffer
+    # holds a windowed Bytes key and a Long or Bytes value (issue 26).
+    **{
+        f"bytes_store-suppressed-{a}": bytes_stores_suppressed(SEED, a, PER_GROUP)
+        for a in ("count", "reduce")
+    },
     # Serdes carried forward from Consumed, Repartitioned and StreamJoined serdes, fitting
     # the values or not, and a count with no serdes given (issue 26).
     "serde_flow": serde_flows(SEED, 2 * PER_GROUP),

@@ -232,25 +232,6 @@ def test_a_key_whose_encoding_another_key_extends_sees_only_its_own_entries(empt
     assert versions.get(longer) == VersionedRecord(value, 10, None)
 
 
-def test_suppress_of_a_bytes_table_is_refused_at_build_naming_the_node_and_what_to_do():
-    from datetime import timedelta
-
-    from lakestate import BufferConfig, Suppressed, TimeWindows, TopologyException
-
-    limit = Suppressed.until_time_limit(timedelta(seconds=1), BufferConfig.unbounded())
-    stream = StreamsBuilder().stream("in", Consumed.with_(B, B))
-    grouped = stream.group_by_key()
-    with pytest.raises(TopologyException, match=r"node KTABLE-SUPPRESS-\d+: .*whose key serde"):
-        grouped.reduce(lambda a, v: a + v).suppress(limit)
-    texts = stream.select_key(lambda k, v: k.hex()).group_by_key(Grouped.with_(S, B))
-    with pytest.raises(TopologyException, match=r"whose value serde is Serdes\.Bytes\(\)"):
-        texts.reduce(lambda a, v: a + v).suppress(limit)
-    texts.reduce(lambda a, v: a + v).map_values(bytes.hex).suppress(limit)  # text: fine
-    windowed = grouped.windowed_by(TimeWindows.of_size_with_no_grace(timedelta(seconds=1)))
-    with pytest.raises(TopologyException, match=r"whose key serde is Serdes\.Bytes\(\)"):
-        windowed.count().suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
-
-
 def test_removing_a_waiting_join_group_leaves_a_key_that_extends_its_encoding():
     store = in_memory_store("task")
     txn = store.new_transaction()

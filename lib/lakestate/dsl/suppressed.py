@@ -144,20 +144,13 @@ def _check_config(buffer_config: Any) -> None:
         )
 
 
-def _check_buffer_serdes(name: str, serdes: TopicSerdes) -> None:
-    """Refuse a table whose key or value serde converts (Bytes): Kafka's buffer serializes
-    with the table's serdes; lakestate's keeps JSON and has no Bytes seam yet (stores
-    have: state/serde_checked.py), so bytes would fail there at the first record."""
-    advice = {
-        "key": "re-key the stream with text before grouping (select_key(lambda k, v: k.hex()))",
-        "value": "turn the values into text first (map_values(lambda v: v.hex()))",
-    }
-    for what, serde in (("key", base_key_serde(serdes.key)), ("value", serdes.value)):
-        if serde.json_form_differs:
-            raise TopologyException(
-                f"node {name}: suppress cannot buffer a table whose {what} serde is "
-                f"{serde.name} (lakestate's suppression buffer keeps JSON): {advice[what]}"
-            )
+def _buffer_serdes(serdes: TopicSerdes) -> TopicSerdes:
+    """The suppression buffer's serdes: the table's (Kafka's buffer serializes with them)
+    where its key's or value's converts (Bytes: the buffer holds their JSON form and gives
+    the bytes back, state/serde_checked.py); else Json, the buffer as it always was."""
+    if base_key_serde(serdes.key).json_form_differs or serdes.value.json_form_differs:
+        return serdes
+    return DEFAULT_SERDES
 
 
 def add_suppression(
@@ -183,7 +176,6 @@ def add_suppression(
             f"node {name}: suppress is not supported on a versioned table (KIP-914): "
             "materialize the table with a key-value store first"
         )
-    _check_buffer_serdes(name, serdes)
     if suppressed.mode == UNTIL_WINDOW_CLOSES:
         if window_grace_ms is None:
             raise TopologyException(
@@ -196,7 +188,9 @@ def add_suppression(
     store = f"{name}{STORE_SUFFIX}" if suppressed.name else graph.new_name(STORE_PREFIX)
     config = suppressed.buffer_config
     spill = config.when_full == SPILL_TO_DISK
-    graph.add_store(StoreSpec(store, SUPPRESSION_BUFFER, {"spill_to_disk": spill}), name)
+    options = {"spill_to_disk": spill}
+    spec = StoreSpec(store, SUPPRESSION_BUFFER, options, serdes=_buffer_serdes(serdes))
+    graph.add_store(spec, name)
 
     def factory() -> Suppress:
         return Suppress(

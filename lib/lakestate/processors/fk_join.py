@@ -31,6 +31,7 @@ from lakestate.processors.api import Processor
 from lakestate.processors.join import table_row
 from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Change, Record
+from lakestate.serdes import JSON, JsonSerde, Serde
 from lakestate.state.keys import encode_key
 from lakestate.state.serde import json_text
 
@@ -47,14 +48,26 @@ _INSTRUCTIONS = (
 )
 
 
-def value_hash(value: Any) -> str | None:
+def value_hash(value: Any, serde: Serde = JSON) -> str | None:
     """The hash a subscription carries of its row's value (None for none): 128 bits of
-    the value's canonical JSON (sorted keys: the bytes its topic holds), as Kafka hashes
-    the serialized value (Murmur3 128), so equal values hash alike whatever their dicts'
-    key order."""
+    the value serialized by its table's value serde ``serde``, as Kafka hashes the
+    serialized value (Murmur3 128); a Json value by its canonical JSON (sorted keys: the
+    bytes its topic holds), so equal values hash alike whatever their dicts' key order."""
     if value is None:
         return None
-    return hashlib.blake2b(json_text(value).encode(), digest_size=16).hexdigest()
+    data = json_text(value).encode() if type(serde) is JsonSerde else serde.serialize(value)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _held(value: Any, serde: Serde) -> Any:
+    """A foreign value as a response carries it: its JSON form by the foreign table's
+    value serde (a Bytes value as base64 text: the response topic holds JSON)."""
+    return value if value is None or not serde.json_form_differs else serde.to_json(value)
+
+
+def _given(held: Any, serde: Serde) -> Any:
+    """The foreign value a response's ``_held`` form stands for."""
+    return held if held is None or not serde.json_form_differs else serde.from_json(held)
 
 
 @dataclass(frozen=True)
@@ -99,10 +112,17 @@ class SubscriptionSend(Processor):
     its old result, and for a row keeping its foreign key answers only when the foreign
     row exists."""
 
-    def __init__(self, extractor: Callable[[Any], Any], left: bool, versioned: bool) -> None:
+    def __init__(
+        self,
+        extractor: Callable[[Any], Any],
+        left: bool,
+        versioned: bool,
+        value_serde: Serde = JSON,
+    ) -> None:
         self.extractor = extractor
         self.left = left
         self.versioned = versioned
+        self.value_serde = value_serde  # this table's: what the value hash is taken of
 
     def process(self, record: Record) -> None:
         change: Change = record.value
@@ -133,7 +153,7 @@ class SubscriptionSend(Processor):
             sends.append((new_fk, PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE))
         else:
             sends.append((new_fk, PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE))
-        new_hash = value_hash(new)
+        new_hash = value_hash(new, self.value_serde)
         for fk, instruction in sends:
             subscription = Subscription(new_hash, instruction, record.key)
             self.context.forward(Record(fk, subscription, record.timestamp, record.headers))
@@ -150,9 +170,10 @@ class SubscriptionReceive(Processor):
     SubscriptionJoinProcessorSupplier): the answer's timestamp is the later of the
     subscription's and the foreign row's."""
 
-    def __init__(self, subscriptions: str, foreign_store: str) -> None:
+    def __init__(self, subscriptions: str, foreign_store: str, foreign_serde: Serde = JSON) -> None:
         self.subscriptions_name = subscriptions
         self.foreign_store_name = foreign_store
+        self.foreign_serde = foreign_serde  # the foreign table's value serde
 
     def init(self, context) -> None:
         super().init(context)
@@ -179,7 +200,7 @@ class SubscriptionReceive(Processor):
         timestamp = record.timestamp if found is None else max(record.timestamp, found[1])
         foreign_value = None
         if found is not None and instruction != DELETE_KEY_AND_PROPAGATE:
-            foreign_value = found[0]
+            foreign_value = _held(found[0], self.foreign_serde)
         response = SubscriptionResponse(subscription.value_hash, foreign_value)
         self.context.forward(Record(subscription.primary_key, response, timestamp))
 
@@ -188,9 +209,10 @@ class ForeignTableJoin(Processor):
     """A change of the foreign table answers every row subscribed to its key (Kafka's
     ForeignTableJoinProcessorSupplier), in primary-key order, at the change's time."""
 
-    def __init__(self, subscriptions: str, versioned: bool) -> None:
+    def __init__(self, subscriptions: str, versioned: bool, foreign_serde: Serde = JSON) -> None:
         self.subscriptions_name = subscriptions
         self.versioned = versioned
+        self.foreign_serde = foreign_serde  # the foreign table's value serde
 
     def init(self, context) -> None:
         super().init(context)
@@ -204,8 +226,9 @@ class ForeignTableJoin(Processor):
         if self.versioned and not change.is_latest:
             self.context.metric(DROPPED_RECORDS)
             return
+        foreign_value = _held(change.new_value, self.foreign_serde)
         for (_, primary_key), found in self.subscriptions.prefix_scan((record.key,)):
-            response = SubscriptionResponse(found.value, change.new_value)
+            response = SubscriptionResponse(found.value, foreign_value)
             self.context.forward(Record(primary_key, response, record.timestamp, record.headers))
 
 
@@ -213,10 +236,19 @@ class ResponseJoin(Processor):
     """Resolves an answer against this table's current row (Kafka's
     ResponseJoinProcessorSupplier): a stale one (its hash is not the row's) is dropped."""
 
-    def __init__(self, store: str, joiner: Callable[[Any, Any], Any], left: bool) -> None:
+    def __init__(
+        self,
+        store: str,
+        joiner: Callable[[Any, Any], Any],
+        left: bool,
+        value_serde: Serde = JSON,
+        foreign_serde: Serde = JSON,
+    ) -> None:
         self.store_name = store
         self.joiner = joiner
         self.left = left
+        self.value_serde = value_serde  # this table's (as SubscriptionSend's)
+        self.foreign_serde = foreign_serde  # the foreign table's (its responses' values)
 
     def init(self, context) -> None:
         super().init(context)
@@ -226,11 +258,11 @@ class ResponseJoin(Processor):
         response: SubscriptionResponse = record.value
         row = table_row(self.store, record.key)
         current = None if row is None else row[0]
-        if response.value_hash != value_hash(current):
+        if response.value_hash != value_hash(current, self.value_serde):
             self.context.metric(DROPPED_RECORDS)
             return
         if response.foreign_value is None and (not self.left or current is None):
             result = None
         else:
-            result = self.joiner(current, response.foreign_value)
+            result = self.joiner(current, _given(response.foreign_value, self.foreign_serde))
         self.context.forward(record.with_value(result))

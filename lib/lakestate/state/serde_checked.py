@@ -24,6 +24,7 @@ from typing import Any
 from lakestate.errors import SerializationException
 from lakestate.serdes import Serde, TopicSerdes
 from lakestate.state.serde import decode_value
+from lakestate.state.suppression_buffer import BufferedRecord, SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
 from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
 from lakestate.state.window import WindowStore
@@ -182,12 +183,36 @@ class _WindowReads(_Seam):
             yield windowed, self._given_vt(found)
 
 
+class _BufferWrites(_Seam):
+    """The suppression buffer's write hook (a put's, staged in a chunk or not): the key
+    checked (a windowed key by its windowed serde), the value and old value held."""
+
+    def _held_update(self, key: Any, value: Any, old_value: Any) -> tuple[Any, Any]:
+        self._check_key(key)
+        return self._held_value(value), self._held_value(old_value)
+
+
+class _BufferReads(_Seam):
+    """The suppression buffer's read hooks when its value serde converts (Bytes): every
+    record it gives (evicted or read), and ``prior_value``, hold the values again."""
+
+    def _record_of(self, key: Any, entry: Any) -> BufferedRecord:
+        record = super()._record_of(key, entry)  # type: ignore[misc]
+        given = self._given
+        return record._replace(value=given(record.value), prior_value=given(record.prior_value))
+
+    def prior_value(self, key: Any) -> tuple[bool, Any]:
+        found, prior = super().prior_value(key)  # type: ignore[misc]
+        return found, self._given(prior)
+
+
 def _reads_of(view: type) -> type:
     """The mixin converting ``view``'s reads back (most specific kind first)."""
     for kind, reads in (
         (WindowStore, _WindowReads),
         (TimestampedKeyValueStore, _TimestampedReads),
         (VersionedKeyValueStore, _VersionedReads),
+        (SuppressionBuffer, _BufferReads),
     ):
         if issubclass(view, kind):
             return reads
@@ -198,13 +223,17 @@ _CLASSES: dict[tuple[type, TopicSerdes], type] = {}
 
 
 def checked_class(view: type, serdes: TopicSerdes) -> type:
-    """``view`` (a key-value, window or session view class) whose instances check and
+    """``view`` (a key-value, window, session view or suppression buffer class) whose instances check and
     convert every write by ``serdes`` and, when the value serde converts (Bytes), give back
     every value read; the class is a subclass of ``view``, so ``isinstance`` still holds."""
     found = _CLASSES.get((view, serdes))
     if found is None:
-        window = issubclass(view, WindowStore)
-        mixins: tuple[type, ...] = (_WindowWrites,) if window else (_KeyValueWrites,)
+        if issubclass(view, WindowStore):
+            mixins: tuple[type, ...] = (_WindowWrites,)
+        elif issubclass(view, SuppressionBuffer):
+            mixins = (_BufferWrites,)
+        else:
+            mixins = (_KeyValueWrites,)
         if serdes.value.json_form_differs:
             mixins = (_reads_of(view), *mixins)
         found = type(f"SerdeChecked{view.__name__}", (*mixins, view), {"store_serdes": serdes})

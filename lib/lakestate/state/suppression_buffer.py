@@ -52,7 +52,7 @@ from sortedcontainers import SortedList
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.records import Windowed
-from lakestate.serdes import JSON, Serde
+from lakestate.serdes import JSON, JsonSerde, Serde, changelog_text
 from lakestate.state.base import Transaction, TransactionState
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
@@ -139,6 +139,16 @@ class SuppressionBuffer:
         mode = "on disk" if self.spill_to_disk else "in memory"
         return f"SuppressionBuffer({self.name!r}, {mode})"
 
+    # The seam of a buffer with serdes (state/serde_checked.py overrides these two): what a
+    # put holds of its value and old value (their JSON forms), and the record an eviction
+    # or a read gives back (the values again). Json: as they are.
+
+    def _held_update(self, key: Any, value: Any, old_value: Any) -> tuple[Any, Any]:
+        return value, old_value
+
+    def _record_of(self, key: Any, entry: _Entry) -> BufferedRecord:
+        return _record(key, entry)
+
     # -- the state of the current transaction ----------------------------------------------
 
     def _current(self) -> _State:
@@ -202,7 +212,7 @@ class SuppressionBuffer:
     def get(self, key: Any) -> BufferedRecord | None:
         """The buffered update of ``key``, or None."""
         entry = self._get(self._current(), ENTRY_PREFIX + encode_key(key))
-        return None if entry is None else _record(key, entry)
+        return None if entry is None else self._record_of(key, entry)
 
     def prior_value(self, key: Any) -> tuple[bool, Any]:
         """(True, the value ``key`` had before its first buffered update) if it is buffered,
@@ -218,7 +228,7 @@ class SuppressionBuffer:
             raw_key = ENTRY_PREFIX + raw_index[1 + _TS_BYTES :]
             entry = self._get(state, raw_key)
             if entry is not None:
-                out.append(_record(decode_key(raw_key[1:]), entry))
+                out.append(self._record_of(decode_key(raw_key[1:]), entry))
         return out
 
     def num_records(self) -> int:
@@ -250,6 +260,7 @@ class SuppressionBuffer:
         """Buffer the update ``old_value -> value`` of ``key``: a new entry at
         ``buffer_time``, or, for a buffered key, the new value, timestamp and headers in
         its entry (buffer time and prior value kept)."""
+        value, old_value = self._held_update(key, value, old_value)
         state = self._current()
         raw_key = ENTRY_PREFIX + encode_key(key)
         old = self._get(state, raw_key)
@@ -308,7 +319,7 @@ class SuppressionBuffer:
             state.stats["count"] -= 1
             state.stats["size"] -= entry.size
             evicted += 1
-            callback(_record(decode_key(raw_key[1:]), entry))
+            callback(self._record_of(decode_key(raw_key[1:]), entry))
         return evicted
 
     def evict_through(self, expiry: int, callback: Callable[[BufferedRecord], None]) -> int:
@@ -352,8 +363,12 @@ class SuppressionBuffer:
             return None
         key = decode_key(raw_key[1:])
         buffer_time, ts, value, prior, _ = decode_value(raw_value)
+        if type(key_serde) is JsonSerde:
+            key_text = json_text(key.as_fields() if type(key) is Windowed else key)
+        else:  # its JSON form: a Bytes key as base64 text (a windowed one's inner key)
+            key_text = changelog_text(key, key_serde)
         return {
-            "key": json_text(key.as_fields() if type(key) is Windowed else key),
+            "key": key_text,
             "value": json_text(value),
             "prior_value": json_text(prior),
             "ts": ts,

@@ -30,7 +30,6 @@ from lakestate.state.suppression_buffer import (
     SuppressionBuffer,
     _Entry,
     _index_key,
-    _record,
 )
 
 __all__ = ["StagedBuffer"]
@@ -92,6 +91,7 @@ class StagedBuffer:
         headers: dict[str, Any] | None = None,
     ) -> None:
         """``SuppressionBuffer.put``, staged."""
+        value, old_value = self._buffer._held_update(key, value, old_value)
         raw_key = ENTRY_PREFIX + encode_key(key)
         old = self._get(raw_key)
         if old is not None:
@@ -153,7 +153,8 @@ class StagedBuffer:
         self.size -= entry.size
         # The key as stored (decoded), as the buffer gives it: encoding is canonical.
         key = self._keys.get(raw_key, _ABSENT)
-        callback(_record(decode_key(raw_key[1:]) if key is _ABSENT else key, entry))
+        key = decode_key(raw_key[1:]) if key is _ABSENT else key
+        callback(self._buffer._record_of(key, entry))
 
     def apply(self) -> None:
         """Write the chunk's outcome to the transaction and the mirror (once)."""

@@ -221,6 +221,9 @@ final class Topologies {
                         v == null ? null : Bytes.wrap(marked(String.valueOf(v)))))
                 .groupByKey(Grouped.with(Serdes.Bytes(), Serdes.Bytes()));
         String aggregation = params.get("aggregation").asText();
+        if (params.hasNonNull("window")) {
+            return bytesStoreSuppressed(builder, grouped, aggregation, params.get("window").asLong());
+        }
         KTable<Bytes, String> table = switch (aggregation) {
             case "count" -> grouped.count(Materialized.as("bytes-store")).mapValues(n -> Long.toString(n));
             case "reduce" -> grouped.reduce(Topologies::tail, Materialized.as("bytes-store"))
@@ -229,6 +232,30 @@ final class Topologies {
         };
         table.toStream()
                 .map((k, v) -> KeyValue.pair(HexFormat.of().formatHex(k.get()), v))
+                .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /**
+     * bytesStore's windowed case: tumbling windows of {@code size} ms with no grace, the
+     * table suppressed until its windows close (the buffer serializes with the table's
+     * serdes: the windowed Bytes key, a count's Long or a reduce's Bytes). Out: the inner
+     * key's hex + "@" + the window start, and the value as bytesStore's.
+     */
+    static Built bytesStoreSuppressed(StreamsBuilder builder, KGroupedStream<Bytes, Bytes> grouped,
+            String aggregation, long size) {
+        TimeWindowedKStream<Bytes, Bytes> windowed = grouped.windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMillis(size)));
+        KTable<Windowed<Bytes>, String> table = switch (aggregation) {
+            case "count" -> windowed.count(Materialized.as("bytes-store"))
+                    .suppress(Suppressed.untilWindowCloses(BufferConfig.unbounded()))
+                    .mapValues(n -> Long.toString(n));
+            case "reduce" -> windowed.reduce(Topologies::tail, Materialized.as("bytes-store"))
+                    .suppress(Suppressed.untilWindowCloses(BufferConfig.unbounded()))
+                    .mapValues(v -> HexFormat.of().formatHex(v.get()));
+            default -> throw unknown("aggregation", aggregation);
+        };
+        table.toStream()
+                .map((w, v) -> KeyValue.pair(HexFormat.of().formatHex(w.key().get()) + "@" + w.window().start(), v))
                 .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }

@@ -75,7 +75,6 @@ import contextlib
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -277,14 +276,6 @@ def child_sss(argv: list[str]) -> int:
 # -- the parent's view of a fresh process --------------------------------------------------------
 
 
-def _children_cpu_s() -> float:
-    """User + system CPU seconds of this process's waited-for children and theirs (a
-    command's JVM, and Spark's Python workers, which its daemon reaps): on a shared machine
-    less exposed to the load than wall time."""
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 class Commands:
     """Runs and times the fresh processes of both sides; keeps their output in ``logs``."""
 
@@ -301,7 +292,6 @@ class Commands:
         out_file = self.logs / f"{self.count:03d}-{name}.log"
         before = loadavg()
         env = dict(os.environ)
-        used = _children_cpu_s()
         started = time.monotonic()
         env[SPAWNED_AT_ENV] = repr(started)
         with open(out_file, "w") as out:
@@ -309,14 +299,12 @@ class Commands:
                 cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False
             )
         ended = time.monotonic()
-        cpu_s = _children_cpu_s() - used
         text = out_file.read_text(errors="replace")
         if proc.returncode != 0:
             tail = "\n".join(text.splitlines()[-25:])
             raise RuntimeError(f"{name} exited with {proc.returncode}:\n{tail}")
         return {
             "wall_s": round(ended - started, 3),
-            "cpu_s": round(cpu_s, 3),
             "spawned_at": started,
             "ended_at": ended,
             "load_before": before,
@@ -1354,15 +1342,6 @@ def report_backlog(app: str, b: dict[str, Any], load: str) -> None:
     rows.append(
         ("  each run: wall s (load before->after)", each["lakestate"], each["sss"], None, "", "")
     )
-    cpu = {
-        side: ", ".join(
-            f"{x['cpu_s']:.1f}"
-            for x in (b.get("runs", {}).get(side) or [x for x in (b.get(side),) if x])
-            if "cpu_s" in x
-        )
-        for side in ("lakestate", "sss")
-    }
-    rows.append(("  each run: CPU s (process tree)", cpu["lakestate"], cpu["sss"], None, "", ""))
     runs = b.get("runs") or {}
     pairs = list(zip(runs.get("lakestate", []), runs.get("sss", []), strict=False))
     if len(pairs) > 1:  # records/s ratio of each interleaved pair: less exposed to the load

@@ -90,9 +90,12 @@ def test_a_failing_record_is_one_error_line_and_the_log_path(spark, warehouse, t
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     where = "in Spark" if transport == "spark" else "in this process, no Spark"
+    # Through Spark, its executors own the stores (the default on a local master too).
+    state = ["state: on Spark's executors (each brings its tasks' stores up itself)"]
     assert proc.stdout.splitlines() == [
         f"transport: {where} (20 records pending; lakestate.inprocess.max.records "
-        f"{TRANSPORTS[transport]})"
+        f"{TRANSPORTS[transport]})",
+        *(state if transport == "spark" else []),
     ]
     error, full_log = proc.stderr.splitlines()
     assert error.startswith(

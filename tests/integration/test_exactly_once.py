@@ -119,9 +119,13 @@ def _results(spark, wh: Warehouse):
 
 # The transports of a batch's processing: inprocess_max_records and the app (the same
 # topology; counts_in_workers.py's tasks are processed in two worker processes,
-# runtime/worker_pool.py).
+# runtime/worker_pool.py). Through Spark, the stores are the driver's here
+# (counts_on_driver.py: ``lakestate.spark.state.owner=driver``, the path of an app with
+# global tables on a local master), so that the local commit (step 4) is killed too;
+# Spark's default on a local master, the executors' stores and files, goes through the
+# same kills in test_executor_writes_faults.py.
 TRANSPORTS = {
-    "spark": (0, "counts.py"),
+    "spark": (0, "counts_on_driver.py"),
     "in_process": (10**9, "counts.py"),
     "in_process_workers": (10**9, "counts_in_workers.py"),
 }

@@ -106,7 +106,9 @@ def test_driver_killed_at_each_executor_write_step_then_rerun_is_exactly_once(sp
 
     wh = Warehouse(tmp_path / "wh")
     produce(spark, wh, "events", records, partitions=2)
-    app, state = _app_on_executors(tmp_path), tmp_path / "state"
+    # The app's own config: on a local master Spark's executors own the stores by default
+    # (``lakestate.spark.state.owner`` auto), as on a cluster.
+    app, state = APPS / "counts.py", tmp_path / "state"
     said = []
     try:
         for point in FAULT_POINTS:

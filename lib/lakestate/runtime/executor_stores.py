@@ -32,22 +32,26 @@ from lakestate.state.base import IsolationLevel
 from lakestate.task_id import TaskId
 
 #: the app config key: ``driver`` (stores in the driver's state directory, opened by the
-#: Python workers of local Spark), ``executors``, or ``auto`` (the default: ``executors``
-#: when Spark's master is not local)
+#: Python workers of local Spark), ``executors``, or ``auto`` (the default: ``executors``,
+#: but ``driver`` for an app with global tables on a local master)
 STATE_OWNER = "lakestate.spark.state.owner"
 OWNERS = ("auto", "driver", "executors")
 
 
-def state_owner(config: dict, master: str) -> str:
-    """``driver`` or ``executors``: the app's ``lakestate.spark.state.owner``, with
-    ``auto`` deciding from Spark's resolved ``master`` (only ``local``/``local[...]``
-    shares the driver's disk)."""
+def state_owner(config: dict, master: str, global_tables: bool = False) -> str:
+    """``driver`` or ``executors``: the app's ``lakestate.spark.state.owner``; ``auto`` is
+    ``executors`` on any master (each task reads its own input and writes its own files
+    where it runs: no Spark scan, shuffle or rows through the driver), except for an app
+    with ``global_tables`` on a local master (Spark's resolved ``master`` is ``local`` or
+    ``local[...]``), whose Python workers share the driver's disk: its global tables need
+    the driver's stores (on a cluster such an app is refused by the runner)."""
     owner = str(config.get(STATE_OWNER, "auto"))
     if owner not in OWNERS:
         raise ValueError(f"app config {STATE_OWNER} is {owner!r}: use one of {', '.join(OWNERS)}")
     if owner != "auto":
         return owner
-    return "driver" if master == "local" or master.startswith("local[") else "executors"
+    local = master == "local" or master.startswith("local[")
+    return "driver" if local and global_tables else "executors"
 
 
 def executor_state_dir(warehouse_root: str) -> str:

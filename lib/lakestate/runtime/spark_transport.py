@@ -128,9 +128,9 @@ class SparkTransport:
 
     def state_owner(self, config: dict) -> str:
         """``executor_stores.state_owner`` for this run's Spark master (the one configured,
-        or under spark-submit the running session's)."""
+        or under spark-submit the running session's) and the app's global tables."""
         master = configured_master(self.spark.master) or self.spark().sparkContext.master
-        return state_owner(config, master)
+        return state_owner(config, master, bool(self.layout.global_topics))
 
     def run_batch(self, batch: BatchInput) -> BatchOutput:
         """Step 1 in Spark's Python workers: the processing output, collected as Arrow."""

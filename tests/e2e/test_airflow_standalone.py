@@ -3,9 +3,11 @@ the README says to start it, on a fresh AIRFLOW_HOME.
 
 The demo DAG is unpaused when created, so its first scheduled run starts as soon as the
 dag-processor has parsed it, before the api-server (whose execution API every task needs in
-Airflow 3) answers: that run must still go green. A plugin of the test's delays the
-api-server by 30 s, so that this holds on any machine (unloaded, the api-server may win the
-race; on a busy 2-core machine it answers a minute after the scheduler starts). The admin
+Airflow 3) answers: that run must still go green. A plugin of the test's holds the
+api-server back until the scheduler has queued that run's first task, and a few seconds
+more for its worker to find the API down (at most 30 s), so that this holds on any machine
+(unloaded, the api-server may win the race; on a busy 2-core machine it answers a minute
+after the scheduler starts). The admin
 logs in with the password the README points to (the simple auth manager's generated
 passwords file), triggers a run through the REST API and waits for it to go green. Then one
 SIGTERM to scripts/airflow.sh must stop everything it started: standalone, the scheduler and
@@ -44,8 +46,33 @@ RUN_TIMEOUT_S = 600
 #: How long scripts/airflow.sh may take to stop everything after SIGTERM.
 STOP_TIMEOUT_S = 120
 MARKER = "LAKESTATE_TEST_STANDALONE"
-#: How much later than usual the api-server starts listening.
+#: How much later than usual the api-server starts listening, at most: until a task is
+#: queued, then ``API_SERVER_AFTER_QUEUED_S`` more (the worker's first call to the API fails).
 API_SERVER_DELAY_S = 30
+API_SERVER_AFTER_QUEUED_S = 5
+#: The plugin that holds the api-server back (its plugins load before it listens).
+SLOW_API_SERVER = f"""
+import contextlib, os, sqlite3, sys, time
+if sys.argv[1:2] == ["api-server"]:
+    db = os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].removeprefix("sqlite:///")
+    start = time.monotonic()
+    deadline = start + {API_SERVER_DELAY_S}
+    queued = 0
+    while time.monotonic() < deadline:
+        try:
+            with contextlib.closing(sqlite3.connect(db, timeout=1)) as db_conn:
+                queued = db_conn.execute(
+                    "SELECT count(*) FROM task_instance WHERE state IN ('queued', 'running')"
+                ).fetchone()[0]
+        except sqlite3.Error:  # no such table yet, or locked
+            queued = 0
+        if queued:
+            time.sleep(min({API_SERVER_AFTER_QUEUED_S}, max(0.0, deadline - time.monotonic())))
+            break
+        time.sleep(0.5)
+    print(f"slow_api_server: held {{time.monotonic() - start:.0f}} s, task queued: {{bool(queued)}}",
+          file=sys.stderr)
+"""
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -129,15 +156,12 @@ def test_standalone_first_runs_go_green_and_one_sigterm_stops_everything(tmp_pat
         f"dag = make_dag({str(REPO / 'jobs' / 'demo.py')!r})\n",
         encoding="utf-8",
     )
-    # The api-server listens 30 s later than it would (its plugins load first), so that the
-    # first run starts well before it answers, as on a busy 2-core machine, on any machine.
+    # The api-server listens only once the first run's task is queued (its plugins load
+    # first), so that the run starts before it answers, as on a busy 2-core machine, on any
+    # machine.
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "slow_api_server.py").write_text(
-        "import sys, time\n"
-        f"if sys.argv[1:2] == ['api-server']:\n    time.sleep({API_SERVER_DELAY_S})\n",
-        encoding="utf-8",
-    )
+    (plugins / "slow_api_server.py").write_text(SLOW_API_SERVER, encoding="utf-8")
     marker = uuid.uuid4().hex
     port = free_port()
     env = base_env(home)

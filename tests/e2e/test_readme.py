@@ -27,6 +27,10 @@ Streams runner) links to the checkout's. The session's environment has no ``LAKE
 
 Every path the README names under the repository's folders, and every ``lakestate.*`` name it
 gives, must exist.
+
+The README's first command, ``bash scripts/main.sh`` (the main job, the demo in its default
+mode), is also checked as test_main_job checks that mode (``check_default_mode``), which
+therefore runs only the ``--spark`` mode itself.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_main_job import check_default_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -62,6 +67,9 @@ ROOT_FILES = ("pyproject.toml", "docker-compose.yml")
 DROPPED_PREFIXES = ("LAKESTATE_", "AIRFLOW", "_AIRFLOW", "PYSPARK_", "SPARK_")
 DROPPED = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "JAVA_TOOL_OPTIONS")
 SESSION_TIMEOUT_S = 3600
+#: The main job as the README runs it: the demo in its default mode.
+MAIN_JOB = re.compile(r"^bash scripts/main\.sh(?:\s+#.*)?$", re.M)
+BLOCK_MARK = re.compile(r"^@@readme-block (\d+|done) [\d.]+@@$", re.M)
 
 
 @dataclass(frozen=True)
@@ -368,6 +376,21 @@ def run_shell_blocks(repo: Path, blocks: list[Block], env: dict[str, str], logs:
     return report
 
 
+def block_output(log: str, index: int) -> str:
+    """What the ``index``-th shell block that ran printed (its part of the session's log)."""
+    return BLOCK_MARK.split(log)[2 * index + 2]
+
+
+def check_main_job(blocks: list[Block], logs: Path) -> None:
+    """The output of the README's ``bash scripts/main.sh`` is the demo's default mode's on a
+    new warehouse (test_main_job.check_default_mode)."""
+    ran = [b for b in blocks if b.lang in SHELL and not b.skip]
+    main_job = [n for n, b in enumerate(ran) if MAIN_JOB.search(shell_text(b))]
+    assert main_job, "the README runs no `bash scripts/main.sh`: the default mode is unchecked"
+    log = (logs / "readme.log").read_text(errors="replace")
+    check_default_mode(block_output(log, main_job[0]))
+
+
 def check_sql(repo: Path, blocks: list[Block], env: dict[str, str]) -> list[str]:
     """Every statement of the SQL blocks runs as written through ``lakestate sql``, and it
     and every query of a shell block's ``lakestate sql`` return rows. One ``lakestate --json
@@ -440,6 +463,7 @@ def test_readme_runs_as_written(tmp_path):
     env = dict(session_env(), KAFKA_BOOTSTRAP=broker.bootstrap_servers)
     try:
         report = run_shell_blocks(repo, blocks, env, tmp_path)
+        check_main_job(blocks, tmp_path)
         report += check_sql(repo, blocks, env)
         report += run_python_blocks(repo, blocks, env)
     finally:

@@ -43,6 +43,10 @@ APP = load_app(APPS / APP_FILE)
 KEYS = ("u1", "u2", "u3", "u4")
 WAITING = "pairs-outer-shared-join-store"
 MAX_RECORDS = 10
+# Clicks and views: 7 batches, one past the chain's last kill point (mid_local_commit@6).
+# The kill points are the same as with 80 (11 batches); the 4 batches more only lengthened
+# each chain's last run (in Spark, 7-22 s a batch).
+EVENTS = 32
 # The transports of a batch's processing (runtime/inprocess.py): inprocess_max_records.
 TRANSPORTS = {"spark": 0, "in_process": 10**9}
 # The stores whose rows the driver is compared on (the join's window stores are compared
@@ -54,9 +58,9 @@ KV_STORES = ("activity", "orders", "seen", SUBSCRIPTIONS, FK_OUTPUT)
 
 def _inputs(seed: int) -> dict[str, list[dict]]:
     """Orders first in time (each names a user, some one without activity or none; some
-    change user or are deleted), then 80 clicks and views over one time span, out of order
-    within each input, a few null values; every timestamp distinct (no ties in the
-    merge)."""
+    change user or are deleted), then ``EVENTS`` clicks and views over one time span, out
+    of order within each input, a few null values; every timestamp distinct (no ties in
+    the merge)."""
     rng = random.Random(seed)
     orders = []
     for i in range(16):
@@ -65,7 +69,7 @@ def _inputs(seed: int) -> dict[str, list[dict]]:
         # store holds a hash of the serialized row (processors/fk_join.value_hash).
         value = None if rng.random() < 0.1 else {"item": f"i{i}", "user": user}
         orders.append({"key": f"o{rng.randrange(8)}", "value": value, "timestamp": 100 + i})
-    stamps = rng.sample(range(1_000, 1_800), 80)
+    stamps = rng.sample(range(1_000, 1_000 + 10 * EVENTS), EVENTS)
     streams: dict[str, list[dict]] = {"clicks": [], "views": []}
     for i, ts in enumerate(sorted(stamps)):
         topic = "clicks" if i % 8 in (0, 3, 5) else "views"

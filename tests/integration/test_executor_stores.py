@@ -24,13 +24,13 @@ from lakestate.warehouse import Warehouse
 pytestmark = pytest.mark.integration
 
 
-def _owned_by_executors(tmp_path: Path, app_file: str) -> Path:
-    """``app_file``'s app with its stores owned by Spark's executors."""
-    wrapper = tmp_path / f"executors_{app_file}"
+def _owned_by(tmp_path: Path, app_file: str, owner: str) -> Path:
+    """``app_file``'s app with its stores owned by ``owner`` (``driver`` or ``executors``)."""
+    wrapper = tmp_path / f"{owner}_{app_file}"
     wrapper.write_text(
         "import dataclasses, runpy\n"
         f"_app = runpy.run_path({str(APPS / app_file)!r})['app']\n"
-        f"app = dataclasses.replace(_app, config={{**_app.config, {STATE_OWNER!r}: 'executors'}})\n"
+        f"app = dataclasses.replace(_app, config={{**_app.config, {STATE_OWNER!r}: {owner!r}}})\n"
     )
     return wrapper
 
@@ -81,11 +81,8 @@ def test_executor_owned_stores_give_the_driver_owned_result(spark, tmp_path, mon
         received.clear()
         wh = Warehouse(tmp_path / f"wh-{owner}")
         state = tmp_path / f"state-{owner}"
-        app = (
-            APPS / "regroup.py"
-            if owner == "driver"
-            else _owned_by_executors(tmp_path, "regroup.py")
-        )
+        # Pinned both ways: the default (auto) is the executors on a local master too.
+        app = _owned_by(tmp_path, "regroup.py", owner)
         io_topics.topic(wh, "events").create(2)
         said: list[str] = []
         for n, records in enumerate(phases):
@@ -124,4 +121,4 @@ def test_global_tables_with_executor_owned_stores_are_refused_by_name(spark, tmp
         [{"key": "o1", "value": {"product": "p"}, "timestamp": 1}]
     )
     with pytest.raises(StreamsException, match=f"global tables.*{STATE_OWNER}=driver"):
-        _run(_owned_by_executors(tmp_path, "global_join.py"), wh, tmp_path / "s", "spark", [])
+        _run(_owned_by(tmp_path, "global_join.py", "executors"), wh, tmp_path / "s", "spark", [])

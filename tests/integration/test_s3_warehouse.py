@@ -118,6 +118,29 @@ def test_a_task_s_txn_committed_by_two_writers_at_once_lands_once(s3_warehouse):
     assert delta_commits.txn_versions(table, "app", [task]) == {task: 1}
 
 
+def test_a_topic_s_end_offsets_on_a_bucket_come_from_its_commits_not_a_scan(
+    s3_warehouse, monkeypatch
+):
+    # A scan reads every data file's offsets over the network, and a topic gains files
+    # every run: the newest commit's recorded end offsets serve instead, as on a folder.
+    from lakestate.io import topics
+    from lakestate.io.logtable import ends
+
+    topic = topics.topic(s3_warehouse, "clicks")
+    topic.create(3)
+    for n in range(4):
+        topic.append([{"key": f"k{i}", "value": i, "timestamp": n} for i in range(n * 5)])
+    scanned = ends.scan_end_offsets(delta_commits.open_table(topic.path), 3)
+    assert sum(scanned.values()) == 30
+
+    def no_scan(path: str, num_partitions: int) -> dict[int, int]:
+        raise AssertionError(f"{path} scanned")
+
+    monkeypatch.setattr(ends, "_scan_end_offsets", no_scan)
+    assert topic.end_offsets() == scanned
+    assert topics.topic(s3_warehouse, "clicks").describe().end_offsets == scanned
+
+
 # -- listing ---------------------------------------------------------------------------------
 
 

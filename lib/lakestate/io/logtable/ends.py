@@ -2,10 +2,10 @@
 
 Records are never deleted from a log table (a partition emptied by a delete would number
 from 0 again). Every append records the end offsets it leaves in its commit's metadata
-(Delta ``commitInfo.userMetadata``, JSON under ``ENDS_METADATA_KEY``), so that on a local
-warehouse they are read from the newest commit file (past commits that change no data,
-e.g. OPTIMIZE) instead of by a scan of the whole topic; a commit by another writer that
-changed data falls back to the scan. The end offsets are also cached in-process, each
+(Delta ``commitInfo.userMetadata``, JSON under ``ENDS_METADATA_KEY``), so that they are
+read from the newest commit file (on an object store: a listing and a read; past commits
+that change no data, e.g. OPTIMIZE) instead of by a scan of the whole topic; a commit by
+another writer that changed data falls back to the scan. The end offsets are also cached in-process, each
 entry checked against the Delta log's files before use (the table version; the identity
 of its first commit).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,14 +53,18 @@ def read_ends(
     """The end offsets, and the table version they are the end offsets of (None when not
     known: remote warehouse, or the table changed while they were read)."""
     log = local_log(warehouse, path)
-    identity = first_commit_identity(log) if log is not None else None
-    seen = _local_version(log) if log is not None and identity is not None else None
+    if log is None:
+        return _remote_ends(path, num_partitions), None
+    identity = first_commit_identity(log)
+    seen = _local_version(log) if identity is not None else None
     if seen is not None:
         with _cache_guard:
             cached = _ends_cache.get(path)
         if cached is not None and cached[0] == (identity, seen):
             return dict(cached[1]), seen
-    ends = _recorded_ends(log, seen, num_partitions) if seen is not None else None
+    ends = None
+    if seen is not None:
+        ends = _recorded_ends(lambda v: delta_log.read_commit(log, v), seen, num_partitions)
     if ends is None:
         ends = _scan_end_offsets(path, num_partitions)
     if seen is not None and _local_version(log) == seen:
@@ -102,13 +106,27 @@ def scan_end_offsets(table: DeltaTable, num_partitions: int) -> dict[int, int]:
     return ends
 
 
-def _recorded_ends(log: Path, version: int, num_partitions: int) -> dict[int, int] | None:
-    """The end offsets at ``version`` from the commit files alone: those the newest append
-    recorded (``ENDS_METADATA_KEY``) if no later commit changed data, zeros if no commit
-    ever did. None when the files cannot tell (a commit by another writer that changed
-    data, a commit file cleaned up, more than ``_ENDS_LOOKBACK`` commits to read)."""
+def _remote_ends(path: str, num_partitions: int) -> dict[int, int]:
+    """The end offsets of a table on an object store: from its newest commit files (one
+    listing and, usually, one read), else by a scan. A scan reads every data file's two
+    number columns over the network, and a topic gains files every run."""
+    versions = delta_log.commit_versions(path)
+    ends = None
+    if versions:
+        ends = _recorded_ends(lambda v: delta_log.commit_of(path, v), versions[0], num_partitions)
+    return _scan_end_offsets(path, num_partitions) if ends is None else ends
+
+
+def _recorded_ends(
+    read: Callable[[int], delta_log.Commit | None], version: int, num_partitions: int
+) -> dict[int, int] | None:
+    """The end offsets at ``version`` from the commit files alone (``read``: a version's
+    commit): those the newest append recorded (``ENDS_METADATA_KEY``) if no later commit
+    changed data, zeros if no commit ever did. None when the files cannot tell (a commit by
+    another writer that changed data, a commit file cleaned up, more than
+    ``_ENDS_LOOKBACK`` commits to read)."""
     for v in range(version, max(-1, version - _ENDS_LOOKBACK), -1):
-        commit = delta_log.read_commit(log, v)
+        commit = read(v)
         if commit is None:
             return None
         recorded = commit.metadata_value(ENDS_METADATA_KEY)

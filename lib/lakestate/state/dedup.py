@@ -42,10 +42,11 @@ import orjson
 
 from lakestate.errors import InvalidStateStoreException
 from lakestate.serdes import JSON, Serde
+from lakestate.state import keys
 from lakestate.state.base import Transaction
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.dedup_columns import ID_PREFIX, changelog_columns
-from lakestate.state.keys import TAG_STR, decode_i64_be, decode_key, encode_i64_be, encode_key
+from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.multi_get import get_many
 from lakestate.state.serde import decode_value, encode_value, json_text
 
@@ -54,7 +55,6 @@ __all__ = ["DedupEntry", "DedupStore", "source_tag"]
 TIME_PREFIX = b"t"
 COUNT_KEY = b"n"
 FLOOR_KEY = b"f"
-_STR_ID = ID_PREFIX + bytes([TAG_STR])  # an id entry's key of a str id starts so
 _ID_END = b"j"  # the smallest key above every id entry
 _TIME_END = b"u"  # the smallest key above every index entry
 _TS_BYTES = 8
@@ -198,12 +198,10 @@ class DedupStore:
 
     @staticmethod
     def id_keys(dedup_ids: list[Any]) -> list[bytes]:
-        """``[id_key(i) for i in dedup_ids]``, a str id encoded inline (the same bytes as
-        ``encode_key``'s, without its memo: ids are mostly seen once)."""
+        """``[id_key(i) for i in dedup_ids]``, a str id without ``encode_key``'s memo (ids
+        are mostly seen once)."""
         return [
-            _STR_ID + i.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff") + b"\x00"
-            if type(i) is str
-            else ID_PREFIX + encode_key(i)
+            ID_PREFIX + (keys.encode_str_key(i) if type(i) is str else encode_key(i))
             for i in dedup_ids
         ]
 

@@ -121,16 +121,13 @@ def encode_key(value: Any) -> bytes:
         return hit[1]
     t = type(value)
     if t is str:  # the commonest key: what _encode writes, without its dispatch
-        raw = _STR_TAG + value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
-        raw += _END_BYTE
+        raw = encode_str_key(value)
     elif t is Windowed and type(value.key) is str and _plain_window(value.window):
         # A windowed aggregation's key (the same bytes as _encode's, without its dispatch).
-        body = value.key.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
         window = value.window
         raw = (
-            _WINDOWED_STR_TAG
-            + body
-            + _END_BYTE
+            _WINDOWED_TAG
+            + encode_str_key(value.key)
             + _BOUNDS.pack(window.start + _SIGN, window.end + _SIGN)
         )
     else:
@@ -144,8 +141,15 @@ def encode_key(value: Any) -> bytes:
     return raw
 
 
+def encode_str_key(value: str) -> bytes:
+    """``encode_key`` of a str, without the memo or the dispatch: its tag, its UTF-8 with
+    NUL escaped as NUL 0xFF, the terminator (for callers encoding many keys seen once)."""
+    body = value.encode("utf-8", "surrogatepass").replace(b"\x00", b"\x00\xff")
+    return _STR_TAG + body + _END_BYTE
+
+
 _MEMO_TYPES = frozenset((str, int))
-_WINDOWED_STR_TAG = bytes([TAG_WINDOWED, TAG_STR])
+_WINDOWED_TAG = bytes([TAG_WINDOWED])
 _BOUNDS = struct.Struct(">QQ")
 
 

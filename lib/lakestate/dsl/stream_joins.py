@@ -188,18 +188,26 @@ class StreamJoined:
 
 
 def _repartitioned(
-    graph: GraphBuilder, stream: KStream, topic: str, key: Serde | None, value: Serde | None
+    graph: GraphBuilder,
+    stream: KStream,
+    topic: str,
+    serdes: tuple[Serde | None, Serde | None],
+    outer: bool,
 ) -> str:
     """The node a side's join reads: ``stream``'s own, or, after a key change, the source of
     its repartition topic ``topic`` (made once: a stream joined with itself shares it),
-    with serdes ``key`` and ``value``, else the stream's (Kafka's repartitionForJoin)."""
+    with ``serdes`` (key, value), else the stream's (Kafka's repartitionForJoin). The topic
+    of a left or outer join (``outer``) carries null-key records, which its join emits
+    without a partner (KIP-962; Kafka 4.4 does so on both sides, checked by the
+    conformance groups bytes_stream_join-*); an inner join's drops them, uncounted."""
+    key, value = serdes
     if not stream._repartition_required:
         return stream.node_name
     for node in graph.nodes.values():
         if node.kind == SOURCE and node.internal_topic and node.topics == [topic]:
             return node.name
     serdes = TopicSerdes(key or stream.serdes.key, value or stream.serdes.value)
-    return graph.repartition(stream.node_name, topic, serdes=serdes)
+    return graph.repartition(stream.node_name, topic, serdes=serdes, keep_null_keys=outer)
 
 
 def stream_stream_join(
@@ -221,9 +229,11 @@ def stream_stream_join(
     this_topic = f"{named.name}-left" if named.name else this.node_name
     other_topic = f"{named.name}-right" if named.name else other.node_name
     key = named.key_serde
-    this_parent = _repartitioned(graph, this, f"{this_topic}-repartition", key, named.value_serde)
+    this_parent = _repartitioned(
+        graph, this, f"{this_topic}-repartition", (key, named.value_serde), left_outer
+    )
     other_parent = _repartitioned(
-        graph, other, f"{other_topic}-repartition", key, named.other_value_serde
+        graph, other, f"{other_topic}-repartition", (key, named.other_value_serde), left_outer
     )
     names = _names(graph, named, left_outer, right_outer)
     operator = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]

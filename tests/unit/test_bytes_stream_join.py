@@ -236,3 +236,26 @@ def test_a_join_of_bytes_gives_what_the_same_join_of_their_hex_gives(records, ho
             out = driver.create_output_topic("out").read_records_to_list()
             outputs.append([(r.key, r.value, r.timestamp) for r in out])
     assert outputs[0] == outputs[1]
+
+
+def test_a_join_store_whose_key_serde_is_json_cannot_log_a_bytes_key_and_says_what_to_do():
+    from lakestate import App, StreamsException
+    from lakestate.processors.task import Task
+    from lakestate.records import Record
+    from lakestate.runtime.batch_rows import Rows, out_fields, state_rows, store_kinds
+
+    b = StreamsBuilder()
+    left, right = b.stream("l", Consumed.with_(B, B)), b.stream("r", Consumed.with_(B, B))
+    windows = JoinWindows.of_time_difference_without_grace(timedelta(milliseconds=5))
+    joined = StreamJoined.as_("p").with_value_serde(B).with_other_value_serde(B)  # no key serde
+    left.join(right, lambda a, c: a + c, windows, joined).to("out")
+    app = App("bytes", b.build(), {})
+    task = Task(app.topology, 0, 0, in_memory_store("task"), app.config, app.name)
+    task.process("l", 0, Record(b"\xff", b"v", 1_000))
+    writes = list(task.transaction.changes())
+    task.close()
+    with pytest.raises(StreamsException) as info:
+        state_rows(Rows(out_fields(store_kinds(app))), app, writes, 0, 0)
+    text = str(info.value)
+    assert "store 'p-this-join-store' (key serde Serdes.Json())" in text
+    assert "StreamJoined.with_key_serde(Serdes.Bytes())" in text

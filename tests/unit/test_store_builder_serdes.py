@@ -169,6 +169,9 @@ def test_builders_check_their_serdes():
         St.key_value_store_builder(St.persistent_key_value_store("kv"), S, "Long")
     with pytest.raises(TopologyException, match="Stores.window_store_builder key_serde"):
         St.window_store_builder(St.persistent_window_store("w", TEN, TEN, False), 5)
+    windowed = ls.WindowedSerdes.time_windowed_serde_from(S, TEN)
+    with pytest.raises(TopologyException, match="not a windowed serde"):
+        St.window_store_builder(St.persistent_window_store("w", TEN, TEN, False), windowed)
 
 
 def test_describe_names_a_builder_store_s_serdes(tmp_path):

@@ -25,7 +25,7 @@ from lakestate.dsl.arguments import duration_ms
 from lakestate.dsl.materialized import Materialized, checked_serde, store_serdes
 from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
-from lakestate.serdes import Serde
+from lakestate.serdes import Serde, base_key_serde
 from lakestate.state.kv import KeyValueStore
 from lakestate.state.timestamped import TimestampedKeyValueStore
 from lakestate.state.versioned import VersionedKeyValueStore
@@ -178,4 +178,9 @@ class Stores:
         """A ``WindowStore``: ``put(key, window, value, timestamp)``, ``fetch``, ``all``;
         ``key_serde`` is the serde of the windows' keys (Kafka's), not a windowed serde."""
         what = "window_store_builder"
+        if isinstance(key_serde, Serde) and base_key_serde(key_serde) is not key_serde:
+            raise TopologyException(
+                f"Stores.{what}: key_serde is the serde of the windows' keys (e.g. "
+                f"Serdes.String()), not a windowed serde: got {key_serde.name}"
+            )
         return _builder(supplier, _WINDOW, WindowStore.kind, what, key_serde, value_serde)

@@ -465,11 +465,39 @@ def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
     return builder.build()
 
 
+class _CountStore:
+    """How ``_Counter`` holds a count in store "counts", by ``ProcessorParams.store`` (its
+    Java twin: Topologies.CountStore)."""
+
+    def __init__(self, kind: str) -> None:
+        self.bytes = kind == "bytes"
+        serdes = ls.Serdes
+        self.key_serde = serdes.Bytes() if self.bytes else serdes.String()
+        self.value_serde = {"bytes": serdes.Bytes(), "string": serdes.String()}.get(
+            kind, serdes.Long()
+        )
+
+    def key(self, key: str) -> Any:
+        return key.encode() if self.bytes else key
+
+    def key_back(self, key: Any) -> str:
+        return key.decode() if self.bytes else key
+
+    def value(self, count: int) -> Any:
+        return str(count).encode() if self.bytes else count
+
+    def value_back(self, value: Any) -> int:
+        if value is None:
+            return 0
+        return int(value.decode()) if self.bytes else value
+
+
 class _Counter:
     """The fixed processor of ``ProcessorParams`` (its Java twin: Topologies.Counter)."""
 
-    def __init__(self, interval: int) -> None:
+    def __init__(self, interval: int, counts: _CountStore) -> None:
         self.interval = interval
+        self.counts = counts
 
     def init(self, context: Any) -> None:
         self.context = context
@@ -480,13 +508,17 @@ class _Counter:
     def process(self, record: Any) -> None:
         if record.key is None:
             return
-        count = (self.store.get(record.key) or 0) + 1
-        self.store.put(record.key, count)
+        counts, key = self.counts, self.counts.key(record.key)
+        count = counts.value_back(self.store.get(key)) + 1
+        self.store.put(key, counts.value(count))
         self.context.forward(record.with_value(count))
 
     def flush(self, stream_time: int) -> None:
+        counts = self.counts
         for key, count in list(self.store.all()):
-            self.context.forward(ls.Record(key, -count, stream_time))
+            self.context.forward(
+                ls.Record(counts.key_back(key), -counts.value_back(count), stream_time)
+            )
             self.store.delete(key)
 
     def close(self) -> None:
@@ -495,13 +527,15 @@ class _Counter:
 
 def processor(params: ProcessorParams) -> ls.Topology:
     stores = _require("Stores", params.kind)
+    counts = _CountStore(params.store)
     builder = ls.StreamsBuilder()
+    supplier = stores.persistent_key_value_store("counts")
     builder.add_state_store(
-        stores.key_value_store_builder(stores.persistent_key_value_store("counts"))
+        stores.key_value_store_builder(supplier, counts.key_serde, counts.value_serde)
     )
     stream = builder.stream(INPUT_TOPIC)
     process = stream.process_values if params.fixed_key else stream.process
-    process(lambda: _Counter(params.interval), "counts").to(OUTPUT_TOPIC)
+    process(lambda: _Counter(params.interval, counts), "counts").to(OUTPUT_TOPIC)
     return builder.build()
 
 

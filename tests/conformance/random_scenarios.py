@@ -596,15 +596,16 @@ def punctuation_boundaries(interval: int) -> Boundaries:
     return candidates
 
 
-def processors(seed: int, count: int) -> list[Scenario]:
+def processors(seed: int, count: int, store: str = "long") -> list[Scenario]:
     """The Processor API's counter with a punctuator (``process`` or ``process_values``),
-    intervals of a few ms, timestamps out of order and jumping several intervals."""
-    group = "processor"
+    intervals of a few ms, timestamps out of order and jumping several intervals; ``store``
+    its store's serdes (``ProcessorParams.store``)."""
+    group = "processor" if store == "long" else f"processor-{store}"
     rng = random.Random(f"{seed}/{group}")
     scenarios = []
     for i in range(count):
         interval = rng.choice((1, 2, 3, 5, 10))
-        params = ProcessorParams(interval, fixed_key=rng.random() < 0.5)
+        params = ProcessorParams(interval, fixed_key=rng.random() < 0.5, store=store)  # type: ignore[arg-type]
         serde = "long" if rng.random() < 0.5 else "string"
         spread = rng.choice((2, 6, 3 * interval))
         records = inputs(rng, rng.randint(8, 40), punctuation_boundaries(interval), spread)

@@ -278,11 +278,16 @@ class ProcessorParams:
     a key-value store "counts", forwarding (key, count) at the record's timestamp for each
     record with a key, and a stream-time punctuator every ``interval`` ms forwarding
     (key, -count) at the punctuation's stream time for each key in key order, then clearing
-    the store."""
+    the store. ``store``: the store's serdes (``Stores.key_value_store_builder(supplier,
+    key_serde, value_serde)``): "long" String keys and Long counts; "bytes" Bytes keys (the
+    key's UTF-8) and Bytes counts (their decimal text), so the punctuator's key order is
+    unsigned byte order; "string" a String value serde, which no count fits (the first put
+    of a keyed record fails)."""
 
     kind: ClassVar[str] = "processor"
     interval: int
     fixed_key: bool = False
+    store: Literal["long", "bytes", "string"] = "long"
 
 
 Params = (

@@ -59,6 +59,7 @@ from scenario import (
     Input,
     Outcome,
     OutRecord,
+    ProcessorParams,
     Scenario,
     SerdeFlowParams,
     SessionWindowedParams,
@@ -159,6 +160,9 @@ GROUPS: dict[str, list[Scenario]] = {
     # The Processor API (issue 25): a counter in a key-value store with a stream-time
     # punctuator, by process and process_values, stream time crossing its intervals.
     "processor": processors(SEED, 2 * PER_GROUP),
+    # Its store given serdes (issue 26): Bytes keys and values (key order: unsigned bytes),
+    # and a String value serde no count fits (the first keyed record fails, at its put).
+    **{f"processor-{store}": processors(SEED, PER_GROUP, store) for store in ("bytes", "string")},
     # The smallest case of the session difference below: gap 2, grace 1; stream time 10
     # makes 7 the close boundary, and two records for "a" arrive at 7 after it.
     "session-close-boundary": [
@@ -462,6 +466,8 @@ def _serdes_misfit(scenario: Scenario) -> bool:
     not fit the values that reach it; a cogroup whose repartitioned input's Grouped value serde
     does not fit a record that reaches its topic (a key and a value)."""
     params = scenario.params
+    if isinstance(params, ProcessorParams):  # a count put in a String store
+        return params.store == "string" and any(i.key is not None for i in scenario.inputs)
     if isinstance(params, CogroupParams):
         reaching = any(
             i.topic == OTHER_TOPIC and i.key is not None and i.value is not None

@@ -142,8 +142,8 @@ class _KeyValueReads(_Seam):
     def get(self, key: Any) -> Any:
         return self._given(super().get(key))  # type: ignore[misc]
 
-    def _iterate(self, *args: Any) -> Iterator[tuple[Any, Any]]:
-        for key, found in super()._iterate(*args):  # type: ignore[misc]
+    def _iterate(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        for key, found in super()._iterate(*args, **kwargs):  # type: ignore[misc]
             yield key, self._given(found)
 
 

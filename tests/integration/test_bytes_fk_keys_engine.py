@@ -27,6 +27,7 @@ from lakestate.read import duckdb_engine, spark_engine
 from lakestate.runtime.executor_stores import executor_state_dir
 from lakestate.serdes import Serdes
 from lakestate.warehouse import Warehouse
+from test_exactly_once import _run_in_subprocess
 
 sys.path.insert(0, str(APPS))
 from bytes_fk_keys import FOREIGN_KEYS, foreign_key, joined  # noqa: E402
@@ -156,3 +157,30 @@ def test_a_join_of_bytes_keyed_tables_converges_across_a_wiped_restore(spark, tm
     # The inputs did what they are for: rows without a label, rows per edge foreign key.
     assert any(v is not None and v.startswith(b"-:") for v in results.values())
     assert {k[4 : 4 + struct.unpack(">i", k[:4])[0]] for k in subscriptions} >= {b"", b"\x00"}
+
+
+def test_a_bytes_keyed_join_killed_mid_commit_reruns_exactly_once(spark, tmp_path):
+    """SIGKILLed after the subscription store's changelog, after the progress commit and
+    after all tables (before the local commit), the local state wiped before the last
+    rerun (in process): the sink and both stores' views are the model's, as uninterrupted."""
+    wh = Warehouse(tmp_path / "wh")
+    for topic in ("rows", "labels"):
+        topics.topic(wh, topic).create(2)
+    phases = _phases()
+    for phase in phases:
+        for topic in ("labels", "rows"):
+            _append(wh, topic, phase[topic])
+    state = tmp_path / "state"
+    subscriptions = _subscription_store()
+    points = (f"after_changelog:{subscriptions}@2", "after_progress@4", "after_tables@6")
+    for point in points:
+        proc = _run_in_subprocess(
+            wh, state, point, app=APP.name, max_records=9, inprocess_max_records=10**9
+        )
+        assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-3000:])
+    shutil.rmtree(state)
+    proc = _run_in_subprocess(
+        wh, state, None, app=APP.name, max_records=9, inprocess_max_records=10**9
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check(spark, wh, phases)

@@ -20,6 +20,7 @@ from scenario import (
     TABLE_TOPIC,
     AggregateParams,
     Buffer,
+    BytesForeignKeyJoinParams,
     BytesStoreParams,
     CogroupParams,
     ForeignKeyJoinParams,
@@ -465,6 +466,44 @@ def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
     return builder.build()
 
 
+HEX_FOREIGN_KEYS = ("", "00", "0000", "ff", "ff00", None)
+
+
+def _keyed_table(builder: ls.StreamsBuilder, topic: str, as_bytes: bool, values: ls.Serde) -> Any:
+    """bytes_fk_join's table of ``topic``: keyed by its keys' hex parsed (Bytes) or by them."""
+    strings = ls.Serdes.String()
+    if not as_bytes:
+        return builder.table(topic, ls.Consumed.with_(strings, values))
+    keyed = builder.stream(topic, ls.Consumed.with_(strings, values)).map(
+        lambda k, v: (None if k is None else bytes.fromhex(k), v)
+    )
+    return keyed.to_table(ls.Materialized.with_(ls.Serdes.Bytes(), values))
+
+
+def bytes_fk_join(params: BytesForeignKeyJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    values = _serde_of(params.values)
+    other_bytes = params.keys != "this"
+    left = _keyed_table(builder, INPUT_TOPIC, params.keys != "other", values)
+    right = _keyed_table(builder, TABLE_TOPIC, other_bytes, values)
+
+    def foreign_key(value: int | str) -> bytes | str | None:
+        hex_key = HEX_FOREIGN_KEYS[_num(value) % len(HEX_FOREIGN_KEYS)]
+        return bytes.fromhex(hex_key) if other_bytes and hex_key is not None else hex_key
+
+    join = {"inner": left.join, "left": left.left_join}[params.join]
+    materialized = (
+        ls.Materialized.as_("joined").with_value_serde(ls.Serdes.String())
+        if params.materialized
+        else None
+    )
+    result = join(right, foreign_key, _joined, materialized=materialized)
+    result.to_stream().map(lambda k, v: (k.hex() if isinstance(k, bytes) else k, v)).to(
+        OUTPUT_TOPIC, ls.Produced.with_(ls.Serdes.String(), ls.Serdes.String())
+    )
+    return builder.build()
+
+
 class _CountStore:
     """How ``_Counter`` holds a count in store "counts", by ``ProcessorParams.store`` (its
     Java twin: Topologies.CountStore)."""
@@ -554,6 +593,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StreamStreamJoinParams.kind: stream_stream_join,
     CogroupParams.kind: cogroup,
     ForeignKeyJoinParams.kind: fk_join,
+    BytesForeignKeyJoinParams.kind: bytes_fk_join,
 }
 
 

@@ -23,6 +23,7 @@ from scenario import (
     AggregateParams,
     Aggregation,
     Buffer,
+    BytesForeignKeyJoinParams,
     BytesStoreParams,
     CogroupParams,
     ForeignKeyJoinParams,
@@ -581,6 +582,30 @@ def fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
         _join_scenario(rng, f"{group}-{i}", ForeignKeyJoinParams(how, rng.random() < 0.3), ())
         for i in range(count)
     ]
+
+
+HEX_KEYS = ("", "00", "0000", "ff", "ff00")
+
+
+def bytes_fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Foreign-key joins (``how``: inner or left) of tables keyed by Bytes (both, or one of
+    them), as fk_joins' (foreign keys changed, lost and deleted, foreign rows changed and
+    deleted, null keys and values), every key hex of b"", NUL, 0xff and keys extending
+    them, so a foreign key's subscribers sit next to those of keys it prefixes."""
+    group = f"join-fk-bytes-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        keys = rng.choice(("both", "both", "this", "other"))
+        serde = "long" if rng.random() < 0.5 else "string"
+        params = BytesForeignKeyJoinParams(how, keys, rng.random() < 0.3, serde)
+        scenario = _join_scenario(rng, f"{group}-{i}", params, ())
+        inputs = tuple(
+            i if i.key is None else replace(i, key=rng.choice(HEX_KEYS)) for i in scenario.inputs
+        )
+        inputs = _with_values(rng, list(inputs), serde)
+        scenarios.append(replace(scenario, inputs=inputs, value_serde=serde))
+    return scenarios
 
 
 def punctuation_boundaries(interval: int) -> Boundaries:

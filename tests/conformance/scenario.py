@@ -272,6 +272,25 @@ class ForeignKeyJoinParams:
 
 
 @dataclass(frozen=True)
+class BytesForeignKeyJoinParams:
+    """A foreign-key join of tables keyed by Bytes (issue 26), ``keys`` saying which: "both",
+    "this" (table "in") or "other" (table "table"). A side keyed by Bytes is
+    ``stream(topic).map(key: bytes.fromhex(key)).toTable(Materialized.with(Bytes, values))``
+    (through a repartition topic, as toTable after a key change; the scenario's keys are hex:
+    "", "00", "0000", "ff", "ff00": empty, NUL, not UTF-8, prefixes of each other), a side
+    keyed by String ``table(topic)``. The foreign key of a value whose ``num`` is n is
+    ("", "00", "0000", "ff", "ff00", null)[n mod 6], as bytes when the other table is keyed
+    by Bytes; the joiner writes "left|right"; "out"'s key is the primary key's hex (Bytes)
+    or the key itself (String). ``values``: the scenario's value_serde (the tables')."""
+
+    kind: ClassVar[str] = "bytes_fk_join"
+    join: JoinType
+    keys: Literal["both", "this", "other"] = "both"
+    materialized: bool = False
+    values: Literal["long", "string"] = "long"
+
+
+@dataclass(frozen=True)
 class ProcessorParams:
     """The Processor API: ``stream("in").process(counter, "counts")`` (``processValues``
     with ``fixed_key``), the same processor in Python and Java: a per-key running count in
@@ -305,6 +324,7 @@ Params = (
     | StreamStreamJoinParams
     | CogroupParams
     | ForeignKeyJoinParams
+    | BytesForeignKeyJoinParams
 )
 
 

@@ -33,6 +33,7 @@ import pytest
 from harness import KafkaRun, as_listed, compare, record_lists, run_kafka, run_lakestate
 from random_scenarios import (
     AGGREGATIONS,
+    bytes_fk_joins,
     bytes_stores,
     bytes_stores_suppressed,
     cogroups,
@@ -157,6 +158,9 @@ GROUPS: dict[str, list[Scenario]] = {
     # Foreign-key table joins (issue 25, KIP-213): foreign keys changed, lost and deleted,
     # foreign rows changed and deleted, null keys and values on both tables.
     **{f"join-fk-{how}": fk_joins(SEED, how, 2 * PER_GROUP) for how in ("inner", "left")},
+    # The same with tables keyed by Bytes (issue 26): both, or one of them; keys b"", NUL,
+    # 0xff and keys extending them (the subscription store's prefix scans, its combined key).
+    **{f"join-fk-bytes-{how}": bytes_fk_joins(SEED, how, PER_GROUP) for how in ("inner", "left")},
     # The Processor API (issue 25): a counter in a key-value store with a stream-time
     # punctuator, by process and process_values, stream time crossing its intervals.
     "processor": processors(SEED, 2 * PER_GROUP),

@@ -89,6 +89,7 @@ final class Topologies {
             Map.entry("stream_stream_join", (Kind) Topologies::streamStreamJoin),
             Map.entry("cogroup", (Kind) Topologies::cogroup),
             Map.entry("fk_join", (Kind) Topologies::fkJoin),
+            Map.entry("bytes_fk_join", (Kind) Topologies::bytesFkJoin),
             Map.entry("processor", (Kind) Topologies::processor));
 
     static Built build(String kind, JsonNode params, String valueSerde) {
@@ -569,6 +570,54 @@ final class Topologies {
             result.toStream().to(Main.OUTPUT_TOPIC, Produced.valueSerde(Serdes.String()));
         }
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** bytesFkJoin's foreign keys as hex, by num(value) mod 6 (null: none). */
+    static final String[] HEX_FOREIGN_KEYS = {"", "00", "0000", "ff", "ff00", null};
+
+    /**
+     * A foreign-key join of tables keyed by Bytes (issue 26): "keys" says which ("both",
+     * "this", "other"). A Bytes side is stream(topic).map(key: its hex parsed).toTable(
+     * Materialized.with(Bytes, values)) (through a repartition topic, as toTable after a key
+     * change), a String side table(topic). The foreign key is HEX_FOREIGN_KEYS[num mod 6],
+     * parsed when the other table is keyed by Bytes; the joiner writes "left|right", the
+     * result is materialized when asked; out's key is the primary key's hex (Bytes) or itself.
+     */
+    static Built bytesFkJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        String keys = params.get("keys").asText();
+        boolean otherBytes = !keys.equals("this");
+        KTable<Object, Object> left = keyedTable(builder, INPUT_TOPIC, !keys.equals("other"), values);
+        KTable<Object, Object> right = keyedTable(builder, TABLE_TOPIC, otherBytes, values);
+        java.util.function.Function<Object, Object> fk = v -> {
+            String hex = HEX_FOREIGN_KEYS[(int) Math.floorMod(num(v), 6L)];
+            return hex == null ? null : otherBytes ? Bytes.wrap(HexFormat.of().parseHex(hex)) : hex;
+        };
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        Materialized<Object, String, KeyValueStore<Bytes, byte[]>> materialized =
+                Materialized.<Object, String, KeyValueStore<Bytes, byte[]>>as("joined")
+                        .withValueSerde(Serdes.String());
+        boolean materialize = params.path("materialized").asBoolean(false);
+        KTable<Object, String> result = switch (params.get("join").asText()) {
+            case "inner" -> materialize ? left.join(right, fk, joiner, materialized) : left.join(right, fk, joiner);
+            case "left" -> materialize ? left.leftJoin(right, fk, joiner, materialized) : left.leftJoin(right, fk, joiner);
+            default -> throw unknown("foreign-key join", params.get("join").asText());
+        };
+        result.toStream()
+                .map((k, v) -> KeyValue.pair(k instanceof Bytes b ? HexFormat.of().formatHex(b.get()) : (String) k, v))
+                .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** bytesFkJoin's table of topic: keyed by its keys' hex parsed (Bytes) or by them (String). */
+    static KTable<Object, Object> keyedTable(StreamsBuilder builder, String topic, boolean bytes, Serde<Object> values) {
+        if (!bytes) {
+            return cast(builder.table(topic, Consumed.with(Serdes.String(), values)));
+        }
+        KTable<Bytes, Object> table = builder.stream(topic, Consumed.with(Serdes.String(), values))
+                .map((k, v) -> KeyValue.pair(k == null ? null : Bytes.wrap(HexFormat.of().parseHex(k)), v))
+                .toTable(Materialized.with(Serdes.Bytes(), values));
+        return cast(table);
     }
 
     // -- the Processor API -------------------------------------------------------------------

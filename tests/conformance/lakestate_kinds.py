@@ -20,6 +20,7 @@ from scenario import (
     TABLE_TOPIC,
     AggregateParams,
     Buffer,
+    BytesForeignKeyJoinParams,
     BytesStoreParams,
     BytesStreamJoinParams,
     CogroupParams,
@@ -508,11 +509,77 @@ def fk_join(params: ForeignKeyJoinParams) -> ls.Topology:
     return builder.build()
 
 
+HEX_FOREIGN_KEYS = ("", "00", "0000", "ff", "ff00", None)
+
+
+def _keyed_table(builder: ls.StreamsBuilder, topic: str, as_bytes: bool, values: ls.Serde) -> Any:
+    """bytes_fk_join's table of ``topic``: keyed by its keys' hex parsed (Bytes) or by them."""
+    strings = ls.Serdes.String()
+    if not as_bytes:
+        return builder.table(topic, ls.Consumed.with_(strings, values))
+    keyed = builder.stream(topic, ls.Consumed.with_(strings, values)).map(
+        lambda k, v: (None if k is None else bytes.fromhex(k), v)
+    )
+    return keyed.to_table(ls.Materialized.with_(ls.Serdes.Bytes(), values))
+
+
+def bytes_fk_join(params: BytesForeignKeyJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    values = _serde_of(params.values)
+    other_bytes = params.keys != "this"
+    left = _keyed_table(builder, INPUT_TOPIC, params.keys != "other", values)
+    right = _keyed_table(builder, TABLE_TOPIC, other_bytes, values)
+
+    def foreign_key(value: int | str) -> bytes | str | None:
+        hex_key = HEX_FOREIGN_KEYS[_num(value) % len(HEX_FOREIGN_KEYS)]
+        return bytes.fromhex(hex_key) if other_bytes and hex_key is not None else hex_key
+
+    join = {"inner": left.join, "left": left.left_join}[params.join]
+    materialized = (
+        ls.Materialized.as_("joined").with_value_serde(ls.Serdes.String())
+        if params.materialized
+        else None
+    )
+    result = join(right, foreign_key, _joined, materialized=materialized)
+    result.to_stream().map(lambda k, v: (k.hex() if isinstance(k, bytes) else k, v)).to(
+        OUTPUT_TOPIC, ls.Produced.with_(ls.Serdes.String(), ls.Serdes.String())
+    )
+    return builder.build()
+
+
+class _CountStore:
+    """How ``_Counter`` holds a count in store "counts", by ``ProcessorParams.store`` (its
+    Java twin: Topologies.CountStore)."""
+
+    def __init__(self, kind: str) -> None:
+        self.bytes = kind == "bytes"
+        serdes = ls.Serdes
+        self.key_serde = serdes.Bytes() if self.bytes else serdes.String()
+        self.value_serde = {"bytes": serdes.Bytes(), "string": serdes.String()}.get(
+            kind, serdes.Long()
+        )
+
+    def key(self, key: str) -> Any:
+        return key.encode() if self.bytes else key
+
+    def key_back(self, key: Any) -> str:
+        return key.decode() if self.bytes else key
+
+    def value(self, count: int) -> Any:
+        return str(count).encode() if self.bytes else count
+
+    def value_back(self, value: Any) -> int:
+        if value is None:
+            return 0
+        return int(value.decode()) if self.bytes else value
+
+
 class _Counter:
     """The fixed processor of ``ProcessorParams`` (its Java twin: Topologies.Counter)."""
 
-    def __init__(self, interval: int) -> None:
+    def __init__(self, interval: int, counts: _CountStore) -> None:
         self.interval = interval
+        self.counts = counts
 
     def init(self, context: Any) -> None:
         self.context = context
@@ -523,13 +590,17 @@ class _Counter:
     def process(self, record: Any) -> None:
         if record.key is None:
             return
-        count = (self.store.get(record.key) or 0) + 1
-        self.store.put(record.key, count)
+        counts, key = self.counts, self.counts.key(record.key)
+        count = counts.value_back(self.store.get(key)) + 1
+        self.store.put(key, counts.value(count))
         self.context.forward(record.with_value(count))
 
     def flush(self, stream_time: int) -> None:
+        counts = self.counts
         for key, count in list(self.store.all()):
-            self.context.forward(ls.Record(key, -count, stream_time))
+            self.context.forward(
+                ls.Record(counts.key_back(key), -counts.value_back(count), stream_time)
+            )
             self.store.delete(key)
 
     def close(self) -> None:
@@ -538,13 +609,15 @@ class _Counter:
 
 def processor(params: ProcessorParams) -> ls.Topology:
     stores = _require("Stores", params.kind)
+    counts = _CountStore(params.store)
     builder = ls.StreamsBuilder()
+    supplier = stores.persistent_key_value_store("counts")
     builder.add_state_store(
-        stores.key_value_store_builder(stores.persistent_key_value_store("counts"))
+        stores.key_value_store_builder(supplier, counts.key_serde, counts.value_serde)
     )
     stream = builder.stream(INPUT_TOPIC)
     process = stream.process_values if params.fixed_key else stream.process
-    process(lambda: _Counter(params.interval), "counts").to(OUTPUT_TOPIC)
+    process(lambda: _Counter(params.interval, counts), "counts").to(OUTPUT_TOPIC)
     return builder.build()
 
 
@@ -564,6 +637,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     BytesStreamJoinParams.kind: bytes_stream_join,
     CogroupParams.kind: cogroup,
     ForeignKeyJoinParams.kind: fk_join,
+    BytesForeignKeyJoinParams.kind: bytes_fk_join,
 }
 
 

@@ -23,6 +23,7 @@ from scenario import (
     AggregateParams,
     Aggregation,
     Buffer,
+    BytesForeignKeyJoinParams,
     BytesStoreParams,
     BytesStreamJoinParams,
     CogroupParams,
@@ -610,6 +611,30 @@ def fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
     ]
 
 
+HEX_KEYS = ("", "00", "0000", "ff", "ff00")
+
+
+def bytes_fk_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Foreign-key joins (``how``: inner or left) of tables keyed by Bytes (both, or one of
+    them), as fk_joins' (foreign keys changed, lost and deleted, foreign rows changed and
+    deleted, null keys and values), every key hex of b"", NUL, 0xff and keys extending
+    them, so a foreign key's subscribers sit next to those of keys it prefixes."""
+    group = f"join-fk-bytes-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        keys = rng.choice(("both", "both", "this", "other"))
+        serde = "long" if rng.random() < 0.5 else "string"
+        params = BytesForeignKeyJoinParams(how, keys, rng.random() < 0.3, serde)
+        scenario = _join_scenario(rng, f"{group}-{i}", params, ())
+        inputs = tuple(
+            i if i.key is None else replace(i, key=rng.choice(HEX_KEYS)) for i in scenario.inputs
+        )
+        inputs = _with_values(rng, list(inputs), serde)
+        scenarios.append(replace(scenario, inputs=inputs, value_serde=serde))
+    return scenarios
+
+
 def punctuation_boundaries(interval: int) -> Boundaries:
     """Where a stream-time punctuator turns: the multiples of its interval around stream
     time (fired at, one before, one after) and stream time itself (no advance)."""
@@ -623,15 +648,16 @@ def punctuation_boundaries(interval: int) -> Boundaries:
     return candidates
 
 
-def processors(seed: int, count: int) -> list[Scenario]:
+def processors(seed: int, count: int, store: str = "long") -> list[Scenario]:
     """The Processor API's counter with a punctuator (``process`` or ``process_values``),
-    intervals of a few ms, timestamps out of order and jumping several intervals."""
-    group = "processor"
+    intervals of a few ms, timestamps out of order and jumping several intervals; ``store``
+    its store's serdes (``ProcessorParams.store``)."""
+    group = "processor" if store == "long" else f"processor-{store}"
     rng = random.Random(f"{seed}/{group}")
     scenarios = []
     for i in range(count):
         interval = rng.choice((1, 2, 3, 5, 10))
-        params = ProcessorParams(interval, fixed_key=rng.random() < 0.5)
+        params = ProcessorParams(interval, fixed_key=rng.random() < 0.5, store=store)  # type: ignore[arg-type]
         serde = "long" if rng.random() < 0.5 else "string"
         spread = rng.choice((2, 6, 3 * interval))
         records = inputs(rng, rng.randint(8, 40), punctuation_boundaries(interval), spread)

@@ -290,17 +290,41 @@ class ForeignKeyJoinParams:
 
 
 @dataclass(frozen=True)
+class BytesForeignKeyJoinParams:
+    """A foreign-key join of tables keyed by Bytes (issue 26), ``keys`` saying which: "both",
+    "this" (table "in") or "other" (table "table"). A side keyed by Bytes is
+    ``stream(topic).map(key: bytes.fromhex(key)).toTable(Materialized.with(Bytes, values))``
+    (through a repartition topic, as toTable after a key change; the scenario's keys are hex:
+    "", "00", "0000", "ff", "ff00": empty, NUL, not UTF-8, prefixes of each other), a side
+    keyed by String ``table(topic)``. The foreign key of a value whose ``num`` is n is
+    ("", "00", "0000", "ff", "ff00", null)[n mod 6], as bytes when the other table is keyed
+    by Bytes; the joiner writes "left|right"; "out"'s key is the primary key's hex (Bytes)
+    or the key itself (String). ``values``: the scenario's value_serde (the tables')."""
+
+    kind: ClassVar[str] = "bytes_fk_join"
+    join: JoinType
+    keys: Literal["both", "this", "other"] = "both"
+    materialized: bool = False
+    values: Literal["long", "string"] = "long"
+
+
+@dataclass(frozen=True)
 class ProcessorParams:
     """The Processor API: ``stream("in").process(counter, "counts")`` (``processValues``
     with ``fixed_key``), the same processor in Python and Java: a per-key running count in
     a key-value store "counts", forwarding (key, count) at the record's timestamp for each
     record with a key, and a stream-time punctuator every ``interval`` ms forwarding
     (key, -count) at the punctuation's stream time for each key in key order, then clearing
-    the store."""
+    the store. ``store``: the store's serdes (``Stores.key_value_store_builder(supplier,
+    key_serde, value_serde)``): "long" String keys and Long counts; "bytes" Bytes keys (the
+    key's UTF-8) and Bytes counts (their decimal text), so the punctuator's key order is
+    unsigned byte order; "string" a String value serde, which no count fits (the first put
+    of a keyed record fails)."""
 
     kind: ClassVar[str] = "processor"
     interval: int
     fixed_key: bool = False
+    store: Literal["long", "bytes", "string"] = "long"
 
 
 Params = (
@@ -319,6 +343,7 @@ Params = (
     | BytesStreamJoinParams
     | CogroupParams
     | ForeignKeyJoinParams
+    | BytesForeignKeyJoinParams
 )
 
 

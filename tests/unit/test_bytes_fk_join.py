@@ -1,21 +1,19 @@
 """Foreign-key table joins over Bytes values (issue 26): the subscription's hash of this
 table's value is taken of its serialized bytes (Kafka hashes the value its serde
 serializes), and a foreign value travels the response topic in its serde's JSON form
-(base64) and reaches the joiner as the bytes it was. Tables keyed by Bytes are refused at
-build (the subscriptions carry keys as JSON: not done)."""
+(base64) and reaches the joiner as the bytes it was. Tables keyed by Bytes:
+test_bytes_fk_keys.py."""
 
 from __future__ import annotations
 
 import hashlib
 
-import pytest
 from lakestate import (
     Consumed,
     Materialized,
     Produced,
     Serdes,
     StreamsBuilder,
-    TopologyException,
 )
 from lakestate.processors.fk_join import value_hash
 from lakestate.testing.driver import TopologyTestDriver
@@ -71,12 +69,3 @@ def test_a_left_foreign_key_join_of_bytes_values_gives_the_joiner_bytes_or_none(
         ("a", b":\xff\x02"),
         ("b", b"\xfe:\x00"),
     ]
-
-
-@pytest.mark.parametrize("bytes_side", ["this", "the other"])
-def test_a_foreign_key_join_of_a_table_keyed_by_bytes_is_refused_at_build(bytes_side):
-    b = StreamsBuilder()
-    left = b.table("left", Consumed.with_(B if bytes_side == "this" else S, B))
-    right = b.table("right", Consumed.with_(B if bytes_side == "the other" else S, B))
-    with pytest.raises(TopologyException, match=f"cannot take {bytes_side} table's keys"):
-        left.join(right, lambda v: v[:1], lambda v, r: r + v)

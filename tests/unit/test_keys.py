@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from lakestate.errors import SerializationException
 from lakestate.state.keys import (
@@ -281,11 +281,19 @@ def test_a_windowed_str_key_encodes_as_the_general_encoder_does(key: str, start:
     general = bytearray()
     keys._encode(windowed, general, "key")
     assert encode_key(windowed) == bytes(general)
-    # Decoding is the general decoder's; a start of 2**63 - 2**56 or more (first byte 0xFF)
-    # reads as an escaped NUL after the key's terminator (as before this shortcut): such
-    # a window is millions of years past any epoch-ms timestamp.
-    if start < 2**63 - 2**56:
-        assert decode_key(encode_key(Windowed(key, Window(start, end)))) == windowed
+    # A start of 2**63 - 2**56 or more begins with 0xFF, the byte that also marks an
+    # escaped NUL right after the key's terminator: decoding still gives the key back.
+    assert decode_key(encode_key(Windowed(key, Window(start, end)))) == windowed
+
+
+@given(st.one_of(st.binary(), st.text(), st.tuples(st.text(), st.integers(-5, 5))), _I64, _I64)
+@example(b"", 2**63 - 2**56, 2**63 - 1)
+@example("a", 2**63 - 1, 2**63 - 1)
+def test_a_windowed_key_decodes_at_every_bound(key: object, start: int, end: int) -> None:
+    from lakestate.records import Window, Windowed
+
+    windowed = Windowed(key, Window(start, end))
+    assert decode_key(encode_key(windowed)) == windowed
 
 
 def test_a_windowed_key_with_bounds_out_of_range_is_refused() -> None:

@@ -13,7 +13,10 @@ table's current row and ``KTABLE-FK-JOIN-OUTPUT-`` is the result table (always k
 store: ``KTABLE-FK-JOIN-OUTPUT-STATE-STORE-<n>`` unless ``materialized`` names it). Both
 tables are read through their stores (an unmaterialized one gets a store, as joins.py does).
 The subscription topic is co-partitioned with the other table, the response topic with
-this one (sized so when the run creates them).
+this one (sized so when the run creates them). As in Kafka, the subscription topic's keys
+take the other table's key serde, the response topic's and the primary key inside a
+subscription this table's, so either table may be keyed by Bytes; the subscription store's
+key serde is processors/fk_keys.py's.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from lakestate.processors.fk_join import (
     SubscriptionResponse,
     SubscriptionSend,
 )
+from lakestate.processors.fk_keys import subscription_store_serdes
 from lakestate.processors.table import TableSource
 from lakestate.serdes import JSON, TopicSerdes
 from lakestate.topology.graph import StoreSpec
@@ -60,33 +64,24 @@ def foreign_key_join(
     ``other``'s row (see the module docstring)."""
     graph: GraphBuilder = this._graph
     operator = "KTable.left_join" if left else "KTable.join"
-    _check_tables(operator, this, other)
-    # The tables' value serdes: what the value hash is taken of, how foreign values travel.
-    value_serde, foreign_serde = this.serdes.value, other.serdes.value
+    _check_other(operator, this, other)
+    # The tables' value serdes: what the value hash is taken of, how foreign values travel;
+    # this table's key serde: the response topic's keys (Kafka's) and the result's.
+    value_serde, foreign_serde, key_serde = this.serdes.value, other.serdes.value, this.serdes.key
     this_store = _table_store(graph, this)
     other_store = _table_store(graph, other)
-    this_versioned, other_versioned = this.is_versioned, other.is_versioned
-    send = graph.new_name(REGISTRATION)
-    check_function(extractor, send, operator, "foreign_key_extractor(value)")
-    check_function(joiner, send, operator, "joiner(value, other_value)")
-    subscriptions_topic = f"{send}-topic"
-    send_processor = lambda: SubscriptionSend(extractor, left, this_versioned, value_serde)  # noqa: E731
-    graph.add_processor(send, this.node_name, send_processor)
-    subscribed = _through(graph, send, subscriptions_topic, Subscription, keep_null_keys=True)
-    store = graph.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-")
-    receive = graph.new_name(PROCESSOR)
-    graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE), receive)
-    graph.add_processor(
-        receive,
-        subscribed,
-        lambda: SubscriptionReceive(store, other_store, foreign_serde),
-        [store, other_store],
+    receive, subscribed, store = _subscriptions(
+        graph, operator, this, other, extractor, joiner, left, other_store
     )
     foreign = graph.new_name(PROCESSOR)
+    other_versioned = other.is_versioned
     foreign_join = lambda: ForeignTableJoin(store, other_versioned, foreign_serde)  # noqa: E731
     graph.add_processor(foreign, other.node_name, foreign_join, [store])
     response_topic = f"{graph.new_name(RESPONSE)}-topic"
-    answered = _through(graph, receive, response_topic, SubscriptionResponse, other=foreign)
+    response_wire = (SubscriptionResponse.encode, SubscriptionResponse.decode)
+    answered = _through(
+        graph, receive, response_topic, response_wire, TopicSerdes(key_serde, JSON), other=foreign
+    )
     resolver = graph.new_name(RESOLVER)
     graph.add_processor(
         resolver,
@@ -98,7 +93,7 @@ def foreign_key_join(
     result = graph.store_name(materialized, f"{OUTPUT}STATE-STORE-")
     # Kafka's: the result's store takes the Materialized serdes, its key's else this
     # table's key serde; the value's is unknown otherwise (the joiner's result).
-    spec = table_store_spec(result, materialized, TopicSerdes(this.serdes.key, JSON))
+    spec = table_store_spec(result, materialized, TopicSerdes(key_serde, JSON))
     graph.add_store(spec, output)
     graph.add_processor(output, resolver, lambda: TableSource(result), [result])
     for node, ours, theirs in ((receive, subscribed, other), (resolver, answered, this)):
@@ -109,41 +104,85 @@ def foreign_key_join(
     return KTable(graph, output, result, versioned=spec.kind == VERSIONED, serdes=spec.serdes)
 
 
-def _check_tables(operator: str, this: KTable, other: KTable) -> None:
-    """``other`` must be a KTable of this builder. Refuse tables whose key serde is Bytes:
-    the subscription and response topics and the subscription store carry the primary
-    and foreign keys as JSON, with no Bytes seam (Kafka's would take them; not done).
-    Bytes values are fine."""
+def _subscriptions(
+    graph: GraphBuilder,
+    operator: str,
+    this: KTable,
+    other: KTable,
+    extractor: Callable[[Any], Any],
+    joiner: Callable[[Any, Any], Any],
+    left: bool,
+    other_store: str,
+) -> tuple[str, str, str]:
+    """The subscription side: ``SubscriptionSend`` under this table, the subscription topic
+    (keyed by the foreign key by the other table's key serde, the primary key in it by
+    this table's, as Kafka's), the subscription store (Kafka's combined key when a table is
+    keyed by Bytes: fk_keys.py) and ``SubscriptionReceive``. Returns the receiving node,
+    the source reading the topic and the store's name."""
+    value_serde, key_serde, foreign_key_serde = this.serdes.value, this.serdes.key, other.serdes.key
+    this_versioned = this.is_versioned
+    send = graph.new_name(REGISTRATION)
+    check_function(extractor, send, operator, "foreign_key_extractor(value)")
+    check_function(joiner, send, operator, "joiner(value, other_value)")
+    send_processor = lambda: SubscriptionSend(extractor, left, this_versioned, value_serde)  # noqa: E731
+    graph.add_processor(send, this.node_name, send_processor)
+    subscribed = _through(
+        graph,
+        send,
+        f"{send}-topic",
+        (lambda s: s.encode(key_serde), lambda raw: Subscription.decode(raw, key_serde)),
+        TopicSerdes(foreign_key_serde, JSON),
+        keep_null_keys=True,
+    )
+    store = graph.new_name("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-")
+    receive = graph.new_name(PROCESSOR)
+    store_serdes = subscription_store_serdes(foreign_key_serde, key_serde)
+    graph.add_store(StoreSpec(store, TIMESTAMPED_KEY_VALUE, serdes=store_serdes), receive)
+    foreign_serde = other.serdes.value
+    graph.add_processor(
+        receive,
+        subscribed,
+        lambda: SubscriptionReceive(store, other_store, foreign_serde),
+        [store, other_store],
+    )
+    return receive, subscribed, store
+
+
+def _check_other(operator: str, this: KTable, other: KTable) -> None:
+    """``other`` must be a KTable of this builder."""
     from lakestate.dsl.ktable import KTable
 
     if not isinstance(other, KTable) or other._graph is not this._graph:
         raise TopologyException(f"{operator}: takes a KTable of this builder, got {other!r}")
-    for which, table in (("this", this), ("the other", other)):
-        if table.serdes.key.json_form_differs:
-            raise TopologyException(
-                f"{operator}: a foreign-key join cannot take {which} table's keys with key "
-                f"serde {table.serdes.key.name} (its subscriptions carry keys as JSON): key "
-                "the table by text first (e.g. a table of select_key(lambda k, v: k.hex()))"
-            )
 
 
 def _through(
     graph: GraphBuilder,
     parent: str,
     topic: str,
-    wire: type[Subscription] | type[SubscriptionResponse],
+    wire: tuple[Callable[[Any], Any], Callable[[Any], Any]],
+    serdes: TopicSerdes,
     keep_null_keys: bool = False,
     other: str | None = None,
 ) -> str:
-    """An internal topic after ``parent`` (and ``other``), its values in ``wire``'s JSON
-    form; returns the source node reading it."""
+    """An internal topic after ``parent`` (and ``other``), its values in the JSON form
+    ``wire`` (encode, decode) gives them, its keys by ``serdes``' key serde (Kafka's: the
+    foreign key's on the subscription topic, the primary key's on the response topic);
+    returns the source node reading it."""
+    encode, decode = wire
     sink = graph.new_name("KTABLE-SINK-")
     graph.add_sink(
-        sink, parent, topic, internal=True, encode=wire.encode, keep_null_keys=keep_null_keys
+        sink,
+        parent,
+        topic,
+        internal=True,
+        encode=encode,
+        keep_null_keys=keep_null_keys,
+        serdes=serdes,
     )
     if other is not None:
         graph.nodes[sink].parents.append(other)
         graph.nodes[other].children.append(sink)
     source = graph.new_name("KSTREAM-SOURCE-")
-    graph.add_source(source, [topic], internal=True, decode=wire.decode)
+    graph.add_source(source, [topic], internal=True, decode=decode, serdes=serdes)
     return source

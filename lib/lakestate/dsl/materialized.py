@@ -15,7 +15,9 @@ from lakestate.errors import SerializationException, TopologyException
 from lakestate.serdes import JSON, Serde, Serdes, TopicSerdes, check_serde
 
 
-def _checked(serde: Any, where: str) -> Serde | None:
+def checked_serde(serde: Any, where: str) -> Serde | None:
+    """``serde`` checked to be a Serde or None (the default), a TopologyException naming
+    ``where`` else."""
     if serde is None:
         return None
     try:
@@ -70,10 +72,10 @@ class Materialized:
         return self.with_key_serde(key_serde).with_value_serde(value_serde)
 
     def with_key_serde(self, key_serde: Serde | None) -> Materialized:
-        return replace(self, key_serde=_checked(key_serde, "Materialized key_serde"))
+        return replace(self, key_serde=checked_serde(key_serde, "Materialized key_serde"))
 
     def with_value_serde(self, value_serde: Serde | None) -> Materialized:
-        return replace(self, value_serde=_checked(value_serde, "Materialized value_serde"))
+        return replace(self, value_serde=checked_serde(value_serde, "Materialized value_serde"))
 
     def with_caching_disabled(self) -> Materialized:
         """Every update of this store forwarded at once, whatever the record cache's size

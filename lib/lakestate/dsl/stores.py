@@ -4,8 +4,15 @@ says how processors see it; ``StreamsBuilder.add_state_store(builder)`` adds it 
 
 Every store is persistent and transactional, whatever its supplier's name: RocksDB locally,
 writes staged and committed with the batch (KIP-892), a Delta changelog table and a SQL
-view per store. So ``in_memory_*`` suppliers give the same store as ``persistent_*`` ones,
-and serdes are not taken: keys and values are stored as JSON, as in every lakestate store.
+view per store. So ``in_memory_*`` suppliers give the same store as ``persistent_*`` ones.
+
+A builder's ``key_serde`` and ``value_serde`` are the store's serdes, as Kafka's
+``Stores.*StoreBuilder(supplier, keySerde, valueSerde)``: a store built with them is the
+store ``Materialized.with_(key_serde, value_serde)`` gives a DSL operator (the same
+``StoreSpec.serdes``): a put its serdes cannot hold fails, naming the store and serde,
+before anything is written; a Bytes value is given back as bytes; the SQL view shows a
+String key as text, a Long value as a number, Bytes as binary. A serde not given (None,
+Kafka's null) is the default, Json (a window store's key serde is its windows' key's).
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ from datetime import timedelta
 from typing import Any
 
 from lakestate.dsl.arguments import duration_ms
+from lakestate.dsl.materialized import Materialized, checked_serde, store_serdes
 from lakestate.dsl.names import check_store_name
 from lakestate.errors import TopologyException
+from lakestate.serdes import Serde, base_key_serde
 from lakestate.state.kv import KeyValueStore
 from lakestate.state.timestamped import TimestampedKeyValueStore
 from lakestate.state.versioned import VersionedKeyValueStore
@@ -71,13 +80,19 @@ def _supplier(name: Any, family: str, what: str, **options: Any) -> StoreSupplie
     return StoreSupplier(check_store_name(name, f"Stores.{what}"), family, options)
 
 
-def _builder(supplier: Any, family: str, kind: str, what: str, **options: Any) -> StoreBuilder:
+def _builder(
+    supplier: Any, family: str, kind: str, what: str, key_serde: Any, value_serde: Any
+) -> StoreBuilder:
     if not isinstance(supplier, StoreSupplier) or supplier.family != family:
         raise TopologyException(
             f"Stores.{what} takes a {family} store supplier (e.g. Stores.persistent_"
             f"{family.replace(' ', '_')}_store(name)), got {supplier!r}"
         )
-    return StoreBuilder(StoreSpec(supplier.name, kind, {**supplier.options, **options}))
+    key_serde = checked_serde(key_serde, f"Stores.{what} key_serde")
+    value_serde = checked_serde(value_serde, f"Stores.{what} value_serde")
+    # Materialized's defaults, so that a builder's store has a DSL store's serdes.
+    serdes = store_serdes(Materialized.with_(key_serde, value_serde))
+    return StoreBuilder(StoreSpec(supplier.name, kind, dict(supplier.options), serdes=serdes))
 
 
 class Stores:
@@ -129,25 +144,43 @@ class Stores:
         return _supplier(name, _WINDOW, what, retention_ms=retention, window_size_ms=size)
 
     @staticmethod
-    def key_value_store_builder(supplier: StoreSupplier, *serdes: Any) -> StoreBuilder:
-        """A ``KeyValueStore`` (get/put/delete/range/all) for processors."""
-        return _builder(supplier, _KEY_VALUE, KeyValueStore.kind, "key_value_store_builder")
+    def key_value_store_builder(
+        supplier: StoreSupplier, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> StoreBuilder:
+        """A ``KeyValueStore`` (get/put/delete/range/all) for processors, its keys and values
+        held by ``key_serde`` and ``value_serde`` (None: Json; module docstring)."""
+        what = "key_value_store_builder"
+        return _builder(supplier, _KEY_VALUE, KeyValueStore.kind, what, key_serde, value_serde)
 
     @staticmethod
-    def timestamped_key_value_store_builder(supplier: StoreSupplier, *serdes: Any) -> StoreBuilder:
+    def timestamped_key_value_store_builder(
+        supplier: StoreSupplier, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> StoreBuilder:
         """A ``TimestampedKeyValueStore``: ``put(key, value, timestamp)``,
-        ``get_with_timestamp(key)``."""
-        what = "timestamped_key_value_store_builder"
-        return _builder(supplier, _KEY_VALUE, TimestampedKeyValueStore.kind, what)
+        ``get_with_timestamp(key)``; serdes as ``key_value_store_builder``."""
+        what, kind = "timestamped_key_value_store_builder", TimestampedKeyValueStore.kind
+        return _builder(supplier, _KEY_VALUE, kind, what, key_serde, value_serde)
 
     @staticmethod
-    def versioned_key_value_store_builder(supplier: StoreSupplier, *serdes: Any) -> StoreBuilder:
+    def versioned_key_value_store_builder(
+        supplier: StoreSupplier, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> StoreBuilder:
         """A ``VersionedKeyValueStore``: ``put(key, value, timestamp)``,
-        ``get(key, as_of)``, ``delete(key, timestamp)``."""
-        what = "versioned_key_value_store_builder"
-        return _builder(supplier, _VERSIONED, VersionedKeyValueStore.kind, what)
+        ``get(key, as_of)``, ``delete(key, timestamp)``; serdes as
+        ``key_value_store_builder``."""
+        what, kind = "versioned_key_value_store_builder", VersionedKeyValueStore.kind
+        return _builder(supplier, _VERSIONED, kind, what, key_serde, value_serde)
 
     @staticmethod
-    def window_store_builder(supplier: StoreSupplier, *serdes: Any) -> StoreBuilder:
-        """A ``WindowStore``: ``put(key, window, value, timestamp)``, ``fetch``, ``all``."""
-        return _builder(supplier, _WINDOW, WindowStore.kind, "window_store_builder")
+    def window_store_builder(
+        supplier: StoreSupplier, key_serde: Serde | None = None, value_serde: Serde | None = None
+    ) -> StoreBuilder:
+        """A ``WindowStore``: ``put(key, window, value, timestamp)``, ``fetch``, ``all``;
+        ``key_serde`` is the serde of the windows' keys (Kafka's), not a windowed serde."""
+        what = "window_store_builder"
+        if isinstance(key_serde, Serde) and base_key_serde(key_serde) is not key_serde:
+            raise TopologyException(
+                f"Stores.{what}: key_serde is the serde of the windows' keys (e.g. "
+                f"Serdes.String()), not a windowed serde: got {key_serde.name}"
+            )
+        return _builder(supplier, _WINDOW, WindowStore.kind, what, key_serde, value_serde)

@@ -60,13 +60,13 @@ def value_hash(value: Any, serde: Serde = JSON) -> str | None:
 
 
 def _held(value: Any, serde: Serde) -> Any:
-    """A foreign value as a response carries it: its JSON form by the foreign table's
-    value serde (a Bytes value as base64 text: the response topic holds JSON)."""
+    """A value (a foreign value, a primary key) as an internal topic's JSON value carries
+    it: its JSON form by its table's serde (a Bytes one as base64 text)."""
     return value if value is None or not serde.json_form_differs else serde.to_json(value)
 
 
 def _given(held: Any, serde: Serde) -> Any:
-    """The foreign value a response's ``_held`` form stands for."""
+    """The value a ``_held`` form stands for."""
     return held if held is None or not serde.json_form_differs else serde.from_json(held)
 
 
@@ -78,13 +78,16 @@ class Subscription:
     instruction: str
     primary_key: Any
 
-    def encode(self) -> list:
-        """Its form on the subscription topic."""
-        return [self.value_hash, _INSTRUCTIONS.index(self.instruction), self.primary_key]
+    def encode(self, key_serde: Serde = JSON) -> list:
+        """Its form on the subscription topic: the primary key in the JSON form of this
+        table's key serde ``key_serde`` (a Bytes key as base64 text, as Kafka's
+        SubscriptionWrapper carries it serialized by that serde)."""
+        instruction = _INSTRUCTIONS.index(self.instruction)
+        return [self.value_hash, instruction, _held(self.primary_key, key_serde)]
 
     @staticmethod
-    def decode(raw: list) -> Subscription:
-        return Subscription(raw[0], _INSTRUCTIONS[raw[1]], raw[2])
+    def decode(raw: list, key_serde: Serde = JSON) -> Subscription:
+        return Subscription(raw[0], _INSTRUCTIONS[raw[1]], _given(raw[2], key_serde))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from lakestate.state.constants import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_V
 from lakestate.state.versioned import VersionedKeyValueStore
 
 DROPPED = DROPPED_RECORDS
+_DROP = object()  # a record that joins nothing (its drop already counted)
 
 Joiner = Callable[[Any, Any], Any]
 # Which processor a table-table join side runs (Kafka's class names): a left join's left side
@@ -86,7 +87,10 @@ class StreamTableJoin(Processor):
 
     def process_chunk(self, chunk: Chunk) -> Chunk:
         # The table's store is written by the table's own input, never by this chain: each
-        # record's lookup sees what it would see one by one.
+        # record's lookup sees what it would see one by one, so a versioned table's lookups
+        # are read together.
+        if self.versioned and hasattr(self.store, "get_many_as_of"):
+            return self._versioned_chunk(chunk)
         joined, at = [], []
         join = self._join
         for record, position in zip(chunk.records, chunk.at, strict=True):
@@ -96,13 +100,40 @@ class StreamTableJoin(Processor):
                 at.append(position)
         return chunk.with_records(joined, at)
 
+    def _versioned_chunk(self, chunk: Chunk) -> Chunk:
+        keys = [self._join_key(record) for record in chunk.records]
+        lookups = [
+            (key, record.timestamp)
+            for key, record in zip(keys, chunk.records, strict=True)
+            if key is not _DROP and key is not None
+        ]
+        found = iter(self.store.get_many_as_of(lookups))
+        joined, at = [], []
+        for key, record, position in zip(keys, chunk.records, chunk.at, strict=True):
+            if key is _DROP:
+                continue
+            version = None if key is None else next(found)
+            result = self._joined(record, None if version is None else version.value)
+            if result is not None:
+                joined.append(result)
+                at.append(position)
+        return chunk.with_records(joined, at)
+
     def _join(self, record: Record) -> Record | None:
         """The joined record, or None when the record yields none."""
+        key = self._join_key(record)
+        if key is _DROP:
+            return None
+        return self._joined(record, None if key is None else self._lookup(key, record.timestamp))
+
+    def _join_key(self, record: Record) -> Any:
+        """The table key ``record`` looks up (None: a left join's null key, no lookup), or
+        ``_DROP`` (counted) for a record that joins nothing."""
         # A null value is "no record" in a key-value model, and None is what a left join
         # passes for a missing table row: Kafka drops such records rather than be ambiguous.
         if record.value is None:
             self.context.metric(DROPPED)
-            return None
+            return _DROP
         key = (
             record.key if self.key_selector is None else self.key_selector(record.key, record.value)
         )
@@ -111,8 +142,10 @@ class StreamTableJoin(Processor):
         # returns null for a keyed record drops it, left join or not).
         if key is None and not (self.left and record.key is None):
             self.context.metric(DROPPED)
-            return None
-        table_value = None if key is None else self._lookup(key, record.timestamp)
+            return _DROP
+        return key
+
+    def _joined(self, record: Record, table_value: Any) -> Record | None:
         if table_value is None and not self.left:
             return None
         return record.with_value(self.joiner(record.value, table_value))

@@ -28,7 +28,10 @@ Every encoding is self-delimiting, and every byte that may follow a tuple elemen
 or the tuple terminator) is below 0xFF, so tuples sort element by element, a shorter tuple
 before its extensions, and the elements of a prefix encode the start of every tuple that
 extends it (``prefix_range``). Dict and list keys compare equal iff their canonical JSON
-is equal; their order is that of the JSON text and carries no meaning.
+is equal; their order is that of the JSON text and carries no meaning. A Windowed key is
+read from its end (its bounds are its last 16 bytes): a start whose first byte is 0xFF would
+otherwise read as an escaped NUL after a str key's terminator. (Nested in a tuple, such a
+start, 2**63 - 2**56 ms or later, does not decode.)
 """
 
 from __future__ import annotations
@@ -180,6 +183,8 @@ def decode_key(raw: bytes) -> Any:
         except UnicodeDecodeError as e:
             raise SerializationException(f"malformed key encoding {raw!r}: {e}") from e
     try:
+        if raw[:1] == _WINDOWED_TAG and len(raw) >= 18:
+            return _decode_windowed(raw)
         value, pos = _decode(raw, 0)
     except SerializationException:
         raise
@@ -188,6 +193,17 @@ def decode_key(raw: bytes) -> Any:
     if pos != len(raw):
         raise SerializationException(f"malformed key encoding {raw!r}: trailing bytes")
     return value
+
+
+def _decode_windowed(raw: bytes) -> Windowed:
+    # A top-level Windowed ends with its two bounds, so the key is what lies before them.
+    # Parsing left to right cannot tell a str key's terminator followed by a start whose
+    # first byte is 0xFF (a start of 2**63 - 2**56 or more) from an escaped NUL.
+    key, pos = _decode(raw[:-16], 1)
+    if pos != len(raw) - 16:
+        raise SerializationException(f"malformed key encoding {raw!r}: trailing bytes")
+    start, end = _BOUNDS.unpack_from(raw, pos)
+    return Windowed(key, Window(start - _SIGN, end - _SIGN))
 
 
 def prefix_range(prefix: tuple) -> tuple[bytes, bytes]:

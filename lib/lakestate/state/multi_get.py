@@ -1,9 +1,10 @@
-"""Reading many keys of one namespace at once (a RocksDB multi-get).
+"""Reading many keys of one namespace at once (a RocksDB multi-get, one iterator's seeks).
 
 A chunked processor knows a chunk's keys before it processes a record of it (the count's
-distinct keys, dedup's ids): reading them in one call saves a Python call and a
-buffer-then-backend lookup per key. The values are exactly what ``get`` gives one by one:
-the transaction's own writes (a None: deleted) first, then the backend.
+distinct keys, dedup's ids, a temporal join's (key, time) lookups): reading them in one
+call saves a Python call and a buffer-then-backend lookup per key, and for a floor lookup
+an iterator per key. The values are exactly what ``get`` and a reversed ``iterate`` give
+one by one: the transaction's own writes (a None: deleted) first, then the backend.
 """
 
 from __future__ import annotations
@@ -36,3 +37,27 @@ def get_many(source: Any, namespace: str, keys: list[bytes]) -> list[bytes | Non
         for i, v in zip(unread, many(namespace, [keys[i] for i in unread]), strict=True):
             values[i] = v
     return values
+
+
+def last_below_many(
+    source: Any, namespace: str, bounds: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes] | None]:
+    """For each ``(low, high)``, the entry with the greatest key in ``[low, high)``, or None:
+    ``next(source.iterate(namespace, low, high, True), None)`` per bound. A transaction
+    with no writes of its own in ``namespace`` whose backend offers ``last_below_many``
+    (RocksDB: one iterator, a seek per bound) reads them all in one call."""
+    fast = _backend_reader(source, namespace, "last_below_many")
+    if fast is None:
+        return [next(source.iterate(namespace, low, high, True), None) for low, high in bounds]
+    return fast(namespace, bounds)
+
+
+def _backend_reader(source: Any, namespace: str, method: str) -> Any:
+    """The backend's ``method`` when reading it is what reading ``source`` gives: an open
+    transaction without dirty reads and without writes of its own in ``namespace``."""
+    if type(source) is not Transaction or source.state is not TransactionState.OPEN:
+        return None
+    store = source._store
+    if store._dirty_reads or source._buffers.get(namespace):
+        return None
+    return getattr(store._backend, method, None)

@@ -82,6 +82,25 @@ class RocksDBBackend(Backend):
         cf = self._cf(namespace, create=False)
         return [None] * len(keys) if cf is None else cf.get(keys)
 
+    def last_below_many(
+        self, namespace: str, bounds: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes] | None]:
+        """Per ``(low, high)``, the entry with the greatest key in ``[low, high)`` or None,
+        by seeks of one iterator (an iterator per lookup costs more than its seek)."""
+        cf = self._cf(namespace, create=False)
+        if cf is None:
+            return [None] * len(bounds)
+        it = cf.iter(ReadOptions())
+        found: list[tuple[bytes, bytes] | None] = []
+        for low, high in bounds:
+            it.seek_for_prev(high)
+            if it.valid() and it.key() >= high:
+                it.prev()
+            key = it.key() if it.valid() else None
+            found.append(None if key is None or key < low else (key, it.value()))
+        del it
+        return found
+
     def estimate_num_keys(self, namespace: str) -> int | None:
         """RocksDB's ``rocksdb.estimate-num-keys`` of the namespace's column family."""
         cf = self._cf(namespace, create=False)

@@ -131,6 +131,9 @@ class _VersionedReads(_Seam):
     def get(self, key: Any, as_of: int | None = None) -> VersionedRecord | None:
         return self._given_record(super().get(key, as_of))  # type: ignore[misc]
 
+    def get_many_as_of(self, lookups: list[tuple[Any, int]]) -> list[VersionedRecord | None]:
+        return [self._given_record(f) for f in super().get_many_as_of(lookups)]  # type: ignore[misc]
+
     def all(self) -> Iterator[tuple[Any, VersionedRecord | None]]:
         for key, found in super().all():  # type: ignore[misc]
             yield key, self._given_record(found)
@@ -143,8 +146,8 @@ class _KeyValueReads(_Seam):
     def get(self, key: Any) -> Any:
         return self._given(super().get(key))  # type: ignore[misc]
 
-    def _iterate(self, *args: Any) -> Iterator[tuple[Any, Any]]:
-        for key, found in super()._iterate(*args):  # type: ignore[misc]
+    def _iterate(self, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+        for key, found in super()._iterate(*args, **kwargs):  # type: ignore[misc]
             yield key, self._given(found)
 
 

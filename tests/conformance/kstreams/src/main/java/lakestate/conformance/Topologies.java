@@ -90,6 +90,7 @@ final class Topologies {
             Map.entry("bytes_stream_join", (Kind) Topologies::bytesStreamJoin),
             Map.entry("cogroup", (Kind) Topologies::cogroup),
             Map.entry("fk_join", (Kind) Topologies::fkJoin),
+            Map.entry("bytes_fk_join", (Kind) Topologies::bytesFkJoin),
             Map.entry("processor", (Kind) Topologies::processor));
 
     static Built build(String kind, JsonNode params, String valueSerde) {
@@ -627,46 +628,150 @@ final class Topologies {
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
     }
 
+    /** bytesFkJoin's foreign keys as hex, by num(value) mod 6 (null: none). */
+    static final String[] HEX_FOREIGN_KEYS = {"", "00", "0000", "ff", "ff00", null};
+
+    /**
+     * A foreign-key join of tables keyed by Bytes (issue 26): "keys" says which ("both",
+     * "this", "other"). A Bytes side is stream(topic).map(key: its hex parsed).toTable(
+     * Materialized.with(Bytes, values)) (through a repartition topic, as toTable after a key
+     * change), a String side table(topic). The foreign key is HEX_FOREIGN_KEYS[num mod 6],
+     * parsed when the other table is keyed by Bytes; the joiner writes "left|right", the
+     * result is materialized when asked; out's key is the primary key's hex (Bytes) or itself.
+     */
+    static Built bytesFkJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        String keys = params.get("keys").asText();
+        boolean otherBytes = !keys.equals("this");
+        KTable<Object, Object> left = keyedTable(builder, INPUT_TOPIC, !keys.equals("other"), values);
+        KTable<Object, Object> right = keyedTable(builder, TABLE_TOPIC, otherBytes, values);
+        java.util.function.Function<Object, Object> fk = v -> {
+            String hex = HEX_FOREIGN_KEYS[(int) Math.floorMod(num(v), 6L)];
+            return hex == null ? null : otherBytes ? Bytes.wrap(HexFormat.of().parseHex(hex)) : hex;
+        };
+        ValueJoiner<Object, Object, String> joiner = Topologies::joined;
+        Materialized<Object, String, KeyValueStore<Bytes, byte[]>> materialized =
+                Materialized.<Object, String, KeyValueStore<Bytes, byte[]>>as("joined")
+                        .withValueSerde(Serdes.String());
+        boolean materialize = params.path("materialized").asBoolean(false);
+        KTable<Object, String> result = switch (params.get("join").asText()) {
+            case "inner" -> materialize ? left.join(right, fk, joiner, materialized) : left.join(right, fk, joiner);
+            case "left" -> materialize ? left.leftJoin(right, fk, joiner, materialized) : left.leftJoin(right, fk, joiner);
+            default -> throw unknown("foreign-key join", params.get("join").asText());
+        };
+        result.toStream()
+                .map((k, v) -> KeyValue.pair(k instanceof Bytes b ? HexFormat.of().formatHex(b.get()) : (String) k, v))
+                .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** bytesFkJoin's table of topic: keyed by its keys' hex parsed (Bytes) or by them (String). */
+    static KTable<Object, Object> keyedTable(StreamsBuilder builder, String topic, boolean bytes, Serde<Object> values) {
+        if (!bytes) {
+            return cast(builder.table(topic, Consumed.with(Serdes.String(), values)));
+        }
+        KTable<Bytes, Object> table = builder.stream(topic, Consumed.with(Serdes.String(), values))
+                .map((k, v) -> KeyValue.pair(k == null ? null : Bytes.wrap(HexFormat.of().parseHex(k)), v))
+                .toTable(Materialized.with(Serdes.Bytes(), values));
+        return cast(table);
+    }
+
     // -- the Processor API -------------------------------------------------------------------
 
     /**
      * A per-key running count in key-value store "counts", forwarding (key, count) for each
      * record with a key; a stream-time punctuator every interval ms forwards (key, -count) at
-     * the punctuation's stream time for each key in key order and clears the store. Its twin
-     * is lakestate_kinds.py's _Counter.
+     * the punctuation's stream time for each key in key order and clears the store. The
+     * store's serdes by the "store" param (CountStore). Its twin is lakestate_kinds.py's
+     * _Counter.
      */
     static Built processor(JsonNode params, Serde<Object> values) {
         StreamsBuilder builder = new StreamsBuilder();
+        CountStore counts = new CountStore(params.path("store").asText("long"));
         builder.addStateStore(Stores.keyValueStoreBuilder(
-                Stores.persistentKeyValueStore("counts"), Serdes.String(), Serdes.Long()));
+                Stores.persistentKeyValueStore("counts"), counts.keySerde(), counts.valueSerde()));
         Duration interval = millis(params, "interval");
         KStream<String, Object> in = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
         KStream<String, Long> counted = params.path("fixed_key").asBoolean(false)
-                ? in.processValues(() -> new FixedKeyCounter(interval), "counts")
-                : in.process(() -> new Counter(interval), "counts");
+                ? in.processValues(() -> new FixedKeyCounter(interval, counts), "counts")
+                : in.process(() -> new Counter(interval, counts), "counts");
         counted.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.Long()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.Long().deserializer()));
     }
 
-    /** The counts in key order, read before any is deleted. */
-    static List<KeyValue<String, Long>> drain(KeyValueStore<String, Long> store) {
-        List<KeyValue<String, Long>> all = new ArrayList<>();
-        try (KeyValueIterator<String, Long> it = store.all()) {
-            it.forEachRemaining(all::add);
+    /**
+     * How the counters hold a count in store "counts": "long" with String keys and Long
+     * values; "bytes" with Bytes keys (the key's UTF-8) and Bytes values (the count's decimal
+     * text), so all() goes in unsigned byte order; "string" with a String value serde, which
+     * a Long count does not fit (the first put fails: "not compatible").
+     */
+    record CountStore(String kind) {
+        boolean bytes() {
+            return kind.equals("bytes");
         }
-        for (KeyValue<String, Long> entry : all) {
-            store.delete(entry.key);
+
+        Serde<Object> keySerde() {
+            return cast(bytes() ? Serdes.Bytes() : Serdes.String());
         }
-        return all;
+
+        Serde<Object> valueSerde() {
+            return cast(switch (kind) {
+                case "bytes" -> Serdes.Bytes();
+                case "string" -> Serdes.String();
+                default -> Serdes.Long();
+            });
+        }
+
+        Object key(String key) {
+            return bytes() ? Bytes.wrap(key.getBytes(StandardCharsets.UTF_8)) : key;
+        }
+
+        String keyBack(Object key) {
+            return bytes() ? new String(((Bytes) key).get(), StandardCharsets.UTF_8) : (String) key;
+        }
+
+        Object value(long count) {
+            return bytes() ? Bytes.wrap(Long.toString(count).getBytes(StandardCharsets.UTF_8)) : (Object) count;
+        }
+
+        long valueBack(Object value) {
+            if (value == null) {
+                return 0L;
+            }
+            return bytes() ? Long.parseLong(new String(((Bytes) value).get(), StandardCharsets.UTF_8)) : (Long) value;
+        }
+
+        /** The key's count plus one, put and returned. */
+        long increment(KeyValueStore<Object, Object> store, String key) {
+            long next = valueBack(store.get(key(key))) + 1;
+            store.put(key(key), value(next));
+            return next;
+        }
+
+        /** The counts in key order, read before any is deleted. */
+        List<KeyValue<String, Long>> drain(KeyValueStore<Object, Object> store) {
+            List<KeyValue<Object, Object>> all = new ArrayList<>();
+            try (KeyValueIterator<Object, Object> it = store.all()) {
+                it.forEachRemaining(all::add);
+            }
+            List<KeyValue<String, Long>> counts = new ArrayList<>();
+            for (KeyValue<Object, Object> entry : all) {
+                store.delete(entry.key);
+                counts.add(KeyValue.pair(keyBack(entry.key), valueBack(entry.value)));
+            }
+            return counts;
+        }
     }
 
     static final class Counter implements Processor<String, Object, String, Long> {
         private final Duration interval;
+        private final CountStore counts;
         private ProcessorContext<String, Long> context;
-        private KeyValueStore<String, Long> store;
+        private KeyValueStore<Object, Object> store;
 
-        Counter(Duration interval) {
+        Counter(Duration interval, CountStore counts) {
             this.interval = interval;
+            this.counts = counts;
         }
 
         @Override
@@ -681,14 +786,11 @@ final class Topologies {
             if (record.key() == null) {
                 return;
             }
-            Long count = store.get(record.key());
-            long next = (count == null ? 0L : count) + 1;
-            store.put(record.key(), next);
-            context.forward(record.withValue(next));
+            context.forward(record.withValue(counts.increment(store, record.key())));
         }
 
         void flush(long streamTime) {
-            for (KeyValue<String, Long> entry : drain(store)) {
+            for (KeyValue<String, Long> entry : counts.drain(store)) {
                 context.forward(new Record<>(entry.key, -entry.value, streamTime));
             }
         }
@@ -697,12 +799,14 @@ final class Topologies {
     /** The same for processValues: a punctuator forwards the last record seen of each key. */
     static final class FixedKeyCounter implements FixedKeyProcessor<String, Object, Long> {
         private final Duration interval;
+        private final CountStore counts;
         private final Map<String, FixedKeyRecord<String, Object>> last = new java.util.HashMap<>();
         private FixedKeyProcessorContext<String, Long> context;
-        private KeyValueStore<String, Long> store;
+        private KeyValueStore<Object, Object> store;
 
-        FixedKeyCounter(Duration interval) {
+        FixedKeyCounter(Duration interval, CountStore counts) {
             this.interval = interval;
+            this.counts = counts;
         }
 
         @Override
@@ -718,14 +822,11 @@ final class Topologies {
                 return;
             }
             last.put(record.key(), record);
-            Long count = store.get(record.key());
-            long next = (count == null ? 0L : count) + 1;
-            store.put(record.key(), next);
-            context.forward(record.withValue(next));
+            context.forward(record.withValue(counts.increment(store, record.key())));
         }
 
         void flush(long streamTime) {
-            for (KeyValue<String, Long> entry : drain(store)) {
+            for (KeyValue<String, Long> entry : counts.drain(store)) {
                 context.forward(last.get(entry.key).withValue(-entry.value).withTimestamp(streamTime));
             }
         }

@@ -173,10 +173,13 @@ def test_the_join_stores_take_the_stream_joined_serdes():
     windows = JoinWindows.of_time_difference_without_grace(timedelta(milliseconds=5))
     left.outer_join(right, lambda a, c: c, windows, StreamJoined.as_("p").with_(B, B, S))
     left.outer_join(right, lambda a, c: c, windows, StreamJoined.as_("q"))
+    left.left_join(right, lambda a, c: c, windows, StreamJoined.as_("r").with_(S, B, B))
     stores = b.build().stores
     assert stores["p-outer-this-join-store"].serdes == TopicSerdes(B, B)
     assert stores["p-outer-other-join-store"].serdes == TopicSerdes(B, S)
     assert stores["p-outer-shared-join-store"].serdes == TopicSerdes(B, LeftOrRightValueSerde(B, S))
+    # Both sides Bytes: the waiting store's values are Bytes (its view types them BINARY).
+    assert stores["r-left-shared-join-store"].serdes == TopicSerdes(S, B)
     # None given: Kafka's StreamJoined.with(null, null, null); lakestate's default is Json.
     assert all(
         stores[f"q-{s}-store"].serdes.is_json for s in ("outer-this-join", "outer-shared-join")
@@ -259,3 +262,24 @@ def test_a_join_store_whose_key_serde_is_json_cannot_log_a_bytes_key_and_says_wh
     text = str(info.value)
     assert "store 'p-this-join-store' (key serde Serdes.Json())" in text
     assert "StreamJoined.with_key_serde(Serdes.Bytes())" in text
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(blobs, st.integers(0, 3), st.booleans(), blobs), max_size=8))
+def test_a_waiting_store_whose_sides_share_bytes_holds_them_by_that_one_serde(records):
+    # StreamJoined.with_(k, Bytes, Bytes): waiting_serdes gives the one serde, Bytes.
+    serdes = TopicSerdes(B, B)
+
+    def put(view):
+        for seq, (key, ts, is_left, value) in enumerate(records):
+            view.add(key, ts, is_left, seq, value)
+
+    store, raw = _committed(WAITING, serdes, put)
+    expected = sorted(
+        ((ts, is_left, key, seq), value) for seq, (key, ts, is_left, value) in enumerate(records)
+    )
+    for source in (store, _restored(WAITING, raw)):
+        view = open_view(NAME, WAITING, {}, lambda s=source: s, serdes)
+        assert [v for _, _, _, _, v in view.scan()] == [v for _, v in expected]
+    rows = [view_class(WAITING).changelog_row(k, v, B) for k, v in raw]
+    assert sorted(_unbase64(r["value"]) for r in rows) == sorted(v for _, v in expected)

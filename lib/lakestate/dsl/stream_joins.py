@@ -179,11 +179,11 @@ class StreamJoined:
         return TopicSerdes(self.key_serde or JSON, value or JSON)
 
     def waiting_serdes(self) -> TopicSerdes:
-        """The waiting store's serdes: the key serde, and both sides' value serdes when
-        either is given (Json where not given)."""
-        if self.value_serde is None and self.other_value_serde is None:
-            return TopicSerdes(self.key_serde or JSON, JSON)
-        values = LeftOrRightValueSerde(self.value_serde or JSON, self.other_value_serde or JSON)
+        """The waiting store's serdes: the key serde, and both sides' value serdes (Json
+        where not given); one serde when both sides have it (what LeftOrRightValueSerde
+        of two equal serdes does, and its view can type the values)."""
+        left, right = self.value_serde or JSON, self.other_value_serde or JSON
+        values = left if left == right else LeftOrRightValueSerde(left, right)
         return TopicSerdes(self.key_serde or JSON, values)
 
 

@@ -22,6 +22,7 @@ from scenario import (
     Buffer,
     BytesForeignKeyJoinParams,
     BytesStoreParams,
+    BytesStreamJoinParams,
     CogroupParams,
     ForeignKeyJoinParams,
     GroupedSerdesParams,
@@ -400,6 +401,48 @@ def stream_stream_join(params: StreamStreamJoinParams) -> ls.Topology:
     return builder.build()
 
 
+def _shown(value: Any) -> str:
+    """A key or value as the bytes_stream_join kind writes it (Java's ``shown``)."""
+    return value.hex() if isinstance(value, bytes) else _java_text(value)
+
+
+def _java_text(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def _bytes_side(
+    builder: ls.StreamsBuilder, topic: str, bytes_values: bool, bytes_keys: bool
+) -> ls.KStream:
+    side = builder.stream(topic)
+    if bytes_values:
+        side = side.map_values(lambda v: None if v is None else b"\xff\x00" + str(v).encode())
+    if bytes_keys:
+        side = side.select_key(lambda k, v: None if k is None else k.encode())
+    return side
+
+
+def bytes_stream_join(params: BytesStreamJoinParams) -> ls.Topology:
+    builder = ls.StreamsBuilder()
+    left = _bytes_side(builder, INPUT_TOPIC, params.sides != "right", params.keys)
+    right = _bytes_side(builder, TABLE_TOPIC, params.sides != "left", params.keys)
+    diff = _ms(params.diff)
+    if params.grace is None:
+        windows = ls.JoinWindows.of_time_difference_without_grace(diff)
+    else:
+        windows = ls.JoinWindows.of_time_difference_and_grace(diff, _ms(params.grace))
+    b = ls.Serdes.Bytes()
+    # The input's value serde is not known here (Json): the Kafka side's is the scenario's.
+    joined = ls.StreamJoined.with_(
+        b if params.keys else ls.Serdes.String(),
+        None if params.sides == "right" else b,
+        None if params.sides == "left" else b,
+    )
+    join = {"inner": left.join, "left": left.left_join, "outer": left.outer_join}[params.join]
+    result = join(right, lambda v, o: f"{_shown(v)}|{_shown(o)}", windows, joined)
+    result.map(lambda k, v: (_shown(k), v)).to(OUTPUT_TOPIC)
+    return builder.build()
+
+
 def _appender(sign: str) -> Callable[[Any, Any, str], str]:
     return lambda _key, value, agg: f"{agg}{sign}{'null' if value is None else value}"
 
@@ -591,6 +634,7 @@ BUILDERS: dict[str, Callable[[Any], ls.Topology]] = {
     StreamTableJoinParams.kind: stream_table_join,
     TableTableJoinParams.kind: table_table_join,
     StreamStreamJoinParams.kind: stream_stream_join,
+    BytesStreamJoinParams.kind: bytes_stream_join,
     CogroupParams.kind: cogroup,
     ForeignKeyJoinParams.kind: fk_join,
     BytesForeignKeyJoinParams.kind: bytes_fk_join,

@@ -25,6 +25,7 @@ from scenario import (
     Buffer,
     BytesForeignKeyJoinParams,
     BytesStoreParams,
+    BytesStreamJoinParams,
     CogroupParams,
     ForeignKeyJoinParams,
     GroupedSerdesParams,
@@ -521,6 +522,32 @@ def stream_stream_joins(seed: int, how: str, count: int) -> list[Scenario]:
         records = inputs(rng, rng.randint(8, 40), join_window_boundaries(b, a, grace or 0), 6)
         topics = [INPUT_TOPIC if rng.random() < 0.5 else TABLE_TOPIC for _ in records]
         records = [replace(r, topic=t) for r, t in zip(records, topics, strict=True)]
+        scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
+    return scenarios
+
+
+def bytes_stream_joins(seed: int, how: str, count: int) -> list[Scenario]:
+    """Stream-stream joins (``how``) whose left, right or both sides' values are bytes
+    (Bytes StreamJoined serdes; the other side's values the input's), a third of them
+    keyed by bytes too (both sides repartitioned); keys also empty and not ASCII."""
+    group = f"bytes_stream_join-{how}"
+    rng = random.Random(f"{seed}/{group}")
+    scenarios = []
+    for i in range(count):
+        diff = rng.choice((0, 1, 3, 5))
+        grace = rng.choice((None, 0, 2, 6))
+        sides = rng.choice(("left", "right", "both"))
+        params = BytesStreamJoinParams(how, diff, grace, sides, keys=rng.random() < 1 / 3)
+        serde = "long" if rng.random() < 0.5 else "string"
+        records = inputs(rng, rng.randint(8, 40), join_window_boundaries(diff, diff, grace or 0), 6)
+        records = [
+            replace(
+                r,
+                topic=INPUT_TOPIC if rng.random() < 0.5 else TABLE_TOPIC,
+                key=rng.choice(["", "\u00e9"]) if rng.random() < 0.15 else r.key,
+            )
+            for r in records
+        ]
         scenarios.append(Scenario(f"{group}-{i}", params, _with_values(rng, records, serde), serde))
     return scenarios
 

@@ -238,6 +238,24 @@ class StreamStreamJoinParams:
 
 
 @dataclass(frozen=True)
+class BytesStreamJoinParams:
+    """A stream-stream join with Bytes (issue 26): ``stream("in")`` with ``stream("table")``,
+    a side in ``sides`` ("left", "right", "both") with its values mapped to bytes (0xff 0x00,
+    then the value's text's UTF-8; a null stays null); with ``keys``, both sides' keys to
+    their UTF-8 bytes by ``selectKey`` (both through repartition topics). ``StreamJoined
+    .with(key: Bytes or String, each side's value: Bytes or the input's)``, windows
+    ``ofTimeDifferenceAndGrace(diff, grace)`` (no grace when None). "out" gets the key (its
+    hex when bytes; a null as "null") and "left|right", bytes as hex, a null as "null"."""
+
+    kind: ClassVar[str] = "bytes_stream_join"
+    join: JoinType
+    diff: int
+    grace: int | None
+    sides: Literal["left", "right", "both"]
+    keys: bool = False
+
+
+@dataclass(frozen=True)
 class CogroupParams:
     """``stream("in").groupByKey().cogroup(+)`` with ``stream("table")`` (aggregator ``-``)
     and, with ``repartition``, ``stream("other").selectKey(identity)`` (``*``, so through a
@@ -322,6 +340,7 @@ Params = (
     | StreamTableJoinParams
     | TableTableJoinParams
     | StreamStreamJoinParams
+    | BytesStreamJoinParams
     | CogroupParams
     | ForeignKeyJoinParams
     | BytesForeignKeyJoinParams

@@ -36,6 +36,7 @@ from random_scenarios import (
     bytes_fk_joins,
     bytes_stores,
     bytes_stores_suppressed,
+    bytes_stream_joins,
     cogroups,
     fk_joins,
     grouped_serdes,
@@ -101,6 +102,12 @@ GROUPS: dict[str, list[Scenario]] = {
     **{
         f"bytes_store-suppressed-{a}": bytes_stores_suppressed(SEED, a, PER_GROUP)
         for a in ("count", "reduce")
+    },
+    # Stream-stream joins with Bytes StreamJoined serdes: the buffers and the shared waiting
+    # store hold bytes on one side or both, keyed by bytes or not (issue 26).
+    **{
+        f"bytes_stream_join-{how}": bytes_stream_joins(SEED, how, PER_GROUP)
+        for how in ("inner", "left", "outer")
     },
     # Serdes carried forward from Consumed, Repartitioned and StreamJoined serdes, fitting
     # the values or not, and a count with no serdes given (issue 26).
@@ -197,6 +204,7 @@ def _group_param(group: str) -> object:
             "aggregate-",
             "grouped_serdes-",
             "bytes_store-",
+            "bytes_stream_join-",
             "serde_flow",
             "join-",
             "stateless",

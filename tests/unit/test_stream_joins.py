@@ -354,6 +354,31 @@ def test_a_key_change_repartitions_and_both_sides_are_copartitioned():
         ]
 
 
+@pytest.mark.parametrize("how", ["inner", "left", "outer"])
+def test_null_keys_cross_a_left_or_outer_joins_repartition_topics_only(how, config):
+    # KIP-962, as Kafka 4.4 plays it (conformance groups bytes_stream_join-*): a left or
+    # outer join's repartition topics carry null keys (both sides'), and the join emits a
+    # null key of an outer side joined with None or counts it dropped; an inner join's
+    # topics drop them, uncounted.
+    b = StreamsBuilder()
+    one = b.stream("topic1").select_key(lambda k, v: k)
+    two = b.stream("topic2").select_key(lambda k, v: k)
+    join = {"inner": one.join, "left": one.left_join, "outer": one.outer_join}[how]
+    join(two, plus, JoinWindows.of_time_difference_without_grace(ms(5))).to("out")
+    with TopologyTestDriver(b.build(), config) as driver:
+        pipes = Pipes(driver)
+        pipes.one(None, "A", 1)
+        pipes.two(None, "b", 2)
+        out = {
+            "inner": [],
+            "left": [(None, "A+null", 1)],
+            "outer": [(None, "A+null", 1), (None, "null+b", 2)],
+        }[how]
+        assert pipes.read() == out
+        dropped = {"inner": 0, "left": 1, "outer": 0}[how]  # left: the right side's null key
+        assert int(driver.metrics().get("dropped-records", 0)) == dropped
+
+
 def test_a_stream_joined_with_itself(config):
     b = StreamsBuilder()
     s = b.stream("topic1")

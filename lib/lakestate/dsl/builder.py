@@ -234,6 +234,7 @@ class GraphBuilder:
         num_partitions: int | None = None,
         named: bool = False,
         serdes: TopicSerdes = DEFAULT_SERDES,
+        keep_null_keys: bool = False,
     ) -> str:
         """Insert a repartition topic after ``parent``; returns the new source node's name.
         ``named``: its sink and source are ``<topic>-sink`` and ``<topic>-source`` (as
@@ -250,6 +251,7 @@ class GraphBuilder:
             carries_changes=carries_changes,
             num_partitions=num_partitions,
             serdes=serdes,
+            keep_null_keys=keep_null_keys,
         )
         self.add_source(
             source, [topic_suffix], internal=True, carries_changes=carries_changes, serdes=serdes

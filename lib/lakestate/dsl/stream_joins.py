@@ -27,7 +27,11 @@ from lakestate.errors import TopologyException
 from lakestate.processors.stateless import PassThrough
 from lakestate.processors.stream_join import JoinBuffer, StreamStreamJoin
 from lakestate.serdes import JSON, Serde, TopicSerdes
-from lakestate.state.stream_join import JoinBufferStore, WaitingRecordsStore
+from lakestate.state.stream_join import (
+    JoinBufferStore,
+    LeftOrRightValueSerde,
+    WaitingRecordsStore,
+)
 from lakestate.topology.graph import SOURCE, StoreSpec
 
 if TYPE_CHECKING:
@@ -113,7 +117,11 @@ class StreamJoined:
     buffer store takes the key and value serde, the other side's the key and other value
     serde (a record they cannot hold fails at the store, as Kafka's put); a side's
     repartition topic takes them too, else the side stream's (``Consumed``'s, carried
-    forward). The joined stream keeps the key serde. None: not given."""
+    forward). The waiting store of a left or outer join takes the key serde and both value
+    serdes (each side's values by its own, Kafka's LeftOrRightValueSerde). The joined
+    stream keeps the key serde. None: not given (Json, lakestate's default serde; Kafka's
+    ``join(other, joiner, windows)`` passes ``StreamJoined.with(null, null, null)``, so
+    the stores take no serde of the streams')."""
 
     store_name: str | None = None
     name: str | None = None
@@ -165,27 +173,41 @@ class StreamJoined:
         serde = optional_serde(other_value_serde, "StreamJoined other_value_serde")
         return replace(self, other_value_serde=serde)
 
-    def side_serdes(self, is_left: bool) -> TopicSerdes | None:
-        """A side's buffer store serdes; None when none is given (no check)."""
+    def side_serdes(self, is_left: bool) -> TopicSerdes:
+        """A side's buffer store serdes (Json where not given)."""
         value = self.value_serde if is_left else self.other_value_serde
-        if self.key_serde is None and value is None:
-            return None
         return TopicSerdes(self.key_serde or JSON, value or JSON)
+
+    def waiting_serdes(self) -> TopicSerdes:
+        """The waiting store's serdes: the key serde, and both sides' value serdes (Json
+        where not given); one serde when both sides have it (what LeftOrRightValueSerde
+        of two equal serdes does, and its view can type the values)."""
+        left, right = self.value_serde or JSON, self.other_value_serde or JSON
+        values = left if left == right else LeftOrRightValueSerde(left, right)
+        return TopicSerdes(self.key_serde or JSON, values)
 
 
 def _repartitioned(
-    graph: GraphBuilder, stream: KStream, topic: str, key: Serde | None, value: Serde | None
+    graph: GraphBuilder,
+    stream: KStream,
+    topic: str,
+    serdes: tuple[Serde | None, Serde | None],
+    outer: bool,
 ) -> str:
     """The node a side's join reads: ``stream``'s own, or, after a key change, the source of
     its repartition topic ``topic`` (made once: a stream joined with itself shares it),
-    with serdes ``key`` and ``value``, else the stream's (Kafka's repartitionForJoin)."""
+    with ``serdes`` (key, value), else the stream's (Kafka's repartitionForJoin). The topic
+    of a left or outer join (``outer``) carries null-key records, which its join emits
+    without a partner (KIP-962; Kafka 4.4 does so on both sides, checked by the
+    conformance groups bytes_stream_join-*); an inner join's drops them, uncounted."""
+    key, value = serdes
     if not stream._repartition_required:
         return stream.node_name
     for node in graph.nodes.values():
         if node.kind == SOURCE and node.internal_topic and node.topics == [topic]:
             return node.name
     serdes = TopicSerdes(key or stream.serdes.key, value or stream.serdes.value)
-    return graph.repartition(stream.node_name, topic, serdes=serdes)
+    return graph.repartition(stream.node_name, topic, serdes=serdes, keep_null_keys=outer)
 
 
 def stream_stream_join(
@@ -207,9 +229,11 @@ def stream_stream_join(
     this_topic = f"{named.name}-left" if named.name else this.node_name
     other_topic = f"{named.name}-right" if named.name else other.node_name
     key = named.key_serde
-    this_parent = _repartitioned(graph, this, f"{this_topic}-repartition", key, named.value_serde)
+    this_parent = _repartitioned(
+        graph, this, f"{this_topic}-repartition", (key, named.value_serde), left_outer
+    )
     other_parent = _repartitioned(
-        graph, other, f"{other_topic}-repartition", key, named.other_value_serde
+        graph, other, f"{other_topic}-repartition", (key, named.other_value_serde), left_outer
     )
     names = _names(graph, named, left_outer, right_outer)
     operator = {"inner": "join", "left": "left_join", "outer": "outer_join"}[how]
@@ -265,27 +289,31 @@ def _add_buffers(
     named: StreamJoined,
 ) -> None:
     """Each side's windowed node, which buffers its records in its store for the other
-    side to join (checked against the side's serdes), and the stores (the waiting
-    records' on this side's join node)."""
+    side to join, and the stores with their StreamJoined serdes (the waiting records' on
+    this side's join node)."""
     this_store, other_store, waiting = stores
     retention = windows.retention_ms
-    this_serdes, other_serdes = named.side_serdes(True), named.side_serdes(False)
     graph.add_processor(
         names["this_windowed"],
         this_parent,
-        lambda: JoinBuffer(this_store, retention, this_serdes),
+        lambda: JoinBuffer(this_store, retention),
         [this_store],
     )
     graph.add_processor(
         names["other_windowed"],
         other_parent,
-        lambda: JoinBuffer(other_store, retention, other_serdes),
+        lambda: JoinBuffer(other_store, retention),
         [other_store],
     )
-    graph.add_store(StoreSpec(this_store, JoinBufferStore.kind), names["this_windowed"])
-    graph.add_store(StoreSpec(other_store, JoinBufferStore.kind), names["other_windowed"])
+    for store, node, is_left in (
+        (this_store, names["this_windowed"], True),
+        (other_store, names["other_windowed"], False),
+    ):
+        serdes = named.side_serdes(is_left)
+        graph.add_store(StoreSpec(store, JoinBufferStore.kind, serdes=serdes), node)
     if waiting is not None:
-        graph.add_store(StoreSpec(waiting, WaitingRecordsStore.kind), names["this"])
+        spec = StoreSpec(waiting, WaitingRecordsStore.kind, serdes=named.waiting_serdes())
+        graph.add_store(spec, names["this"])
 
 
 def _merge(graph: GraphBuilder, names: dict[str, str]) -> None:

@@ -36,12 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lakestate.errors import SerializationException
 from lakestate.processors.api import Processor
 from lakestate.processors.chunk import Chunk
 from lakestate.processors.metrics import DROPPED_RECORDS
 from lakestate.records import Record
-from lakestate.serdes import TopicSerdes
 from lakestate.state.overlay import Overlay
 from lakestate.state.stream_join import WaitingRecordsStore
 
@@ -64,19 +62,16 @@ def _segment(ts: int, interval: int) -> int:
 
 class JoinBuffer(Processor):
     """Forwards every record and keeps those with a key and a value in its side's buffer
-    (Kafka's KStreamJoinWindow over a window store retaining duplicates). ``serdes``
-    (StreamJoined's): a kept record's key and value must fit them, as Kafka's store
-    serializes each put; None: unchecked (Json)."""
+    (Kafka's KStreamJoinWindow over a window store retaining duplicates). The store holds
+    each record as its serdes (StreamJoined's) take it (``held_value``): one it cannot
+    hold fails, as Kafka's store serializes each put, before the segment check."""
 
     chunked = True
 
-    def __init__(
-        self, store_name: str, retention_ms: int, serdes: TopicSerdes | None = None
-    ) -> None:
+    def __init__(self, store_name: str, retention_ms: int) -> None:
         self.store_name = store_name
         self.retention = retention_ms
         self.interval = max(retention_ms // 2, _MIN_SEGMENT_MS)
-        self.serdes = serdes
 
     def init(self, context: Any) -> None:
         super().init(context)
@@ -85,18 +80,6 @@ class JoinBuffer(Processor):
         self._seq_key = f"{self.store_name}.seq"
         self._pending: tuple[list[tuple[Any, int, int, Any]], int, int] | None = None
 
-    def _check(self, key: Any, value: Any) -> None:
-        assert self.serdes is not None
-        pairs = (("key", self.serdes.key, key), ("value", self.serdes.value, value))
-        for what, serde, item in pairs:
-            try:
-                serde.to_json(item)
-            except SerializationException as exc:
-                raise SerializationException(
-                    f"store {self.store_name!r} has {what} serde {serde.name} and cannot hold "
-                    f"this {what}: {exc}"
-                ) from None
-
     def process_chunk(self, chunk: Chunk) -> Chunk:
         context, retention, interval = self.context, self.retention, self.interval
         observed = context.processor_metadata(self._time_key)
@@ -104,18 +87,19 @@ class JoinBuffer(Processor):
         seq = context.processor_metadata(self._seq_key) or 0
         puts: list[tuple[Any, int, int, Any]] = []
         dropped = 0
+        held_value = self.store.held_value
         for record in chunk.records:
             if record.key is None or record.value is None:
                 continue  # never joins: not kept (a null value is not even seen by the store)
-            if self.serdes is not None:  # Kafka's store serializes before it looks at time
-                self._check(record.key, record.value)
+            # Kafka's store serializes before it looks at time.
+            held = held_value(record.key, record.value)
             ts = record.timestamp
             if ts > observed:
                 observed = ts
             if _segment(ts, interval) < _segment(observed - retention, interval):
                 dropped += 1  # Kafka's store refuses a record of an expired segment
             elif ts > observed - retention:
-                puts.append((record.key, ts, seq, record.value))
+                puts.append((record.key, ts, seq, held))
                 seq += 1
             # else: kept by Kafka's store but never fetched again (beyond retention)
         if dropped:

@@ -329,7 +329,8 @@ def _unwritable(app: App, store: str, key_serde: Serde, exc: Exception) -> Strea
         f"node {', '.join(nodes) or '?'}: store {store!r} (key serde {key_serde.name}) cannot "
         f"write this key to its changelog: {exc}. Give the store Serdes.Bytes() as its key "
         "serde (Grouped.with_(Serdes.Bytes(), ...) or Materialized.with_(Serdes.Bytes(), "
-        "...)), or turn the key into text first (e.g. select_key(lambda k, v: k.hex())). "
+        "...), or StreamJoined.with_key_serde(Serdes.Bytes()) for a stream-stream join's "
+        "stores), or turn the key into text first (e.g. select_key(lambda k, v: k.hex())). "
         "The batch failed before anything was written"
     )
 

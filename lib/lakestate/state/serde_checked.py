@@ -1,6 +1,6 @@
-"""Key-value, window and session stores with serdes (``Materialized.with_``,
-``Grouped.with_``): the one seam between what a processor gives and gets and what the store
-holds, as Kafka's store serializes each put and deserializes each get with its serdes (a
+"""Key-value, window and session stores, suppression buffers and stream-stream join stores
+with serdes (``Materialized.with_``, ``Grouped.with_``, ``StreamJoined.with_``): the one
+seam between what a processor gives and gets and what the store holds, as Kafka's store serializes each put and deserializes each get with its serdes (a
 window store's key serde is its windowed keys' inner key's).
 
 A store holds each value in its serde's JSON form (``Serde.to_json``, checked), which is
@@ -24,6 +24,7 @@ from typing import Any
 from lakestate.errors import SerializationException
 from lakestate.serdes import Serde, TopicSerdes
 from lakestate.state.serde import decode_value
+from lakestate.state.stream_join import JoinBufferStore, LeftOrRightValueSerde, WaitingRecordsStore
 from lakestate.state.suppression_buffer import BufferedRecord, SuppressionBuffer
 from lakestate.state.timestamped import TimestampedKeyValueStore, ValueAndTimestamp
 from lakestate.state.versioned import VersionedKeyValueStore, VersionedRecord
@@ -209,6 +210,57 @@ class _BufferReads(_Seam):
         return found, self._given(prior)
 
 
+class _JoinBufferWrites(_Seam):
+    """A stream-stream join buffer's write hook: the processor holds every record it would
+    put through ``held_value`` (key checked, value held), before the segment check."""
+
+    def held_value(self, key: Any, value: Any) -> Any:
+        self._check_key(key)
+        return self._held_value(value)
+
+
+class _JoinBufferReads(_Seam):
+    """A join buffer's reads when its value serde converts (Bytes)."""
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, Any]]:
+        given = self._given
+        return [(ts, given(v)) for ts, v in super().fetch(key, time_from, time_to)]  # type: ignore[misc]
+
+    def all(self) -> Iterator[tuple[Any, int, int, Any]]:
+        for key, ts, seq, value in super().all():  # type: ignore[misc]
+            yield key, ts, seq, self._given(value)
+
+
+class _WaitingSeam(_Seam):
+    """What the waiting store's hooks share: a side's value serde (Kafka's
+    LeftOrRightValueSerde holds each side's value by that side's serde)."""
+
+    def _side(self, is_left: bool) -> Serde:
+        serde = self.store_serdes.value
+        return serde.side(is_left) if isinstance(serde, LeftOrRightValueSerde) else serde
+
+
+class _WaitingWrites(_WaitingSeam):
+    """The waiting store's write hook: ``add``'s key checked, its value held by its side's
+    serde."""
+
+    def add(self, key: Any, ts: int, is_left: bool, seq: int, value: Any) -> None:
+        self._check_key(key)
+        what = "left value" if is_left else "right value"
+        held = _held(self.name, what, self._side(is_left), value)
+        super().add(key, ts, is_left, seq, held)  # type: ignore[misc]
+
+
+class _WaitingReads(_WaitingSeam):
+    """The waiting store's read hook when a side's value serde converts (Bytes): ``scan``
+    gives each value back by its side's serde."""
+
+    def scan(self) -> Iterator[tuple[bytes, int, bool, Any, Any]]:
+        for raw_key, ts, is_left, key, held in super().scan():  # type: ignore[misc]
+            value = None if held is None else self._side(is_left).from_json(held)
+            yield raw_key, ts, is_left, key, value
+
+
 def _reads_of(view: type) -> type:
     """The mixin converting ``view``'s reads back (most specific kind first)."""
     for kind, reads in (
@@ -216,6 +268,8 @@ def _reads_of(view: type) -> type:
         (TimestampedKeyValueStore, _TimestampedReads),
         (VersionedKeyValueStore, _VersionedReads),
         (SuppressionBuffer, _BufferReads),
+        (JoinBufferStore, _JoinBufferReads),
+        (WaitingRecordsStore, _WaitingReads),
     ):
         if issubclass(view, kind):
             return reads
@@ -226,15 +280,20 @@ _CLASSES: dict[tuple[type, TopicSerdes], type] = {}
 
 
 def checked_class(view: type, serdes: TopicSerdes) -> type:
-    """``view`` (a key-value, window, session view or suppression buffer class) whose instances check and
-    convert every write by ``serdes`` and, when the value serde converts (Bytes), give back
-    every value read; the class is a subclass of ``view``, so ``isinstance`` still holds."""
+    """``view`` (a key-value, window, session view, suppression buffer or stream-stream
+    join store class) whose instances check and convert every write by ``serdes`` and,
+    when the value serde converts (Bytes), give back every value read; the class is a
+    subclass of ``view``, so ``isinstance`` still holds."""
     found = _CLASSES.get((view, serdes))
     if found is None:
         if issubclass(view, WindowStore):
             mixins: tuple[type, ...] = (_WindowWrites,)
         elif issubclass(view, SuppressionBuffer):
             mixins = (_BufferWrites,)
+        elif issubclass(view, JoinBufferStore):
+            mixins = (_JoinBufferWrites,)
+        elif issubclass(view, WaitingRecordsStore):
+            mixins = (_WaitingWrites,)
         else:
             mixins = (_KeyValueWrites,)
         if serdes.value.json_form_differs:

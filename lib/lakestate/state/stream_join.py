@@ -22,6 +22,11 @@ then by key, then in arrival order.
 Changelog rows: ``key, ts, seq, value`` (a buffer) and ``key, ts, side, seq, value``
 (waiting records), so "which records still wait for a partner?" is a query of the shared
 store's SQL view. The time index is derived (``is_index_only``) and rebuilt by a restore.
+
+With StreamJoined serdes, a buffer's values and keys go through the seam of every store
+(state/serde_checked.py): a value is held in its serde's JSON form (base64 text for
+Bytes). The waiting store holds both sides' values, each by its side's serde
+(``LeftOrRightValueSerde``, Kafka's); the side is in its key.
 """
 
 from __future__ import annotations
@@ -30,14 +35,14 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from lakestate.errors import InvalidStateStoreException
+from lakestate.errors import InvalidStateStoreException, SerializationException
 from lakestate.serdes import JSON, Serde, changelog_text
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.keys import decode_i64_be, decode_key, encode_i64_be, encode_key
 from lakestate.state.overlay import Overlay
 from lakestate.state.serde import decode_value, encode_value, json_text
 
-__all__ = ["JoinBufferStore", "WaitingRecordsStore"]
+__all__ = ["JoinBufferStore", "LeftOrRightValueSerde", "WaitingRecordsStore"]
 
 _ENTRY = b"w"
 _ENTRY_END = b"x"
@@ -56,6 +61,36 @@ def _i64(n: int) -> bytes:
     """``encode_i64_be`` of a timestamp or sequence number the processor computed (known
     to be a 64-bit int), without its checks: it runs twice per record buffered."""
     return _U64.pack(n + _SIGN)
+
+
+class LeftOrRightValueSerde(Serde):
+    """The waiting store's value serde (Kafka's ``LeftOrRightValueSerde``): the left
+    side's value serde and the right side's (StreamJoined's value and other value serde).
+    A waiting record's value is held by its side's serde, ``side(is_left)``, its side
+    being in the store's key; a value without its side has no form here."""
+
+    def __init__(self, left: Serde, right: Serde) -> None:
+        self.left, self.right = left, right
+        self.name = f"LeftOrRightValueSerde({left.name}, {right.name})"
+        self.json_form_differs = left.json_form_differs or right.json_form_differs
+
+    def side(self, is_left: bool) -> Serde:
+        return self.left if is_left else self.right
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LeftOrRightValueSerde):
+            return False
+        return (other.left, other.right) == (self.left, self.right)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.left, self.right))
+
+    def _sideless(self, *_: Any) -> Any:
+        raise SerializationException(
+            f"{self.name} holds a value by its side's serde (side(is_left)), not by itself"
+        )
+
+    serialize = deserialize = to_json = from_json = _sideless
 
 
 class _Store:
@@ -119,9 +154,23 @@ class JoinBufferStore(_Store):
             key, ts, seq = _split_entry(raw_key)
             yield key, ts, seq, decode_value(raw)
 
+    def held_value(self, key: Any, value: Any) -> Any:
+        """What this store holds for ``value`` (its serde's JSON form, the key and value
+        checked: a SerializationException naming the store for one they cannot hold); the
+        processor calls it for every record it would put, as Kafka's store serializes each
+        put before its segments look at time. Without serdes: the value itself (Json,
+        checked as it is encoded; bytes are refused here, saying what to do)."""
+        if isinstance(value, bytes | bytearray | memoryview):
+            raise SerializationException(
+                f"store {self.name!r} has value serde Serdes.Json() and cannot hold "
+                f"{type(value).__name__} (JSON has no bytes): give the join the sides' value "
+                "serdes, e.g. StreamJoined.with_(key_serde, Serdes.Bytes(), Serdes.Bytes())"
+            )
+        return value
+
     def put_all(self, records: Iterable[tuple[Any, int, int, Any]]) -> None:
-        """Keep each (key, timestamp, sequence, value); every one is encoded before
-        anything is written, so a bad one writes nothing."""
+        """Keep each (key, timestamp, sequence, held value: ``held_value``'s); every one
+        is encoded before anything is written, so a bad one writes nothing."""
         writes: list[tuple[bytes, bytes | None]] = []
         append = writes.append
         for key, ts, seq, value in records:

@@ -87,6 +87,7 @@ final class Topologies {
             Map.entry("stream_table_join", (Kind) Topologies::streamTableJoin),
             Map.entry("table_table_join", (Kind) Topologies::tableTableJoin),
             Map.entry("stream_stream_join", (Kind) Topologies::streamStreamJoin),
+            Map.entry("bytes_stream_join", (Kind) Topologies::bytesStreamJoin),
             Map.entry("cogroup", (Kind) Topologies::cogroup),
             Map.entry("fk_join", (Kind) Topologies::fkJoin),
             Map.entry("bytes_fk_join", (Kind) Topologies::bytesFkJoin),
@@ -536,6 +537,61 @@ final class Topologies {
         };
         result.to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
         return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /**
+     * A stream-stream join with Bytes (issue 26): stream("in") and stream("table"), a side
+     * named in "sides" ("left", "right" or "both") with its values mapped to bytes (0xff
+     * 0x00 then the value's text's UTF-8, a null staying null); with "keys", both sides'
+     * keys mapped to their UTF-8 bytes by selectKey (so both go through repartition topics
+     * with the StreamJoined serdes). StreamJoined.with(key: Bytes or String, each side's
+     * value: Bytes or the input's): the buffers and the waiting store serialize with them.
+     * Windows "diff" ms with "grace" ms (none when null). Out: the key (its hex when
+     * bytes) and "left|right", a bytes value as its hex, a null as "null".
+     */
+    static Built bytesStreamJoin(JsonNode params, Serde<Object> values) {
+        StreamsBuilder builder = new StreamsBuilder();
+        String sides = params.get("sides").asText();
+        boolean keys = params.get("keys").asBoolean();
+        KStream<Object, Object> left = bytesSide(builder, INPUT_TOPIC, values, !sides.equals("right"), keys);
+        KStream<Object, Object> right = bytesSide(builder, TABLE_TOPIC, values, !sides.equals("left"), keys);
+        Duration diff = millis(params, "diff");
+        JoinWindows windows = params.hasNonNull("grace")
+                ? JoinWindows.ofTimeDifferenceAndGrace(diff, millis(params, "grace"))
+                : JoinWindows.ofTimeDifferenceWithNoGrace(diff);
+        Serde<Object> keySerde = keys ? cast(Serdes.Bytes()) : cast(Serdes.String());
+        StreamJoined<Object, Object, Object> joined = StreamJoined.with(keySerde,
+                sides.equals("right") ? values : cast(Serdes.Bytes()),
+                sides.equals("left") ? values : cast(Serdes.Bytes()));
+        ValueJoiner<Object, Object, String> joiner = (l, r) -> shown(l) + "|" + shown(r);
+        String join = params.get("join").asText();
+        KStream<Object, String> result = switch (join) {
+            case "inner" -> left.join(right, joiner, windows, joined);
+            case "left" -> left.leftJoin(right, joiner, windows, joined);
+            case "outer" -> left.outerJoin(right, joiner, windows, joined);
+            default -> throw unknown("stream-stream join", join);
+        };
+        result.map((k, v) -> KeyValue.pair(shown(k), v))
+                .to(Main.OUTPUT_TOPIC, Produced.with(Serdes.String(), Serdes.String()));
+        return new Built(builder.build(), cast(Serdes.String().deserializer()), cast(Serdes.String().deserializer()));
+    }
+
+    /** One side of bytesStreamJoin: its values as marked bytes when asked, its keys as bytes. */
+    static KStream<Object, Object> bytesSide(StreamsBuilder builder, String topic, Serde<Object> values,
+            boolean bytesValues, boolean bytesKeys) {
+        KStream<Object, Object> side = cast(builder.stream(topic, Consumed.with(Serdes.String(), values)));
+        if (bytesValues) {
+            side = side.mapValues(v -> v == null ? null : (Object) Bytes.wrap(marked(String.valueOf(v))));
+        }
+        if (bytesKeys) {
+            side = side.selectKey((k, v) -> k == null ? null : (Object) Bytes.wrap(utf8((String) k)));
+        }
+        return side;
+    }
+
+    /** A key or value as bytesStreamJoin writes it: bytes as hex, null as "null", else its text. */
+    static String shown(Object value) {
+        return value instanceof Bytes b ? HexFormat.of().formatHex(b.get()) : String.valueOf(value);
     }
 
     /** The foreign key of a value whose num is n: "a", "b", "c" for n mod 4 = 0, 1, 2; null for 3. */

@@ -104,7 +104,7 @@ def test_string_keyed_joins_through_internal_topics_meet_kafkas_partitions(
     _produce(
         bootstrap,
         f"orders-{test_id}",
-        [(o, value, 100 + i) for i, ((o, _), value) in enumerate(zip(ORDERS, values))],
+        [(o, value, 100 + i) for i, ((o, _), value) in enumerate(zip(ORDERS, values, strict=True))],
     )
     run()
 

@@ -130,16 +130,21 @@ def partitions_of_keys(
     key_texts: Sequence[str | None], key_serde: Serde | None, num_partitions: int
 ) -> list[int]:
     """``partition_of_key`` of every key given as its JSON form's canonical text (None: a
-    None key); Json keys hashed with numpy (``partitions_of_texts``)."""
+    None key), hashed with numpy; each distinct key serialized once."""
     serde = _hashed_serde(key_serde)
     if serde is None:
         return partitions_of_texts(key_texts, num_partitions)
-    return [
-        0
-        if text is None
-        else partition_of_bytes(serde.serialize(serde.from_json(json_loads(text))), num_partitions)
-        for text in key_texts
-    ]
+    found: dict[str, bytes] = {}
+    raws: list[bytes | None] = []
+    for text in key_texts:
+        if text is None:
+            raws.append(None)
+            continue
+        raw = found.get(text)
+        if raw is None:
+            raw = found[text] = serde.serialize(serde.from_json(json_loads(text))) or b""
+        raws.append(raw)
+    return _partitions_of_raw(raws, num_partitions)
 
 
 def murmur2_rows(data: np.ndarray) -> np.ndarray:
@@ -174,19 +179,26 @@ def murmur2_rows(data: np.ndarray) -> np.ndarray:
 def partitions_of_texts(key_texts: Sequence[str | None], num_partitions: int) -> list[int]:
     """``partition_of_text`` of every key text (None: a None key, partition 0), computed
     with numpy over the keys of each byte length at once."""
-    out = [0] * len(key_texts)
+    return _partitions_of_raw(
+        [None if text is None else text.encode("utf-8") for text in key_texts], num_partitions
+    )
+
+
+def _partitions_of_raw(raws: Sequence[bytes | None], num_partitions: int) -> list[int]:
+    """``partition_of_bytes`` of every key's bytes (None: partition 0), with numpy over the
+    keys of each length at once."""
+    out = [0] * len(raws)
     by_length: dict[int, tuple[list[int], list[bytes]]] = {}
-    for i, text in enumerate(key_texts):
-        if text is None:
+    for i, raw in enumerate(raws):
+        if raw is None:
             continue
-        raw = text.encode("utf-8")
         group = by_length.get(len(raw))
         if group is None:
             group = by_length[len(raw)] = ([], [])
         group[0].append(i)
         group[1].append(raw)
-    for length, (rows, raws) in by_length.items():
-        data = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(rows), length)
+    for length, (rows, group_raws) in by_length.items():
+        data = np.frombuffer(b"".join(group_raws), dtype=np.uint8).reshape(len(rows), length)
         hashes = (murmur2_rows(data) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
         for i, p in zip(rows, hashes.tolist(), strict=True):
             out[i] = p

@@ -9,6 +9,9 @@ a windowed serde's inner serde, Kafka's ``WindowedStreamPartitioner``). For a Js
 text (``canonical_json``: sorted object keys, no spaces, UTF-8), so ``"c1"`` is hashed
 with its quotes; for a String key they are the string's UTF-8 (``c1``), for a Long its 8
 big-endian bytes. Two topics are co-partitioned when their writers agree on the key serde.
+Which serde a topic hashes by is its writer's: a Kafka topic's key serde; Json for a log
+table, which holds JSON text (``runtime/batch_rows.key_serdes_of`` names an app's topics
+of the first kind, its internal topics among them when the app is on Kafka).
 The result is the same in every process, on every machine and every Python version
 (Python's ``hash()`` is salted per process and is never used).
 

@@ -305,17 +305,14 @@ def test_the_driver_takes_input_through_the_sources_serdes_and_checks_the_sinks(
 
 
 def test_producers_records_to_a_topic_with_a_key_serde_go_where_kafka_would_put_them():
-    from functools import partial
-
-    from lakestate.io.kafka import _key_bytes
     from lakestate.io.partitioner import murmur2, partition_for
     from lakestate.io.topic_records import normalize_records
 
     records = [(k, "v") for k in (3, -7, 1 << 40, 0)]
-    by_bytes = normalize_records(records, 2, key_bytes=partial(_key_bytes, Serdes.Long()))
+    by_bytes = normalize_records(records, 2, key_serde=Serdes.Long())
     assert [p for p, *_ in by_bytes] == [
         (murmur2(struct.pack(">q", k)) & 0x7FFFFFFF) % 2 for k, _ in records
     ]
     assert [p for p, *_ in by_bytes] != [partition_for(k, 2) for k, _ in records]
     with pytest.raises(ValueError, match=r"record 0: key: Serdes.Long\(\) cannot read a str"):
-        normalize_records([("x", 1)], 2, key_bytes=partial(_key_bytes, Serdes.Long()))
+        normalize_records([("x", 1)], 2, key_serde=Serdes.Long())

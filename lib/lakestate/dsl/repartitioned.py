@@ -50,7 +50,8 @@ class Repartitioned:
     ``with_key_serde``, ``with_value_serde``: the topic's serdes, as Kafka's: the value
     serde not given is the stream's (``Consumed``'s, carried forward), the key serde not
     given is the default (Json) for the topic and the stream's after it. Partitioners are
-    Kafka's only: a key's partition is murmur2 of its JSON text."""
+    Kafka's default only: murmur2 of the key's bytes under the topic's key serde in an app
+    on Kafka, of its JSON text in an app on log tables (io/partitioner.py)."""
 
     name: str | None = None
     number_of_partitions: int | None = None

@@ -1,12 +1,19 @@
-"""Which partition a key goes to: the one place that decides it (``produce``, sinks,
-repartition topics).
+"""Which partition a key goes to: the one place that decides it (``produce``, sinks of
+every kind, repartition topics, a foreign-key join's subscription and response topics).
 
-A key is encoded as canonical JSON (``canonical_json``: sorted object keys, no spaces,
-UTF-8) and hashed with murmur2 exactly as Kafka's default partitioner does
-(``Utils.toPositive(Utils.murmur2(keyBytes)) % numPartitions``). The result is the same in
-every process, on every machine and every Python version (Python's ``hash()`` is salted per
-process and is never used), and it is the partition a Kafka producer with a JSON serializer
-that writes the same bytes would pick.
+As Kafka's default partitioner (``Utils.toPositive(Utils.murmur2(keyBytes)) %
+numPartitions``), which Kafka Streams uses for every topic it writes: murmur2 of the key's
+serialized bytes under the topic's key serde (``partition_of_key``, ``partitions_of_keys``;
+a windowed serde's inner serde, Kafka's ``WindowedStreamPartitioner``). For a Json key
+(the default, and every key whose serde is not known) those bytes are its canonical JSON
+text (``canonical_json``: sorted object keys, no spaces, UTF-8), so ``"c1"`` is hashed
+with its quotes; for a String key they are the string's UTF-8 (``c1``), for a Long its 8
+big-endian bytes. Two topics are co-partitioned when their writers agree on the key serde.
+Which serde a topic hashes by is its writer's: a Kafka topic's key serde; Json for a log
+table, which holds JSON text (``runtime/batch_rows.key_serdes_of`` names an app's topics
+of the first kind, its internal topics among them when the app is on Kafka).
+The result is the same in every process, on every machine and every Python version
+(Python's ``hash()`` is salted per process and is never used).
 
 A ``None`` key always goes to partition 0: deterministic, so a replayed batch puts its
 records where the first attempt did (Kafka's producer spreads null keys instead, which a
@@ -23,14 +30,19 @@ from typing import Any
 
 import numpy as np
 
+from lakestate.serdes import JsonSerde, Serde, base_key_serde
 from lakestate.state.serde import json_text
+from lakestate.state.serde import loads as json_loads
 
 __all__ = [
     "canonical_json",
     "murmur2",
     "murmur2_rows",
     "partition_for",
+    "partition_of_bytes",
+    "partition_of_key",
     "partition_of_text",
+    "partitions_of_keys",
     "partitions_of_texts",
 ]
 
@@ -100,6 +112,44 @@ def partition_of_bytes(data: bytes | None, num_partitions: int) -> int:
     return (murmur2(data) & 0x7FFFFFFF) % num_partitions
 
 
+def _hashed_serde(key_serde: Serde | None) -> Serde | None:
+    """The serde whose bytes a key's partition is taken of; None: its JSON text's."""
+    serde = None if key_serde is None else base_key_serde(key_serde)
+    return None if serde is None or type(serde) is JsonSerde else serde
+
+
+def partition_of_key(key: Any, key_serde: Serde | None, num_partitions: int) -> int:
+    """The partition of ``key`` (a value in ``key_serde``'s JSON form, ``Serde.to_json``)
+    in a topic whose key serde is ``key_serde`` (None: Json): Kafka's default partitioner
+    of its serialized bytes, ``partition_for`` for Json. ``None`` -> partition 0. Raises
+    ``SerializationException`` for a key the serde cannot hold."""
+    serde = _hashed_serde(key_serde)
+    if serde is None or key is None:
+        return partition_for(key, num_partitions)
+    return partition_of_bytes(serde.serialize(serde.from_json(key)), num_partitions)
+
+
+def partitions_of_keys(
+    key_texts: Sequence[str | None], key_serde: Serde | None, num_partitions: int
+) -> list[int]:
+    """``partition_of_key`` of every key given as its JSON form's canonical text (None: a
+    None key), hashed with numpy; each distinct key serialized once."""
+    serde = _hashed_serde(key_serde)
+    if serde is None:
+        return partitions_of_texts(key_texts, num_partitions)
+    found: dict[str, bytes] = {}
+    raws: list[bytes | None] = []
+    for text in key_texts:
+        if text is None:
+            raws.append(None)
+            continue
+        raw = found.get(text)
+        if raw is None:
+            raw = found[text] = serde.serialize(serde.from_json(json_loads(text))) or b""
+        raws.append(raw)
+    return _partitions_of_raw(raws, num_partitions)
+
+
 def murmur2_rows(data: np.ndarray) -> np.ndarray:
     """``murmur2`` of every row of ``data`` (uint8, shape (n, length): n keys of one
     length), as uint32 (the signed result's bits): one numpy pass per 4 bytes of key."""
@@ -132,19 +182,26 @@ def murmur2_rows(data: np.ndarray) -> np.ndarray:
 def partitions_of_texts(key_texts: Sequence[str | None], num_partitions: int) -> list[int]:
     """``partition_of_text`` of every key text (None: a None key, partition 0), computed
     with numpy over the keys of each byte length at once."""
-    out = [0] * len(key_texts)
+    return _partitions_of_raw(
+        [None if text is None else text.encode("utf-8") for text in key_texts], num_partitions
+    )
+
+
+def _partitions_of_raw(raws: Sequence[bytes | None], num_partitions: int) -> list[int]:
+    """``partition_of_bytes`` of every key's bytes (None: partition 0), with numpy over the
+    keys of each length at once."""
+    out = [0] * len(raws)
     by_length: dict[int, tuple[list[int], list[bytes]]] = {}
-    for i, text in enumerate(key_texts):
-        if text is None:
+    for i, raw in enumerate(raws):
+        if raw is None:
             continue
-        raw = text.encode("utf-8")
         group = by_length.get(len(raw))
         if group is None:
             group = by_length[len(raw)] = ([], [])
         group[0].append(i)
         group[1].append(raw)
-    for length, (rows, raws) in by_length.items():
-        data = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(rows), length)
+    for length, (rows, group_raws) in by_length.items():
+        data = np.frombuffer(b"".join(group_raws), dtype=np.uint8).reshape(len(rows), length)
         hashes = (murmur2_rows(data) & np.uint32(0x7FFFFFFF)) % np.uint32(num_partitions)
         for i, p in zip(rows, hashes.tolist(), strict=True):
             out[i] = p

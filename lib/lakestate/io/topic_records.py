@@ -17,7 +17,7 @@ A producer's record is a dict ``{"key", "value"[, "timestamp"][, "partition"][,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -25,11 +25,9 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from lakestate.errors import SerializationException
-from lakestate.io.partitioner import canonical_json, partition_for, partition_of_bytes
+from lakestate.io.partitioner import canonical_json, partition_of_key
+from lakestate.serdes import Serde
 from lakestate.state.serde import loads
-
-#: A key's serialized bytes (a Kafka topic's key serde), which its partition is computed from.
-KeyBytes = Callable[[Any], bytes | None]
 
 __all__ = [
     "RECORD_SCHEMA",
@@ -229,14 +227,12 @@ def _timestamp(value: Any) -> int:
     return value
 
 
-def _partition(value: Any, key: Any, num_partitions: int, key_bytes: KeyBytes | None) -> int:
-    if value is None and key_bytes is not None:
+def _partition(value: Any, key: Any, num_partitions: int, key_serde: Serde | None) -> int:
+    if value is None:
         try:
-            return partition_of_bytes(key_bytes(key), num_partitions)
+            return partition_of_key(key, key_serde, num_partitions)
         except SerializationException as e:
             raise _Invalid(f"key: {e}") from None
-    if value is None:
-        return partition_for(key, num_partitions)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _Invalid(f"partition must be an int, got {value!r}")
     if not 0 <= value < num_partitions:
@@ -273,7 +269,7 @@ def _fields(record: Any) -> dict[str, Any]:
 
 
 def _encode(
-    record: Any, num_partitions: int, key_bytes: KeyBytes | None = None
+    record: Any, num_partitions: int, key_serde: Serde | None = None
 ) -> tuple[int, int, str | None, str | None, str | None]:
     f = _fields(record)
     key_text = _json_text("key", f["key"])
@@ -283,7 +279,7 @@ def _encode(
         raise _Invalid(f"headers must be a JSON object (dict) or null, got {headers!r}")
     headers_text = _json_text("headers", dict(headers) if headers is not None else None)
     ts = _timestamp(f.get("timestamp"))
-    p = _partition(f.get("partition"), f["key"], num_partitions, key_bytes)
+    p = _partition(f.get("partition"), f["key"], num_partitions, key_serde)
     return p, ts, key_text, value_text, headers_text
 
 
@@ -291,12 +287,12 @@ def normalize_records(
     records: Sequence[Any],
     num_partitions: int,
     labels: Sequence[str] | None = None,
-    key_bytes: KeyBytes | None = None,
+    key_serde: Serde | None = None,
 ) -> list[tuple[int, int, str | None, str | None, str | None]]:
     """(partition, timestamp, key, value, headers) per record, key/value/headers as JSON
     text, for a topic of ``num_partitions`` partitions (timestamp: default now; partition:
-    default ``partition_for(key, num_partitions)``, or murmur2 of ``key_bytes(key)``, the
-    key's serialized bytes, for a Kafka topic with a key serde). ``ValueError`` naming every
+    default ``partitioner.partition_of_key(key, key_serde, num_partitions)``: murmur2 of the
+    key's bytes under the topic's key serde, its JSON text for Json). ``ValueError`` naming every
     invalid record (``labels[i]``, default ``record i``) and what is wrong otherwise."""
     if labels is not None and len(labels) != len(records):
         raise ValueError(f"got {len(labels)} labels for {len(records)} records")
@@ -304,7 +300,7 @@ def normalize_records(
     errors: list[str] = []
     for i, record in enumerate(records):
         try:
-            out.append(_encode(record, num_partitions, key_bytes))
+            out.append(_encode(record, num_partitions, key_serde))
         except _Invalid as e:
             errors.append(f"{labels[i] if labels is not None else f'record {i}'}: {e}")
     if errors:

@@ -13,7 +13,7 @@ struct column ``outcome``: ``runtime/outcome.py``). Columns a kind does not use 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -22,14 +22,17 @@ import numpy as np
 import pyarrow as pa
 from lakestate.app import App
 from lakestate.checkpoint import changelog
+from lakestate.checkpoint.layout import kafka_topic_names
 from lakestate.errors import SerializationException, StreamsException
-from lakestate.io.partitioner import partition_of_bytes, partitions_of_texts
+from lakestate.io.kafka.cluster import KafkaCluster
+from lakestate.io.partitioner import partitions_of_keys, partitions_of_texts
 from lakestate.io.topic_records import RECORD_SCHEMA
 from lakestate.processors.output import Output, OutputBlock
 from lakestate.runtime.outcome import OUTCOME_TYPE
-from lakestate.serdes import Serde
+from lakestate.serdes import JsonSerde, Serde, base_key_serde
 from lakestate.state.constants import RESERVED_NAMESPACES
 from lakestate.state.registry import view_class
+from lakestate.topology.graph import SINK, internal_topic_name
 
 #: ``input_index`` of a global table's topic's rows.
 GLOBAL_INPUT = -1
@@ -126,33 +129,61 @@ class Rows:
         return pa.concat_tables(tables)
 
 
+def key_serdes_of(app: App) -> dict[str, Serde]:
+    """Per topic ``app`` writes (real names) whose records' partitions are taken of their
+    keys' bytes under a key serde other than Json (a windowed one's inner): that serde
+    (``partitioner.partitions_of_keys``). Kafka Streams partitions every topic it writes by
+    the key's serialized bytes: an app on a Kafka cluster does so for its Kafka sinks and
+    for its internal topics (repartition topics, a foreign-key join's subscription and
+    response topics; Kafka's own, kept in the warehouse here), which must be co-partitioned
+    with its Kafka sources. Topics not named hash the key's JSON text, the bytes a log table
+    holds: every topic of an app on log tables, and Delta sources and sinks."""
+    topology = app.topology
+    kafka = kafka_topic_names(app)
+    on_kafka = KafkaCluster.from_config(app.config) is not None
+    found = {}
+    for node in topology.nodes.values():
+        if node.kind != SINK:
+            continue
+        for topic in node.topics:
+            if node.internal_topic and on_kafka:
+                name, serde = internal_topic_name(app.name, topic), node.serdes.key
+            elif topic in kafka:
+                name, serde = topic, topology.serdes_of(topic).key
+            else:
+                continue
+            if type(base_key_serde(serde)) is not JsonSerde:
+                found[name] = serde
+    return found
+
+
 def output_rows(
     rows: Rows,
     output: list[Output | OutputBlock],
     sub: int,
     partition: int,
     topic_partitions: dict[str, int],
-    key_bytes: Mapping[str, Callable[[str | None], bytes | None]] | None = None,
+    key_serdes: Mapping[str, Serde] | None = None,
 ) -> dict[str, dict[int, int]]:
     """Add the task's output records (``topic_partitions``: each output topic's partition
-    count); returns their count per topic and partition. A record goes to murmur2 of its
-    key's JSON text, or, for a topic of ``key_bytes`` (a Kafka sink with a key serde other
-    than Json), of its key's serialized bytes, as Kafka's default partitioner does. A block
-    of output (``OutputBlock``) goes in as columns, partitioned once per distinct key."""
+    count); returns their count per topic and partition. A record goes to Kafka's default
+    partitioner of its key's bytes under its topic's key serde (``key_serdes``, from
+    ``key_serdes_of``; a topic not there: Json, the key's JSON text). A block of output
+    (``OutputBlock``) of a Json topic goes in as columns, partitioned once per distinct key."""
     counts: dict[str, dict[int, int]] = {}
     seq = 0
     run: list[Output] = []  # records since the last block
     for entry in output:
         if type(entry) is not OutputBlock:
             run.append(entry)  # type: ignore[arg-type]
-        elif key_bytes and entry.topic in key_bytes:
+        elif key_serdes and entry.topic in key_serdes:
             run.extend(entry.outputs())
         else:
             task = (sub, partition)
-            seq = _record_rows(rows, run, seq, counts, task, topic_partitions, key_bytes)
+            seq = _record_rows(rows, run, seq, counts, task, topic_partitions, key_serdes)
             run = []
             seq = _block_rows(rows, entry, seq, counts, task, topic_partitions)
-    _record_rows(rows, run, seq, counts, (sub, partition), topic_partitions, key_bytes)
+    _record_rows(rows, run, seq, counts, (sub, partition), topic_partitions, key_serdes)
     return counts
 
 
@@ -163,7 +194,7 @@ def _record_rows(
     counts: dict[str, dict[int, int]],
     task: tuple[int, int],
     topic_partitions: dict[str, int],
-    key_bytes: Mapping[str, Callable[[str | None], bytes | None]] | None,
+    key_serdes: Mapping[str, Serde] | None,
 ) -> int:
     """Add ``output``'s rows, numbered from ``seq`` (``counts``: the next ``pseq`` per
     topic and partition, updated); returns the next ``seq``."""
@@ -176,16 +207,11 @@ def _record_rows(
             rows_of = by_topic[topic] = []
         rows_of.append(i)
     for topic, rows_of in by_topic.items():
-        serialize = key_bytes.get(topic) if key_bytes else None
-        if serialize is not None:
-            count = topic_partitions[topic]
-            found = [
-                partition_of_bytes(serialize(output[i].partition_text), count) for i in rows_of
-            ]
-        else:
-            found = partitions_of_texts(
-                [output[i].partition_text for i in rows_of], topic_partitions[topic]
-            )
+        found = partitions_of_keys(
+            [output[i].partition_text for i in rows_of],
+            key_serdes.get(topic) if key_serdes else None,
+            topic_partitions[topic],
+        )
         for i, target in zip(rows_of, found, strict=True):
             targets[i] = target
     pseqs = []
@@ -343,6 +369,7 @@ __all__ = [
     "OUT_FIELDS",
     "Rows",
     "out_arrow_schema",
+    "key_serdes_of",
     "out_fields",
     "output_rows",
     "state_rows",

@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 from lakestate.app import App
 from lakestate.checkpoint.layout import kafka_topic_names
 from lakestate.errors import SerializationException, StreamsException
-from lakestate.io.kafka.appends import wire_bytes
 from lakestate.processors.columns import new_record
 from lakestate.processors.exception_handlers import RecordFailure
 from lakestate.processors.task import Task
 from lakestate.records import Record
-from lakestate.serdes import JsonSerde, Serde, TopicSerdes, base_key_serde
+from lakestate.serdes import Serde, TopicSerdes
 from lakestate.state.serde import loads as serde_loads
 from lakestate.topology.graph import SOURCE, internal_topic_name
 
@@ -92,20 +89,6 @@ def codecs_of(app: App) -> dict[str, Codec]:
                     found[internal_topic_name(app.name, topic)] = Codec(node.serdes, False)
                 else:
                     found[topic] = Codec(node.serdes, topic in kafka)
-    return found
-
-
-def kafka_key_bytes(app: App) -> dict[str, Callable[[str | None], bytes | None]]:
-    """Per Kafka sink topic of ``app`` written with a key serde other than Json: the
-    serialized bytes of a key given as JSON text, which Kafka's default partitioner hashes
-    (with Json the text's bytes are those bytes already). A windowed key's partition is
-    its inner key's (the text it is given), by a windowed serde's inner serde, as Kafka's
-    ``WindowedStreamPartitioner``."""
-    found = {}
-    for topic in kafka_topic_names(app):
-        serde = base_key_serde(app.topology.serdes_of(topic).key)
-        if type(serde) is not JsonSerde:
-            found[topic] = partial(wire_bytes, serde)
     return found
 
 

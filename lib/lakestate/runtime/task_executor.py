@@ -36,6 +36,7 @@ from lakestate.runtime.batch_rows import (
     GLOBAL_INPUT,
     INPUT_COLUMNS,
     Rows,
+    key_serdes_of,
     out_fields,
     output_rows,
     state_rows,
@@ -48,7 +49,6 @@ from lakestate.runtime.record_decoding import (
     Decoder,
     codecs_of,
     decoded_headers,
-    kafka_key_bytes,
     processing_failure,
 )
 from lakestate.state.base import IsolationLevel, TopicPartition
@@ -233,7 +233,7 @@ def _hand_over(
     # The rows first: an entry the changelog cannot hold fails the batch before it is staged.
     stores = tuple(state_rows(rows, app, writes, sub, partition))
     counts = output_rows(
-        rows, prepared.output, sub, partition, ctx.topic_partitions, kafka_key_bytes(app)
+        rows, prepared.output, sub, partition, ctx.topic_partitions, key_serdes_of(app)
     )
     local.stage(ctx.batches[task_id], writes, prepared.offsets, ctx.run_ids.get(task_id))
     task.close()

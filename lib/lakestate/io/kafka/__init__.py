@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -29,7 +28,7 @@ from lakestate.io.topic_records import (
     check_txn,
     normalize_records,
 )
-from lakestate.serdes import DEFAULT_SERDES, JsonSerde, Serde, TopicSerdes
+from lakestate.serdes import DEFAULT_SERDES, TopicSerdes
 from lakestate.task_id import TaskId
 
 if TYPE_CHECKING:
@@ -165,10 +164,8 @@ class KafkaTopic:
         text), acknowledged by all in-sync replicas. A txn is refused: Kafka has no Delta txn to make it idempotent."""
         if check_txn(txn_app_id, txn_version) is not None:
             raise ValueError(f"Kafka topic {self.location}: an append takes no txn")
-        key_serde = self.serdes.key
         # Kafka's default partitioner hashes the key's serialized bytes (with Json: its text).
-        key_bytes = None if type(key_serde) is JsonSerde else partial(_key_bytes, key_serde)
-        encoded = normalize_records(records, self.partitions(), labels, key_bytes)
+        encoded = normalize_records(records, self.partitions(), labels, self.serdes.key)
         return produce(self.cluster, self.name, encoded, self.serdes, labels)
 
     def append_batch(
@@ -187,11 +184,6 @@ class KafkaTopic:
     def holds(self, app: str, task: TaskId) -> int:
         """The last batch of ``task`` of ``app`` this topic holds (0: none)."""
         return appends.held_batch(self.cluster, app, task, self.name)
-
-
-def _key_bytes(serde: Serde, key: Any) -> bytes | None:
-    """The bytes of a producer's key, given in its serde's JSON form."""
-    return serde.serialize(serde.from_json(key))
 
 
 def produce(

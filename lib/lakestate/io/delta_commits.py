@@ -28,7 +28,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakestate import object_store
 from lakestate.errors import TaskMigratedException
-from lakestate.io import txn_ids
+from lakestate.io import delta_log, txn_ids
 from lakestate.task_id import TaskId
 
 if TYPE_CHECKING:
@@ -71,6 +71,10 @@ def _uri(path: str) -> str:
 
 
 def table_exists(path: str) -> bool:
+    """Whether a Delta table is at ``path``: on S3 one listing of its log (opening it would
+    read its checkpoint and newest commits too, a dozen requests), elsewhere an open."""
+    if object_store.is_s3(path):
+        return delta_log.has_remote_log(path)
     try:
         DeltaTable(_uri(path))
     except TableNotFoundError:

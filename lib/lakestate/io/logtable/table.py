@@ -14,6 +14,8 @@ import threading
 import zlib
 from pathlib import Path
 
+from deltalake.exceptions import TableNotFoundError
+
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits, delta_log
 from lakestate.io.topic_records import RECORD_SCHEMA
@@ -110,9 +112,10 @@ def partitions(warehouse: Warehouse, topic: str, path: str) -> int:
             cached = _partitions_cache.get(path)
         if cached is not None and cached[0] == identity:
             return cached[1]
-    if not exists(warehouse, path):
-        raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}")
-    n = _read_partitions(path)
+    try:  # one open (on an object store an existence check first would be a second)
+        n = _read_partitions(path)
+    except TableNotFoundError:
+        raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}") from None
     if identity is not None:
         with _cache_guard:
             _partitions_cache[path] = (identity, n)

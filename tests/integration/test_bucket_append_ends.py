@@ -1,0 +1,108 @@
+"""An append to a log table on a bucket numbers its records from the end offsets recorded
+in the commit files of its snapshot's version, not from a scan of every data file (which
+reads each file over the network, and a topic gains files every run); a commit by another
+writer that changed data without recording them falls back to the scan, and the offsets
+stay dense either way."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from lakestate.io import delta_commits, topics
+from lakestate.io.logtable import appends, ends
+from lakestate.io.topic_records import RECORD_SCHEMA
+from lakestate.task_id import TaskId
+
+pytestmark = pytest.mark.integration
+
+
+def _offsets(path: str) -> dict[int, list[int]]:
+    rows = delta_commits.open_table(path).to_pyarrow_table(columns=["partition", "offset"])
+    out: dict[int, list[int]] = {}
+    for p, o in zip(
+        rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True
+    ):
+        out.setdefault(p, []).append(o)
+    return {p: sorted(v) for p, v in sorted(out.items())}
+
+
+def _batch_rows(n: int):
+    def build(todo: dict[TaskId, int], at: dict[int, int]) -> pa.Table:
+        return pa.table(
+            {
+                "partition": pa.array([i % 2 for i in range(n)], pa.int32()),
+                "offset": pa.array([at[i % 2] + i // 2 for i in range(n)], pa.int64()),
+                "timestamp": pa.array([0] * n, pa.int64()),
+                "key": pa.array([json.dumps(f"b{i}") for i in range(n)]),
+                "value": pa.array([json.dumps(i) for i in range(n)]),
+                "headers": pa.array([None] * n, pa.string()),
+            }
+        )
+
+    return build
+
+
+def test_appends_on_a_bucket_number_from_the_commit_files_not_a_scan(s3_warehouse, monkeypatch):
+    topic = topics.topic(s3_warehouse, "ends")
+    topic.create(2)
+    scans: list[str] = []
+    real_scan = ends.scan_end_offsets
+
+    def counted(table, num_partitions):
+        scans.append(table.table_uri)
+        return real_scan(table, num_partitions)
+
+    monkeypatch.setattr(ends, "scan_end_offsets", counted)
+    for n in range(3):  # producers' appends
+        topic.append([{"key": f"k{n}-{i}", "value": i, "partition": i % 2} for i in range(4)])
+    for batch in (1, 2):  # a task's batches (step 3 of the commit protocol)
+        appends.append_batch(
+            s3_warehouse, "ends", topic.path, 2, "app", {TaskId(0, 0): batch}, _batch_rows(6), {}
+        )
+    assert scans == []
+    assert _offsets(topic.path) == {0: list(range(12)), 1: list(range(12))}
+
+    # Another writer's append that records no end offsets: the next append must scan.
+    foreign = pa.table(
+        {
+            "partition": pa.array([0], pa.int32()),
+            "offset": pa.array([12], pa.int64()),
+            "timestamp": pa.array([0], pa.int64()),
+            "key": pa.array([json.dumps("f")]),
+            "value": pa.array([json.dumps(0)]),
+            "headers": pa.array([None], pa.string()),
+        },
+        schema=RECORD_SCHEMA,
+    )
+    write_deltalake(topic.path, foreign, mode="append")
+    appends.append_batch(
+        s3_warehouse, "ends", topic.path, 2, "app", {TaskId(0, 0): 3}, _batch_rows(2), {}
+    )
+    assert len(scans) == 1
+    assert _offsets(topic.path) == {0: list(range(14)), 1: list(range(13))}
+    assert topic.end_offsets() == {0: 14, 1: 13}
+
+
+def test_a_table_s_existence_on_a_bucket_is_one_listing_not_an_open(s3_warehouse, monkeypatch):
+    # Opening a table reads its checkpoint and newest commits (a dozen requests); a run's
+    # start asks whether each of its tables exists.
+    topic = topics.topic(s3_warehouse, "there")
+    topic.create(3)
+    progress_like = s3_warehouse.progress_path("app")
+    delta_commits.create_table(progress_like, RECORD_SCHEMA, [], name="p", description="d")
+
+    def no_open(*args, **kwargs):
+        raise AssertionError("opened")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(delta_commits, "DeltaTable", no_open)
+        assert delta_commits.table_exists(topic.path)
+        assert delta_commits.table_exists(progress_like)
+        assert not delta_commits.table_exists(s3_warehouse.topic_path("absent"))
+        assert topic.exists() and not topics.topic(s3_warehouse, "absent").exists()
+    assert topics.topic(s3_warehouse, "there").partitions() == 3
+    with pytest.raises(ValueError, match="does not exist"):
+        topics.topic(s3_warehouse, "absent").partitions()

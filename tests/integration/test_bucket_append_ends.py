@@ -45,6 +45,20 @@ def _batch_rows(n: int):
     return build
 
 
+def _foreign_row(offset: int) -> pa.Table:
+    return pa.table(
+        {
+            "partition": pa.array([0], pa.int32()),
+            "offset": pa.array([offset], pa.int64()),
+            "timestamp": pa.array([0], pa.int64()),
+            "key": pa.array([json.dumps("f")]),
+            "value": pa.array([json.dumps(0)]),
+            "headers": pa.array([None], pa.string()),
+        },
+        schema=RECORD_SCHEMA,
+    )
+
+
 def test_appends_on_a_bucket_number_from_the_commit_files_not_a_scan(s3_warehouse, monkeypatch):
     topic = topics.topic(s3_warehouse, "ends")
     topic.create(2)
@@ -66,18 +80,7 @@ def test_appends_on_a_bucket_number_from_the_commit_files_not_a_scan(s3_warehous
     assert _offsets(topic.path) == {0: list(range(12)), 1: list(range(12))}
 
     # Another writer's append that records no end offsets: the next append must scan.
-    foreign = pa.table(
-        {
-            "partition": pa.array([0], pa.int32()),
-            "offset": pa.array([12], pa.int64()),
-            "timestamp": pa.array([0], pa.int64()),
-            "key": pa.array([json.dumps("f")]),
-            "value": pa.array([json.dumps(0)]),
-            "headers": pa.array([None], pa.string()),
-        },
-        schema=RECORD_SCHEMA,
-    )
-    write_deltalake(topic.path, foreign, mode="append")
+    write_deltalake(topic.path, _foreign_row(12), mode="append")
     appends.append_batch(
         s3_warehouse, "ends", topic.path, 2, "app", {TaskId(0, 0): 3}, _batch_rows(2), {}
     )
@@ -106,3 +109,19 @@ def test_a_table_s_existence_on_a_bucket_is_one_listing_not_an_open(s3_warehouse
     assert topics.topic(s3_warehouse, "there").partitions() == 3
     with pytest.raises(ValueError, match="does not exist"):
         topics.topic(s3_warehouse, "absent").partitions()
+
+
+def test_a_released_snapshot_on_a_bucket_is_reused_brought_up_to_date_and_never_shared(
+    s3_warehouse,
+):
+    topic = topics.topic(s3_warehouse, "reused")
+    topic.create(2)
+    first = delta_commits.open_table(topic.path)
+    other = delta_commits.open_table(topic.path)  # the first is held: a snapshot of its own
+    assert other is not first
+    delta_commits.release(first)
+    write_deltalake(topic.path, _foreign_row(0), mode="append")  # another writer's commit
+    again = delta_commits.open_table(topic.path)
+    assert again is first and again.version() == other.version() + 1
+    assert delta_commits.open_table(topic.path) is not again  # held until released again
+    assert delta_commits.open_table(topic.path, version=0).version() == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "create_table",
     "create_with_files",
     "open_table",
+    "release",
     "table_exists",
     "txn_app_id",
     "txn_versions",
@@ -100,9 +102,40 @@ class _Table(DeltaTable):
         return super().to_pyarrow_dataset(*args, **kwargs)
 
 
+# Snapshots handed back with ``release``, by table URI, on S3 only (see ``open_table``).
+_released: dict[str, DeltaTable] = {}
+_released_guard = threading.Lock()
+
+
 def open_table(path: str, version: int | None = None) -> DeltaTable:
-    """The table's newest snapshot (or ``version``'s)."""
-    return _Table(_uri(path), version=version)
+    """The table's newest snapshot (or ``version``'s). On S3 the newest is a snapshot a
+    caller of this process handed back (``release``) brought up to date, when there is
+    one: a listing and the commits since, where opening the table anew reads its
+    ``_last_checkpoint``, its checkpoint (about ten ranged reads) and its newest commits,
+    and a run opens its progress table, changelogs and topics several times. The
+    snapshot is the caller's alone until it hands it back."""
+    uri = _uri(path)
+    if version is None and object_store.is_s3(uri):
+        with _released_guard:
+            kept = _released.pop(uri, None)
+        if kept is not None:
+            try:
+                kept.update_incremental()
+                return kept
+            except Exception:  # noqa: BLE001 - e.g. the table was removed: open it anew, which says so
+                pass
+    table = _Table(uri, version=version)
+    table._lakestate_uri = uri  # type: ignore[attr-defined]
+    return table
+
+
+def release(table: DeltaTable) -> None:
+    """Hand back a snapshot from ``open_table`` that the caller no longer uses (nor keeps)
+    for a later ``open_table`` of the table in this process to update and reuse (on S3)."""
+    uri = getattr(table, "_lakestate_uri", None)
+    if uri is not None and object_store.is_s3(uri):
+        with _released_guard:
+            _released[uri] = table
 
 
 def missing_files(table: DeltaTable) -> list[str]:

@@ -96,7 +96,9 @@ def create(warehouse: Warehouse, topic: str, path: str, partitions: int, exist_o
 
 
 def _read_partitions(path: str) -> int:
-    raw = delta_commits.open_table(path).metadata().configuration.get(PARTITIONS_PROPERTY)
+    table = delta_commits.open_table(path)
+    raw = table.metadata().configuration.get(PARTITIONS_PROPERTY)
+    delta_commits.release(table)
     if raw is None:
         raise ValueError(f"{path} is not a lakestate log table (no {PARTITIONS_PROPERTY})")
     return int(raw)
@@ -124,7 +126,9 @@ def partitions(warehouse: Warehouse, topic: str, path: str) -> int:
 
 def check_columns(topic: str, path: str) -> None:
     """``StreamsException`` unless the table at ``path`` has a log table's columns."""
-    columns = {f.name for f in delta_commits.open_table(path).schema().fields}
+    table = delta_commits.open_table(path)
+    columns = {f.name for f in table.schema().fields}
+    delta_commits.release(table)
     missing = [f.name for f in RECORD_SCHEMA if f.name not in columns]
     if missing:
         raise StreamsException(

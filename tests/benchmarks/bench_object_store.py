@@ -27,8 +27,17 @@ the input, processing, the commits (progress, the tables, the local stores) and 
 engine's own figure, its ``batch ...: N records, ..., Xs`` line, is printed beside. Prints
 a table: the backlog that builds the state, the rounds with new records, a run with
 nothing new, the object store / local ratio of each, the 1-minute load average before and
-after each run; then the phases of both sides by median across the rounds. Writes
+after each run; then the phases of both sides by median across the rounds, and round by
+round the S3 side's steps with the tables' commits, files and log files. Writes
 everything to ``--json`` (default ``tests/benchmarks/results/object_store.json``).
+
+``--requests`` counts the S3 side's requests by step and kind (listing, commit file,
+checkpoint, data file, put: ``s3_requests.py``, from the test server's request log).
+``--maintain-every N`` runs ``lakestate maintain`` (or ``--maintain compact``) on both
+warehouses after every N rounds, as a schedule would, each a fresh timed process::
+
+    .venv/bin/python tests/benchmarks/bench_object_store.py --ids 30000 --new-records 3000 \
+        --rounds 20 --maintain-every 5 --requests
 """
 
 from __future__ import annotations

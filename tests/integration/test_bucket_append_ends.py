@@ -125,3 +125,30 @@ def test_a_released_snapshot_on_a_bucket_is_reused_brought_up_to_date_and_never_
     assert again is first and again.version() == other.version() + 1
     assert delta_commits.open_table(topic.path) is not again  # held until released again
     assert delta_commits.open_table(topic.path, version=0).version() == 0
+
+
+def test_txn_versions_on_a_bucket_read_in_one_pass_equal_delta_rs_s_at_every_version(
+    s3_warehouse,
+):
+    # delta-rs replays the log from the checkpoint at every transaction_version call; the
+    # one-pass read (checkpoint + commits after it, kept per version) must say the same,
+    # before and after the checkpoint (version 10) and read on from a kept version.
+    from lakestate.io import txn_log
+
+    path = s3_warehouse.topic_path("txns")
+    tasks = [TaskId(0, p) for p in range(3)]
+    data = pa.table({"x": [1]})
+    for v in range(14):
+        batches = {t: v + 1 for t in tasks if (v + t.partition) % 3 != 0}
+        extra = {"other-app": v} if v % 4 == 0 else None
+        delta_commits.append(path, data, "app", batches, {}, extra_txns=extra)
+    ids = [delta_commits.txn_app_id("app", t) for t in tasks] + ["other-app", "never"]
+    for v in [3, 9, 10, 11, 13, 12, 0]:
+        table = delta_commits.open_table(path, version=v)
+        expected = {i: table.transaction_version(i) or 0 for i in ids}
+        assert {i: delta_commits.txn_version(table, i) for i in ids} == expected, v
+        assert txn_log.txns_at(table) is not None
+    latest = delta_commits.open_table(path)
+    assert delta_commits.txn_versions(latest, "app", tasks) == {
+        TaskId(0, 0): 14, TaskId(0, 1): 14, TaskId(0, 2): 13
+    }  # fmt: skip

@@ -228,7 +228,7 @@ def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -
     history = _history(data, tasks)
     if tasks and app is not None:
         for task in tasks:
-            rewound = table.transaction_version(rewind_txn_id(app, task))
+            rewound = delta_commits.txn_version(table, rewind_txn_id(app, task))
             if rewound:
                 history.rewound[task] = rewound
     delta_commits.release(table)
@@ -287,7 +287,7 @@ def record(
     moved = {
         txn: now
         for txn, expected in sorted(fences.items())
-        if (now := table.transaction_version(txn) or 0) != expected
+        if (now := delta_commits.txn_version(table, txn)) != expected
     }
     if moved:
         txn, now = next(iter(moved.items()))

@@ -29,7 +29,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakestate import object_store
 from lakestate.errors import TaskMigratedException
-from lakestate.io import delta_log, txn_ids
+from lakestate.io import delta_log, txn_ids, txn_log
 from lakestate.task_id import TaskId
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ __all__ = [
     "release",
     "table_exists",
     "txn_app_id",
+    "txn_version",
     "txn_versions",
 ]
 
@@ -193,7 +194,17 @@ def create_log_table(
 
 def txn_versions(table: DeltaTable, app: str, tasks: list[TaskId]) -> dict[TaskId, int]:
     """The batch each task's txn says ``table`` holds (0: none)."""
-    return {t: table.transaction_version(txn_app_id(app, t)) or 0 for t in tasks}
+    return {t: txn_version(table, txn_app_id(app, t)) for t in tasks}
+
+
+def txn_version(table: DeltaTable, app_id: str) -> int:
+    """The version of ``app_id``'s txn in the snapshot ``table`` (0: none). On S3 every txn
+    of the snapshot is read in one pass and kept (``io/txn_log``): delta-rs replays the log
+    from the checkpoint over HTTP at every lookup."""
+    txns = txn_log.txns_at(table)
+    if txns is None:
+        return table.transaction_version(app_id) or 0
+    return txns.get(app_id, 0)
 
 
 def append(

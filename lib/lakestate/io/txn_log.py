@@ -79,6 +79,9 @@ def _from_checkpoint(uri: str, version: int) -> tuple[int, dict[str, int]] | Non
     if [n for v, n in points if v == at] != [f"{at:020d}.checkpoint.parquet"]:
         return None  # multi-part or V2: delta-rs reads those
     path = f"{log}/{at:020d}.checkpoint.parquet"
-    rows = pq.read_table(path, columns=["txn"], filesystem=object_store.filesystem())
+    try:
+        rows = pq.read_table(path, columns=["txn"], filesystem=object_store.filesystem())
+    except (KeyError, ValueError):  # a checkpoint written without a txn column: delta-rs
+        return None
     txns = {t["appId"]: int(t["version"]) for t in rows.column("txn").to_pylist() if t is not None}
     return at, txns

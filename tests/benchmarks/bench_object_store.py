@@ -27,8 +27,17 @@ the input, processing, the commits (progress, the tables, the local stores) and 
 engine's own figure, its ``batch ...: N records, ..., Xs`` line, is printed beside. Prints
 a table: the backlog that builds the state, the rounds with new records, a run with
 nothing new, the object store / local ratio of each, the 1-minute load average before and
-after each run; then the phases of both sides by median across the rounds. Writes
+after each run; then the phases of both sides by median across the rounds, and round by
+round the S3 side's steps with the tables' commits, files and log files. Writes
 everything to ``--json`` (default ``tests/benchmarks/results/object_store.json``).
+
+``--requests`` counts the S3 side's requests by step and kind (listing, commit file,
+checkpoint, data file, put: ``s3_requests.py``, from the test server's request log).
+``--maintain-every N`` runs ``lakestate maintain`` (or ``--maintain compact``) on both
+warehouses after every N rounds, as a schedule would, each a fresh timed process::
+
+    .venv/bin/python tests/benchmarks/bench_object_store.py --ids 30000 --new-records 3000 \
+        --rounds 20 --maintain-every 5 --requests
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import s3_requests
 from common import log, sibling
 
 HERE = Path(__file__).resolve().parent
@@ -111,16 +121,22 @@ def fixtures(bs: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def interleaved(
-    commands: Any, fx: dict[str, Any], n: int | None, order: tuple[str, ...]
+    commands: Any, fx: dict[str, Any], n: int | None, order: tuple[str, ...], requests: Any
 ) -> dict[str, dict[str, Any]]:
     """``n`` new records appended on both warehouses (None: nothing new), then one run per
-    warehouse in ``order``, each a fresh instrumented process."""
+    warehouse in ``order``, each a fresh instrumented process (``requests``: the S3
+    server's request log, counted by phase for the S3 side's run; or None)."""
     if n:
         for side in SIDES:
             fx[side].append(n)
     out = {}
     for side in order:
+        if requests:
+            requests.take()  # the input's appends and the other side's run
         run = commands.lakestate(fx[side], instrumented=True)
+        if requests and side == "s3":
+            events = commands.logs / f"events-{commands.count:03d}.json"
+            run["requests"] = s3_requests.by_phase(requests.take(), events, requests.labels)
         out[side] = run
         log(
             f"  {side}: {run['records'] or 0:,} records in {run['wall_s']:.2f}s "
@@ -135,7 +151,26 @@ def steps_of(phases: dict[str, float]) -> dict[str, float]:
     return {step: round(sum(phases.get(p, 0.0) for p in names), 3) for step, names in STEPS.items()}
 
 
-def measure(bs: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def maintenance(commands: Any, fx: dict[str, Any], what: str, order: tuple[str, ...]) -> dict:
+    """``lakestate compact APP`` or ``lakestate maintain APP`` (compaction, OPTIMIZE,
+    VACUUM) on each warehouse in ``order``, as a schedule would run it between rounds; each
+    a fresh process, timed."""
+    out = {}
+    for side in order:
+        cmd = [bs_cli(), "--warehouse", fx[side].wh.root, what, fx[side].app_path]
+        run = commands._run(cmd, f"{what}-{side}")
+        said = run.pop("output").strip().splitlines()
+        run["said"] = said[-1] if said else ""
+        out[side] = run
+        log(f"  {what} {side}: {run['wall_s']:.2f}s ({run['said']})")
+    return out
+
+
+def bs_cli() -> str:
+    return str(Path(sys.executable).parent / "lakestate")
+
+
+def measure(bs: Any, work: Path, args: argparse.Namespace, requests: Any) -> dict[str, Any]:
     commands = bs.Commands(work, args.master, args.transport)
     fx = fixtures(bs, work, args)
     res: dict[str, Any] = {"load_start": bs.loadavg()}
@@ -146,14 +181,17 @@ def measure(bs: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
         t[side] = round(time.monotonic() - started, 2)
     res["input_write_s"] = t
     log(f"input: {args.ids:,} records written (local {t['local']}s, s3 {t['s3']}s); backlog")
-    res["backlog"] = interleaved(commands, fx, None, SIDES)
+    res["backlog"] = interleaved(commands, fx, None, SIDES, requests)
     res["rounds"] = []
     for r in range(args.rounds):
         log(f"round {r + 1}: {args.new_records:,} new records")
         order = SIDES if r % 2 else tuple(reversed(SIDES))
-        res["rounds"].append(interleaved(commands, fx, args.new_records, order))
+        res["rounds"].append(interleaved(commands, fx, args.new_records, order, requests))
+        res["rounds"][-1]["tables"] = s3_requests.table_sizes(Path(fx["local"].wh.root))
+        if args.maintain_every and (r + 1) % args.maintain_every == 0:
+            res["rounds"][-1]["maintenance"] = maintenance(commands, fx, args.maintain, order)
     log("nothing new")
-    res["idle"] = interleaved(commands, fx, None, SIDES)
+    res["idle"] = interleaved(commands, fx, None, SIDES, requests)
     res["check"] = check(fx)
     res["load_end"] = bs.loadavg()
     return res
@@ -230,6 +268,50 @@ def report(res: dict[str, Any]) -> None:
     )
     print_rows(("", "local folder", "object store", "s3 / local"), rows)
     report_steps(res)
+    report_rounds(res)
+
+
+def report_rounds(res: dict[str, Any]) -> None:
+    """Round by round: each side's wall, the S3 side's steps (seconds, and requests with
+    ``--requests``), the tables' commits and files, and maintenance runs."""
+    print("\nRound by round (S3 side's steps: seconds / requests; tables of the local side):")
+    short = {step: step.split(" (")[0].replace("commit: ", "") for step in STEPS}
+    header = ("round", "local", "s3", *short.values(), "requests", "tables: commits/files/log")
+    rows = []
+    for i, r in enumerate(res["rounds"]):
+        s3 = r["s3"]
+        steps = steps_of(s3["phases"])
+        req = s3.get("requests") or {}
+        cells = []
+        for step, names in STEPS.items():
+            n = sum(req.get(name, {}).get("requests", 0) for name in names)
+            cells.append(f"{steps[step]:.2f}" + (f"/{n}" if req else ""))
+        tables = r.get("tables") or {}
+        sizes = (
+            f"{sum(t['version'] + 1 for t in tables.values())}/"
+            f"{sum(t['files'] for t in tables.values())}/"
+            f"{sum(t['log_files'] for t in tables.values())}"
+        )
+        total = sum(v["requests"] for v in req.values()) if req else 0
+        rows.append((str(i + 1), f"{r['local']['wall_s']:.2f}", f"{s3['wall_s']:.2f}", *cells,
+                     str(total) if req else "-", sizes))  # fmt: skip
+        if "maintenance" in r:
+            m = r["maintenance"]
+            rows.append(("  maint.", f"{m['local']['wall_s']:.2f}", f"{m['s3']['wall_s']:.2f}",
+                         *[""] * len(STEPS), "", m["s3"]["said"][:40]))  # fmt: skip
+    print_rows(header, rows)
+    last = res["rounds"][-1] if res["rounds"] else {}
+    if last.get("s3", {}).get("requests"):
+        print("\nThe last round's requests by phase (S3 side):")
+        for phase, row in last["s3"]["requests"].items():
+            kinds = ", ".join(f"{k} {row[k]}" for k in s3_requests.KINDS if k in row)
+            print(
+                f"  {phase.strip()}: {row['requests']} ({row['seconds']:.2f}s in the server): {kinds}"
+            )
+    if last.get("tables"):
+        print("\nThe tables after the last round (local side): version / files / _delta_log files")
+        for path, t in last["tables"].items():
+            print(f"  {path}: {t['version']} / {t['files']} / {t['log_files']}")
 
 
 def report_steps(res: dict[str, Any]) -> None:
@@ -289,6 +371,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--engine", choices=("head", "tree"), default="head", help="as bench_scheduled's"
     )
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--maintain-every", type=int, default=0, metavar="N",
+        help="run --maintain on both warehouses after every N rounds (0: never)",
+    )  # fmt: skip
+    p.add_argument(
+        "--maintain", choices=("compact", "maintain"), default="maintain",
+        help="lakestate compact (changelogs) or maintain (compact, OPTIMIZE, VACUUM)",
+    )  # fmt: skip
+    p.add_argument(
+        "--requests", action="store_true",
+        help="count the S3 side's requests by step (the S3 server's request log)",
+    )  # fmt: skip
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--json", default=str(DEFAULT_JSON), help="where to write the results")
     return p.parse_args(argv)
@@ -305,9 +399,14 @@ def main(argv: list[str] | None = None) -> int:
         "engine": engine,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    requests = None
+    if args.requests:
+        log_path = work / "s3-requests.log"
+        os.environ[s3_requests.REQUEST_LOG_ENV] = str(log_path)
+        requests = s3_requests.RequestLog(log_path, dict(bs.MAIN_PHASES))
     server = start_store(work)
     try:
-        results.update(measure(bs, work, args))
+        results.update(measure(bs, work, args, requests))
     finally:
         server.stop()
         out = Path(args.json)

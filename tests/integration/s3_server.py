@@ -35,6 +35,12 @@ ACCESS_KEY = "lakestate-test"
 SECRET_KEY = "lakestate-test-secret"
 REGION = "us-east-1"
 
+#: When set (in the environment ``start_server`` is called in), the server appends a line per
+#: request to this file: its start and end (``time.monotonic()``, which is the same clock in
+#: every process of the machine), method, path and query, status. For the benchmarks'
+#: request counts per step.
+REQUEST_LOG_ENV = "LAKESTATE_S3_REQUEST_LOG"
+
 
 class S3ServerMissing(RuntimeError):
     """moto's server is not installed in the venv: scripts/setup.sh installs it."""
@@ -183,9 +189,27 @@ def serve(host: str, port: int) -> None:
     app = DomainDispatcherApplication(create_backend_app)
     lock = threading.Lock()
 
+    request_log = os.environ.get(REQUEST_LOG_ENV)
+    log_file = open(request_log, "a", buffering=1) if request_log else None  # noqa: SIM115
+
     def one_at_a_time(environ, start_response):
         with lock:  # the whole answer is made under the lock (moto's are in memory)
-            return list(app(environ, start_response))
+            started = time.monotonic()
+            status: list[str] = []
+
+            def recording(code, headers, *rest):
+                status.append(code.split(" ", 1)[0])
+                return start_response(code, headers, *rest)
+
+            answer = list(app(environ, recording if log_file else start_response))
+            if log_file:
+                query = environ.get("QUERY_STRING", "")
+                log_file.write(
+                    f"{started:.6f} {time.monotonic():.6f} {environ['REQUEST_METHOD']} "
+                    f"{environ.get('PATH_INFO', '')}{'?' + query if query else ''} "
+                    f"{status[0] if status else '-'}\n"
+                )
+            return answer
 
     run_simple(host, port, one_at_a_time, threaded=True, request_handler=MotoRequestHandler)
 

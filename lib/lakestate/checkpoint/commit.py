@@ -354,13 +354,13 @@ def _append_changelog(
     path = layout.changelog_path(store)
     table = delta_commits.open_table(path)
     todo = _not_held(table, app, batches)
-    if not todo:
-        return
-    if len(todo) < len(batches):
-        rows = rows.filter(_task_mask(rows, set(todo)))
-    kind = layout.app.topology.stores[store].kind
-    data = changelog.batch_rows(kind, rows, {t.partition: b for t, b in todo.items()})
-    delta_commits.append(table, data, app, todo, identity)
+    if todo:
+        if len(todo) < len(batches):
+            rows = rows.filter(_task_mask(rows, set(todo)))
+        kind = layout.app.topology.stores[store].kind
+        data = changelog.batch_rows(kind, rows, {t.partition: b for t, b in todo.items()})
+        delta_commits.append(table, data, app, todo, identity)
+    delta_commits.release(table)
 
 
 def _append_topic(

@@ -212,6 +212,7 @@ def _add_missing_columns(path: str) -> None:
     missing = [f for f in SCHEMA if f.name not in have]
     if missing:
         table.alter.add_columns([Field(f.name, PrimitiveType("string"), True) for f in missing])
+    delta_commits.release(table)
 
 
 def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -> History:
@@ -227,9 +228,10 @@ def read(path: str, tasks: list[TaskId] | None = None, app: str | None = None) -
     history = _history(data, tasks)
     if tasks and app is not None:
         for task in tasks:
-            rewound = table.transaction_version(rewind_txn_id(app, task))
+            rewound = delta_commits.txn_version(table, rewind_txn_id(app, task))
             if rewound:
                 history.rewound[task] = rewound
+    delta_commits.release(table)
     return history
 
 
@@ -285,7 +287,7 @@ def record(
     moved = {
         txn: now
         for txn, expected in sorted(fences.items())
-        if (now := table.transaction_version(txn) or 0) != expected
+        if (now := delta_commits.txn_version(table, txn)) != expected
     }
     if moved:
         txn, now = next(iter(moved.items()))
@@ -297,9 +299,11 @@ def record(
     data = pa.Table.from_pylist([r.row() for r in rows], schema=SCHEMA)
     batches = {r.task: r.batch_id for r in rows}
     faults.maybe_fail("progress_checked", min(batches.values()))
-    return delta_commits.append(
+    version = delta_commits.append(
         table, data, app, batches, metadata, {**(extra_txns or {}), **fences}
     )
+    delta_commits.release(table)
+    return version
 
 
 def now_ms() -> int:

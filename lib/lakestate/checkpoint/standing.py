@@ -90,6 +90,8 @@ def where_tasks_stand(layout: AppLayout, tasks: list[TaskId]) -> Recovered:
         committed[task] = committed_of(before)
         ranges = _replay_ranges(last, layout.global_topics)
         replays.append(TaskPlan(task, last.batch_id, ranges, last.run_id))
+    for table in tables.values():
+        delta_commits.release(table)
     return Recovered(committed, replays, dict(history.rewound))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from lakestate import object_store
 from lakestate.errors import TaskMigratedException
-from lakestate.io import txn_ids
+from lakestate.io import delta_log, txn_ids, txn_log
 from lakestate.task_id import TaskId
 
 if TYPE_CHECKING:
@@ -43,8 +44,10 @@ __all__ = [
     "create_table",
     "create_with_files",
     "open_table",
+    "release",
     "table_exists",
     "txn_app_id",
+    "txn_version",
     "txn_versions",
 ]
 
@@ -71,6 +74,10 @@ def _uri(path: str) -> str:
 
 
 def table_exists(path: str) -> bool:
+    """Whether a Delta table is at ``path``: on S3 one listing of its log (opening it would
+    read its checkpoint and newest commits too, a dozen requests), elsewhere an open."""
+    if object_store.is_s3(path):
+        return delta_log.has_remote_log(path)
     try:
         DeltaTable(_uri(path))
     except TableNotFoundError:
@@ -96,9 +103,40 @@ class _Table(DeltaTable):
         return super().to_pyarrow_dataset(*args, **kwargs)
 
 
+# Snapshots handed back with ``release``, by table URI, on S3 only (see ``open_table``).
+_released: dict[str, DeltaTable] = {}
+_released_guard = threading.Lock()
+
+
 def open_table(path: str, version: int | None = None) -> DeltaTable:
-    """The table's newest snapshot (or ``version``'s)."""
-    return _Table(_uri(path), version=version)
+    """The table's newest snapshot (or ``version``'s). On S3 the newest is a snapshot a
+    caller of this process handed back (``release``) brought up to date, when there is
+    one: a listing and the commits since, where opening the table anew reads its
+    ``_last_checkpoint``, its checkpoint (about ten ranged reads) and its newest commits,
+    and a run opens its progress table, changelogs and topics several times. The
+    snapshot is the caller's alone until it hands it back."""
+    uri = _uri(path)
+    if version is None and object_store.is_s3(uri):
+        with _released_guard:
+            kept = _released.pop(uri, None)
+        if kept is not None:
+            try:
+                kept.update_incremental()
+                return kept
+            except Exception:  # noqa: BLE001 - e.g. the table was removed: open it anew, which says so
+                pass
+    table = _Table(uri, version=version)
+    table._lakestate_uri = uri  # type: ignore[attr-defined]
+    return table
+
+
+def release(table: DeltaTable) -> None:
+    """Hand back a snapshot from ``open_table`` that the caller no longer uses (nor keeps)
+    for a later ``open_table`` of the table in this process to update and reuse (on S3)."""
+    uri = getattr(table, "_lakestate_uri", None)
+    if uri is not None and object_store.is_s3(uri):
+        with _released_guard:
+            _released[uri] = table
 
 
 def missing_files(table: DeltaTable) -> list[str]:
@@ -156,7 +194,17 @@ def create_log_table(
 
 def txn_versions(table: DeltaTable, app: str, tasks: list[TaskId]) -> dict[TaskId, int]:
     """The batch each task's txn says ``table`` holds (0: none)."""
-    return {t: table.transaction_version(txn_app_id(app, t)) or 0 for t in tasks}
+    return {t: txn_version(table, txn_app_id(app, t)) for t in tasks}
+
+
+def txn_version(table: DeltaTable, app_id: str) -> int:
+    """The version of ``app_id``'s txn in the snapshot ``table`` (0: none). On S3 every txn
+    of the snapshot is read in one pass and kept (``io/txn_log``): delta-rs replays the log
+    from the checkpoint over HTTP at every lookup."""
+    txns = txn_log.txns_at(table)
+    if txns is None:
+        return table.transaction_version(app_id) or 0
+    return txns.get(app_id, 0)
 
 
 def append(

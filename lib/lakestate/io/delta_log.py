@@ -88,6 +88,20 @@ def commit_versions(path: str) -> list[int]:
     return _newest_first([i.base_name for i in object_store.filesystem().get_file_info(selector)])
 
 
+def has_remote_log(path: str) -> bool:
+    """Whether the ``_delta_log`` of the table at ``path`` (an ``s3://`` URI) holds a commit
+    or a checkpoint file, i.e. a Delta table is there: one listing, where opening the table
+    would also read its checkpoint and newest commits."""
+    from pyarrow import fs
+
+    selector = fs.FileSelector(_remote_log(path), allow_not_found=True)
+    for info in object_store.filesystem().get_file_info(selector):
+        name = info.base_name
+        if name[:20].isdigit() and (name.endswith(".json") or ".checkpoint" in name):
+            return True
+    return False
+
+
 def commit_of(path: str, version: int) -> Commit | None:
     """The commit of ``version`` of the table at ``path`` (a local path, or an ``s3://``
     URI), or None if its file is not there (none yet, or cleaned up)."""

@@ -71,7 +71,10 @@ def owner_epochs(
     ):
         return dict.fromkeys(tasks, 0)
     table = _table(progress_table_or_path)
-    return {t: table.transaction_version(owner_txn_id(app, t)) or 0 for t in tasks}
+    epochs = {t: delta_commits.txn_version(table, owner_txn_id(app, t)) for t in tasks}
+    if table is not progress_table_or_path:
+        delta_commits.release(table)
+    return epochs
 
 
 def owner_txns(app: str, epochs: Mapping[TaskId, int]) -> dict[str, int]:

@@ -152,7 +152,9 @@ def append_batch(
             if todo is None:
                 todo = {t: b for t, b in batches.items() if held[t] < b}
                 if not todo:
-                    return AppendResult(topic, {}, skipped=True, version=table.version())
+                    version = table.version()
+                    delta_commits.release(table)
+                    return AppendResult(topic, {}, skipped=True, version=version)
             elif any(held[t] >= b for t, b in todo.items()):
                 raise delta_commits.ConcurrentCommit(
                     f"{path}: another writer committed a batch of "
@@ -174,6 +176,7 @@ def append_batch(
                 back_off(attempt)
                 continue  # renumber, unless the winner holds one of these batches
             remember_ends(warehouse, path, version, next_offset)
+            delta_commits.release(table)
             return _result(topic, ends, next_offset, version)
     raise _gave_up(topic)
 

@@ -78,10 +78,19 @@ def ends_at(
 ) -> dict[int, int]:
     """The end offsets at the version of the snapshot ``table`` (an append numbers from
     them and commits on that snapshot, so that a racing append conflicts): from the commit
-    files or the cache when they are of that version, else by a scan of the snapshot."""
+    files (on an object store: those of the snapshot's version and before) or the cache
+    when they are of that version, else by a scan of the snapshot."""
     if local_log(warehouse, path) is not None:
         ends, seen = read_ends(warehouse, path, num_partitions)
         if seen is not None and seen == table.version():
+            return ends
+    else:
+        # On an object store the scan reads every data file over the network (a topic
+        # gains files every run): the snapshot's own commit files tell, usually in one
+        # read. Commit files never change, so they are the snapshot's whatever commits since.
+        version = table.version()
+        ends = _recorded_ends(lambda v: delta_log.commit_of(path, v), version, num_partitions)
+        if ends is not None:
             return ends
     return scan_end_offsets(table, num_partitions)
 

@@ -14,6 +14,8 @@ import threading
 import zlib
 from pathlib import Path
 
+from deltalake.exceptions import TableNotFoundError
+
 from lakestate.errors import StreamsException
 from lakestate.io import delta_commits, delta_log
 from lakestate.io.topic_records import RECORD_SCHEMA
@@ -94,7 +96,9 @@ def create(warehouse: Warehouse, topic: str, path: str, partitions: int, exist_o
 
 
 def _read_partitions(path: str) -> int:
-    raw = delta_commits.open_table(path).metadata().configuration.get(PARTITIONS_PROPERTY)
+    table = delta_commits.open_table(path)
+    raw = table.metadata().configuration.get(PARTITIONS_PROPERTY)
+    delta_commits.release(table)
     if raw is None:
         raise ValueError(f"{path} is not a lakestate log table (no {PARTITIONS_PROPERTY})")
     return int(raw)
@@ -110,9 +114,10 @@ def partitions(warehouse: Warehouse, topic: str, path: str) -> int:
             cached = _partitions_cache.get(path)
         if cached is not None and cached[0] == identity:
             return cached[1]
-    if not exists(warehouse, path):
-        raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}")
-    n = _read_partitions(path)
+    try:  # one open (on an object store an existence check first would be a second)
+        n = _read_partitions(path)
+    except TableNotFoundError:
+        raise ValueError(f"topic {topic!r} does not exist in {warehouse.root}") from None
     if identity is not None:
         with _cache_guard:
             _partitions_cache[path] = (identity, n)
@@ -121,7 +126,9 @@ def partitions(warehouse: Warehouse, topic: str, path: str) -> int:
 
 def check_columns(topic: str, path: str) -> None:
     """``StreamsException`` unless the table at ``path`` has a log table's columns."""
-    columns = {f.name for f in delta_commits.open_table(path).schema().fields}
+    table = delta_commits.open_table(path)
+    columns = {f.name for f in table.schema().fields}
+    delta_commits.release(table)
     missing = [f.name for f in RECORD_SCHEMA if f.name not in columns]
     if missing:
         raise StreamsException(

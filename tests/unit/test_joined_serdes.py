@@ -158,3 +158,22 @@ def test_a_join_takes_only_a_joined_and_a_global_table_none():
     countries = b.global_table("countries")
     with pytest.raises(TopologyException, match="global_table, key_selector, joiner"):
         clicks.join(countries, lambda k, v: v, lambda c, u: u, Joined())
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["join", "left_join"])
+def test_a_left_joins_topic_carries_null_keys_to_the_join(left):
+    """KIP-962, as Kafka 4.4: a null key made by the key change goes through a left join's
+    repartition topic and is joined with None; an inner join's topic drops it."""
+    b = StreamsBuilder()
+    users = b.table("users", Consumed.with_(S, S))
+    clicks = b.stream("clicks", Consumed.with_(S, S)).select_key(lambda k, v: v or None)
+    (clicks.left_join if left else clicks.join)(
+        users, lambda c, u: f"{c}:{u}", Joined.with_key_serde(S)
+    ).to("out")
+    with TopologyTestDriver(b.build(), {"application.id": "app"}) as driver:
+        driver.create_input_topic("users").pipe_input("u1", "Ann", timestamp=1)
+        clicks_in = driver.create_input_topic("clicks")
+        clicks_in.pipe_input("x", "", timestamp=2)  # re-keyed to None
+        clicks_in.pipe_input("y", "u1", timestamp=3)
+        out = driver.create_output_topic("out").read_key_values_to_list()
+    assert out == ([(None, ":None")] if left else []) + [("u1", "u1:Ann")]

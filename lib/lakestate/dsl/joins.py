@@ -86,9 +86,15 @@ def stream_table_join(
         joined.key_serde or stream.serdes.key, joined.value_serde or stream.serdes.value
     )
     if stream._repartition_required:
-        # The key changed upstream: co-locate the records with the table's rows.
+        # The key changed upstream: co-locate the records with the table's rows. A left
+        # join's topic carries null-key records, which the join emits joined with None
+        # (KIP-962; Kafka 4.4 does, conformance group join-stream_table-rekeyed).
         parent = graph.repartition(
-            parent, f"{name}-repartition", named=given is not None, serdes=serdes
+            parent,
+            f"{name}-repartition",
+            named=given is not None,
+            serdes=serdes,
+            keep_null_keys=left,
         )
     graph.add_processor(
         name, parent, lambda: StreamTableJoin(store, joiner, left, versioned), [store]

@@ -379,7 +379,7 @@ class KStream:
     def join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
         """Inner join.
 
-        With a table: ``join(table, joiner, joined=None)``, each record joined with the
+        With a table: ``join(table, joiner[, joined])``, each record joined with the
         table's row for its key, ``joiner(stream_value, table_value)`` (``Joined``: the
         repartition topic's serdes and the join's name); read as of the record's timestamp
         when the table is versioned (KIP-914), its latest row otherwise. Records without a

@@ -21,6 +21,7 @@ from lakestate.dsl.cogrouped import (
 from lakestate.dsl.consumed import Consumed, Grouped, Produced
 from lakestate.dsl.deduplicated import Deduplicated
 from lakestate.dsl.grouped import KGroupedStream, KGroupedTable
+from lakestate.dsl.joined import Joined
 from lakestate.dsl.kstream import KStream
 from lakestate.dsl.ktable import GlobalKTable, KTable
 from lakestate.dsl.materialized import Materialized
@@ -62,6 +63,7 @@ __all__ = [
     "GlobalKTable",
     "InvalidStateStoreException",
     "JoinWindows",
+    "Joined",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",

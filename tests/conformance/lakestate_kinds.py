@@ -283,10 +283,14 @@ def stream_table_join(params: StreamTableJoinParams) -> ls.Topology:
     builder = ls.StreamsBuilder()
     table = _table(builder, TABLE_TOPIC, "table-store", params.history_retention)
     stream = builder.stream(INPUT_TOPIC)
+    # As the Kafka side: Joined's String key serde types the repartition topic of a rekey.
+    typed = ls.Joined.with_(ls.Serdes.String(), None, None)
+    if params.rekey:
+        stream = stream.select_key(lambda k, v: k)
     if params.join == "inner":
-        joined = stream.join(table, _joined)
+        joined = stream.join(table, _joined, typed)
     elif params.join == "left":
-        joined = stream.left_join(table, _joined)
+        joined = stream.left_join(table, _joined, typed)
     else:
         raise ValueError(f"a stream-table join is inner or left, not {params.join!r}")
     joined.to(OUTPUT_TOPIC)

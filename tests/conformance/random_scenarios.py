@@ -399,13 +399,18 @@ def _retention(rng: random.Random, versioned: bool) -> int | None:
     return rng.choice((1, 3, 8, 50)) if versioned else None
 
 
-def stream_table_joins(seed: int, versioned: bool, count: int) -> list[Scenario]:
-    """Stream-table joins, inner and left, with a versioned table or a plain one."""
+def stream_table_joins(
+    seed: int, versioned: bool, count: int, rekey: bool = False
+) -> list[Scenario]:
+    """Stream-table joins, inner and left, with a versioned table or a plain one; with
+    ``rekey``, the stream re-keyed first (through the join's typed repartition topic)."""
     group = f"join-stream_table-{'versioned' if versioned else 'unversioned'}"
+    group += "-rekeyed" if rekey else ""
     rng = random.Random(f"{seed}/{group}")
     scenarios = []
     for i in range(count):
-        params = StreamTableJoinParams(rng.choice(("inner", "left")), _retention(rng, versioned))
+        how, retention = rng.choice(("inner", "left")), _retention(rng, versioned)
+        params = StreamTableJoinParams(how, retention, rekey)
         retentions = () if params.history_retention is None else (params.history_retention,)
         scenarios.append(_join_scenario(rng, f"{group}-{i}", params, retentions))
     return scenarios

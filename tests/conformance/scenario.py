@@ -176,11 +176,14 @@ JoinType = Literal["inner", "left", "outer"]
 class StreamTableJoinParams:
     """``stream("in").join/leftJoin(table("table"), joiner)``; the table is materialized
     as a versioned store keeping ``history_retention`` ms (KIP-914: read as of each stream
-    record's time) when set, else as a plain key-value store."""
+    record's time) when set, else as a plain key-value store. ``rekey``: the stream first
+    through ``selectKey`` (the identity), so the join reads it through a repartition topic
+    typed by ``Joined.with(String, ...)``."""
 
     kind: ClassVar[str] = "stream_table_join"
     join: JoinType
     history_retention: int | None = None
+    rekey: bool = False
 
 
 @dataclass(frozen=True)

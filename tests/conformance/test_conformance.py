@@ -149,6 +149,9 @@ GROUPS: dict[str, list[Scenario]] = {
         )
         for v in ("unversioned", "versioned")
     },
+    # A stream-table join after a key change (issue 26): the join's own repartition topic,
+    # typed by Joined's String key serde (Kafka's KStreamImpl.repartitionForJoin).
+    "join-stream_table-rekeyed": stream_table_joins(SEED, False, PER_GROUP, rekey=True),
     # Stream-stream joins (issue 25): windows of a few ms with and without grace, before and
     # after set apart, records on both topics out of order, on the windows' and grace's edges.
     **{

@@ -2,8 +2,8 @@
 are produced by confluent-kafka with Java's default partitioner (murmur2 of the key's
 UTF-8 bytes, 2 partitions), and the app (apps/kafka_copartition.py) joins the orders,
 re-keyed by customer, with the customers table through internal topics with String keys:
-a repartition topic, a group_by's repartition topic and a foreign-key join's subscription
-and response topics. Each is partitioned as Kafka Streams partitions it (murmur2 of the
+a repartition topic (an explicit repartition(), and a join's own, typed by Joined), a
+group_by's repartition topic and a foreign-key join's subscription and response topics. Each is partitioned as Kafka Streams partitions it (murmur2 of the
 String's bytes), so every order finds its customer on the task that holds it; hashing the
 key's JSON text instead (``"c1"`` with its quotes) would send about half the customers'
 orders to the other task, where the joins miss them. Killed at each commit step and
@@ -126,21 +126,24 @@ def _check_sinks(cluster: KafkaCluster, test_id: str) -> None:
     for c in CUSTOMERS:
         counts = [int(v.split("=")[1]) for _, k, v in counted if k == c]
         assert counts == sorted(set(counts)), (c, counts)
+    # select_key + join(customers, joiner, Joined.with_(String, None, String)): the join's
+    # own repartition topic takes Joined's String key serde, no repartition() needed.
+    direct = _sink(cluster, f"direct-joined-{test_id}")
+    assert sorted((k, v) for _, k, v in direct) == sorted((c, f"{o}:name-{c}") for o, c in ORDERS)
     fk = _sink(cluster, f"fk-joined-{test_id}")
     assert sorted((k, v) for _, k, v in fk) == sorted((o, f"{o}:name-{c}") for o, c in ORDERS)
-    for rows in (joined, counted, fk):
+    for rows in (joined, direct, counted, fk):
         assert all(p == partition_of_bytes(k.encode(), 2) for p, k, _ in rows)
 
 
-def test_string_keyed_joins_through_internal_topics_meet_kafkas_partitions(topics, tmp_path):
-    cluster, test_id = topics
-    # The case at hand: customers whose bytes and JSON text fall on different partitions.
-    moved = [
-        c
-        for c in CUSTOMERS
-        if partition_of_bytes(c.encode(), 2) != partition_of_text(json.dumps(c), 2)
-    ]
-    assert 3 <= len(moved) <= 9
+# The case at hand: customers whose bytes and JSON text fall on different partitions.
+MOVED = [
+    c for c in CUSTOMERS if partition_of_bytes(c.encode(), 2) != partition_of_text(json.dumps(c), 2)
+]
+
+
+def _run_in_process(cluster: KafkaCluster, test_id: str, tmp_path: Path) -> None:
+    """Customers first (their own run), then the orders: each order meets its customer's row."""
 
     def run() -> None:
         run_app(
@@ -152,12 +155,36 @@ def test_string_keyed_joins_through_internal_topics_meet_kafkas_partitions(topic
             say=lambda _: None,
         )
 
-    # The table first (its own run), then the orders: each order meets its customer's row.
     _produce_customers(cluster, test_id)
     run()
     _produce_orders(cluster, test_id)
     run()
-    _check_sinks(cluster, test_id)
+
+
+def test_string_keyed_joins_through_internal_topics_meet_kafkas_partitions(topics, tmp_path):
+    assert 3 <= len(MOVED) <= 9
+    _run_in_process(*topics, tmp_path)
+    _check_sinks(*topics)
+
+
+def test_without_joineds_key_serde_the_moved_customers_orders_miss(topics, tmp_path, monkeypatch):
+    """The join's repartition topic without Joined's key serde takes the default (Json),
+    as Kafka Streams' does after select_key: its records are placed by the key's JSON text,
+    so the orders of the customers whose text and bytes hash apart reach the task without
+    their row, and the inner join drops them."""
+    cluster, test_id = topics
+    # In its own processes: a second app of the same path in this process (the test above
+    # ran one) would read the topics with the first one's codecs.
+    monkeypatch.setenv("KAFKA_TEST_JOINED_KEY", "default")
+    _produce_customers(cluster, test_id)
+    assert _run(tmp_path).returncode == 0
+    _produce_orders(cluster, test_id)
+    proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    direct = _sink(cluster, f"direct-joined-{test_id}")
+    met = [(o, c) for o, c in ORDERS if c not in MOVED]
+    assert len(met) < len(ORDERS)
+    assert sorted((k, v) for _, k, v in direct) == sorted((c, f"{o}:name-{c}") for o, c in met)
 
 
 def test_killed_at_each_commit_step_the_joins_write_each_result_once(topics, tmp_path):

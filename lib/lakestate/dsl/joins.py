@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakestate.dsl.arguments import check_function
 from lakestate.dsl.builder import TIMESTAMPED_KEY_VALUE, VERSIONED, GraphBuilder
+from lakestate.dsl.joined import Joined, joined_of
 from lakestate.dsl.materialized import Materialized
 from lakestate.errors import TopologyException
 from lakestate.processors.join import (
@@ -49,13 +50,18 @@ def _table_store(graph: GraphBuilder, table: KTable) -> str:
     return store
 
 
-def stream_table_join(stream: KStream, table: KTable, joiner: Joiner, left: bool) -> KStream:
+def stream_table_join(
+    stream: KStream, table: KTable, joiner: Joiner, left: bool, joined: Joined | None
+) -> KStream:
+    """``joined``: the repartition topic's serdes and the join's name (Kafka's Joined)."""
     from lakestate.dsl.kstream import KStream
     from lakestate.dsl.ktable import KTable
 
     graph: GraphBuilder = stream._graph
-    name = graph.new_name("KSTREAM-JOIN-" if not left else "KSTREAM-LEFTJOIN-")
     operator = "KStream.left_join" if left else "KStream.join"
+    given = joined.name if isinstance(joined, Joined) else None
+    name = given or graph.new_name("KSTREAM-JOIN-" if not left else "KSTREAM-LEFTJOIN-")
+    joined = joined_of(joined, name)
     check_function(joiner, name, operator, "joiner(stream_value, table_value)")
     if not isinstance(table, KTable):
         raise TopologyException(
@@ -75,16 +81,29 @@ def stream_table_join(stream: KStream, table: KTable, joiner: Joiner, left: bool
     if versioned != (graph.stores[store].kind == VERSIONED):
         raise TopologyException(f"node {name}: store {store!r} does not match the table")
     parent = stream.node_name
+    # Kafka's repartitionForJoin: Joined's serdes, else the stream's known ones.
+    serdes = TopicSerdes(
+        joined.key_serde or stream.serdes.key, joined.value_serde or stream.serdes.value
+    )
     if stream._repartition_required:
-        # The key changed upstream: co-locate the records with the table's rows.
-        parent = graph.repartition(parent, f"{name}-repartition")
+        # The key changed upstream: co-locate the records with the table's rows. A left
+        # join's topic carries null-key records, which the join emits joined with None
+        # (KIP-962; Kafka 4.4 does, conformance group join-stream_table-rekeyed).
+        parent = graph.repartition(
+            parent,
+            f"{name}-repartition",
+            named=given is not None,
+            serdes=serdes,
+            keep_null_keys=left,
+        )
     graph.add_processor(
         name, parent, lambda: StreamTableJoin(store, joiner, left, versioned), [store]
     )
     graph.copartition_groups.append(
         (name, graph.source_nodes(parent), graph.source_nodes(table.node_name))
     )
-    return KStream(graph, name, repartition_required=False)
+    # Kafka's stream-table joins keep the key serde; the joiner makes a new value.
+    return KStream(graph, name, repartition_required=False, serdes=TopicSerdes(serdes.key, JSON))
 
 
 def stream_global_table_join(
@@ -111,7 +130,8 @@ def stream_global_table_join(
         [store],
     )
     # The stream keeps its partitioning: a later stateful operation still repartitions.
-    return KStream(graph, name, stream._repartition_required)
+    serdes = TopicSerdes(stream.serdes.key, JSON)
+    return KStream(graph, name, stream._repartition_required, serdes)
 
 
 def table_table_join(

@@ -379,8 +379,9 @@ class KStream:
     def join(self, other: KStream | KTable | GlobalKTable, *args: Any) -> KStream:
         """Inner join.
 
-        With a table: ``join(table, joiner)``, each record joined with the table's row for
-        its key, ``joiner(stream_value, table_value)``; read as of the record's timestamp
+        With a table: ``join(table, joiner[, joined])``, each record joined with the
+        table's row for its key, ``joiner(stream_value, table_value)`` (``Joined``: the
+        repartition topic's serdes and the join's name); read as of the record's timestamp
         when the table is versioned (KIP-914), its latest row otherwise. Records without a
         row are dropped. With a global table, ``join(global_table, key_selector, joiner)``
         looks up ``key_selector(key, value)``. Records with a null value or join key are
@@ -429,11 +430,7 @@ class KStream:
                 )
             stream_joined = args[2] if len(args) == 3 else None
             return stream_stream_join(self, other, args[0], args[1], how, stream_joined)
-        left = how == "left"
-        joined = self._table_join(other, args, left)
-        # Kafka's stream-table joins keep the key serde; the joiner makes a new value.
-        joined.serdes = TopicSerdes(self.serdes.key, JSON)
-        return joined
+        return self._table_join(other, args, how == "left")
 
     def _table_join(self, other: Any, args: tuple[Any, ...], left: bool) -> KStream:
         from lakestate.dsl.joins import stream_global_table_join, stream_table_join
@@ -445,9 +442,9 @@ class KStream:
                     "a join with a global table takes (global_table, key_selector, joiner)"
                 )
             return stream_global_table_join(self, other, args[0], args[1], left)
-        if len(args) != 1:
-            raise TopologyException("a join with a table takes (table, joiner)")
-        return stream_table_join(self, other, args[0], left)
+        if len(args) not in (1, 2):
+            raise TopologyException("a join with a table takes (table, joiner[, Joined])")
+        return stream_table_join(self, other, args[0], left, args[1] if len(args) == 2 else None)
 
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
         """Groups by the current key, for an aggregation; ``grouped``: the repartition

@@ -468,6 +468,11 @@ final class Topologies {
         StreamsBuilder builder = new StreamsBuilder();
         KTable<String, Object> table = table(builder, TABLE_TOPIC, "table-store", params.get("history_retention"), values);
         KStream<String, Object> stream = builder.stream(INPUT_TOPIC, Consumed.with(Serdes.String(), values));
+        if (params.path("rekey").asBoolean(false)) {
+            // A key change (the identity to the keys, not to Kafka): the join reads the stream
+            // through a repartition topic, typed by Joined's serdes, no repartition() given.
+            stream = stream.selectKey((k, v) -> k);
+        }
         Joined<String, Object, Object> joined = Joined.with(Serdes.String(), values, values);
         String join = params.get("join").asText();
         KStream<String, String> result = switch (join) {

@@ -114,11 +114,18 @@ def _build(path: Path) -> None:
     )
     code = _WORKLOAD.format(integration=str(tests / "integration"), table=str(work / "table"))
     print(f"spark_cds: building {path} (once per machine, about a minute)", file=sys.stderr)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if done.returncode == 0 and partial.is_file():
-        partial.rename(path)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900
+        )
+    except subprocess.TimeoutExpired:  # the tests run without it; the next run tries again
+        print("spark_cds: not built (no end after 900 s)", file=sys.stderr)
     else:
-        print(f"spark_cds: not built ({done.returncode}): {done.stderr[-2000:]}", file=sys.stderr)
+        if done.returncode == 0 and partial.is_file():
+            partial.rename(path)
+        else:
+            said = done.stderr[-2000:]
+            print(f"spark_cds: not built ({done.returncode}): {said}", file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)
 
 

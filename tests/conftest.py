@@ -1,6 +1,7 @@
-"""Suite-wide hooks: the longest-first order across xdist workers (``durations_order.py``)
-and ``--store-durations``, which records this run's per-test seconds into
-``tests/durations.json`` for that order (``bash scripts/test.sh --store-durations``)."""
+"""Suite-wide hooks: the longest-first order across xdist workers (``durations_order.py``),
+``--store-durations``, which records this run's per-test seconds into
+``tests/durations.json`` for that order (``bash scripts/test.sh --store-durations``), and the
+Spark drivers' class archive and JVM options (``spark_cds.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import spark_cds
 from durations_order import DURATIONS_FILE, estimate, load_durations, order
 
 
@@ -81,8 +83,12 @@ class _DurationRecorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # xdist's workers inherit the controller's environment
+    # The Spark drivers' class archive, built before any worker starts (spark_cds.py).
+    spark_cds.use_archive()
     # Recorded once, by the controller (xdist relays every worker's reports to it).
-    if config.getoption("--store-durations") and not hasattr(config, "workerinput"):
+    if config.getoption("--store-durations"):
         config.pluginmanager.register(_DurationRecorder(), "lakestate-duration-recorder")
 
 

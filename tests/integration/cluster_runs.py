@@ -48,6 +48,8 @@ def driver_run(
     conf = {**FAST_TEST_CONF, "spark.driver.host": "127.0.0.1"}
     conf["spark.driver.bindAddress"] = "127.0.0.1"
     conf["spark.executor.memory"] = "768m"
+    # The executors' JVMs as the driver's (FAST_TEST_CONF): tiny data, short lives.
+    conf["spark.executor.extraJavaOptions"] = FAST_TEST_CONF["spark.driver.extraJavaOptions"]
     if executor_fault:
         conf["spark.executorEnv.LAKESTATE_FAULT"] = executor_fault
         conf["spark.executorEnv.LAKESTATE_FAULT_ONCE"] = str(state / "executor-killed")

@@ -83,13 +83,19 @@ def s3_warehouse(s3_server, monkeypatch) -> Warehouse:
     return Warehouse(f"s3://{bucket}/warehouse")
 
 
+#: The cluster's master and workers only schedule and launch: their JVMs need no
+#: optimizing compiler nor a parallel collector (the start of each costs less CPU).
+DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 @pytest.fixture(scope="module")
 def standalone_cluster(s3_server, tmp_path_factory) -> Iterator[object]:
     """A standalone Spark cluster of two one-core workers (``spark_cluster.py``) for the
     module, its workers with the S3 server's credentials."""
     from spark_cluster import StandaloneCluster
 
-    running = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), s3_server.env())
+    env = {**s3_server.env(), "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS}
+    running = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), env)
     try:
         running.start(workers=2)
         yield running

@@ -8,7 +8,17 @@ from the changelogs) and back, that run losing an executor mid-batch (its task r
 elsewhere); a SIGKILL of the driver at the commit steps where executors change the rerun,
 then a rerun, gives the uninterrupted result. Nothing is applied twice. An app whose
 source is a Kafka topic has each task read its ranges on its executor (the driver reads
-none), through driver kills too."""
+none), through driver kills too.
+
+Tasks stay on the executor that holds their state (runtime/spark_located.py): across the
+batches of a run with no worker lost, each task's store is on one worker only (a task that
+had moved would have restored or caught up a store on the other). The placement is what
+that check tests: with no preferred location given (``located_tasks``), the same run left
+both tasks' stores on both workers (2026-11-29). An executor lost after writing a task's
+files, before handing them back, never has them applied twice.
+
+One cluster serves the module's tests (a cluster start is three JVMs); a test that stops a
+worker starts it again."""
 
 from __future__ import annotations
 
@@ -19,10 +29,12 @@ from pathlib import Path
 import pytest
 from cluster_runs import (
     answers,
+    batches_of,
     counts_reference,
     driver_run,
     executor_lost,
     log_sizes,
+    moved_tasks,
     ok,
     stores,
 )
@@ -30,10 +42,51 @@ from engine_helpers import APPS, events, produce
 from lakestate import run_app
 from lakestate.io.kafka import KafkaCluster, KafkaReader, KafkaTopic
 from lakestate.io.topic_records import records_of
+from lakestate.runtime.executor_stores import executor_state_dir
+from lakestate.warehouse import Warehouse
+from spark_cluster import StandaloneCluster
 
 pytestmark = pytest.mark.integration
 
 MAX_RECORDS = 40
+LOCALITY_MAX_RECORDS = 10  # 8 batches or more per run
+TASKS = ("counts/0_0", "counts/0_1")
+
+
+def _holders(cluster: StandaloneCluster, wh: Warehouse) -> dict[str, list[str]]:
+    """Per task, the workers whose state directory holds a store of it for the warehouse
+    ``wh`` (the module's earlier tests leave stores of their own warehouses)."""
+    folder = Path(executor_state_dir(wh.root)).name
+    held = {w.name: set(stores(w.state_dir / folder)) for w in cluster.workers}
+    return {t: sorted(n for n, found in held.items() if t in found) for t in TASKS}
+
+
+def test_tasks_stay_with_their_stores(standalone_cluster, s3_warehouse, tmp_path, capsys):
+    """A run of 8 batches or more on the two workers, none lost: each task ran all its
+    batches on one executor, so its store is on one worker only, and the two tasks ran on
+    the two workers. (A task whose worker is lost moving to the other and restoring there:
+    test_a_cluster_run_losing_a_worker_then_an_executor_equals_the_in_process_run.)"""
+    cluster = standalone_cluster
+    records = events(160, seed=53)
+    reference = counts_reference(tmp_path, [records], LOCALITY_MAX_RECORDS)
+    driver_state = tmp_path / "driver-state"
+
+    produce(None, s3_warehouse, "events", records, partitions=2)
+    first = driver_run(cluster, s3_warehouse, driver_state, LOCALITY_MAX_RECORDS)
+    out = ok(first)
+    assert "state: on Spark's executors" in out, out
+    assert batches_of(out) >= 8, out
+    # Each task ran all its batches on one executor: its store is on one worker only; but
+    # a task the placement moved to balance the tasks over a late executor left one behind.
+    holders = _holders(cluster, s3_warehouse)
+    moved = {f"counts/{t}" for t in moved_tasks(first)}
+    assert all(len(h) == 1 for t, h in holders.items() if t not in moved), (holders, moved)
+    assert len(moved) <= 1, moved
+    # And the two tasks ran on the two workers, one each (balanced).
+    latest = {t: h[0] for t, h in holders.items() if t not in moved}
+    assert len(set(latest.values())) == len(latest), holders
+    assert answers(capsys, s3_warehouse.root) == answers(capsys, reference.root)
+    assert stores(driver_state) == []
 
 
 def test_a_cluster_run_losing_a_worker_then_an_executor_equals_the_in_process_run(
@@ -193,3 +246,29 @@ def test_a_kafka_input_read_on_the_executors_through_driver_kills_equals_the_in_
     assert reads and {where for where, _ in reads} <= workers, reads
     assert sum(rows for _, rows in reads) >= 120
     assert stores(driver_state) == []
+
+
+def test_an_executor_lost_during_the_write_job_never_double_applies(
+    standalone_cluster, s3_warehouse, tmp_path, capsys
+):
+    """The executor writing a task's files is SIGKILLed once they are written, before it
+    hands them back (fault ``in_write`` at batch 2): its cached output is lost with it, so
+    Spark retries the write, recomputing the task's output on an executor (the task
+    processes its batch again from the committed batch: its progress is not recorded yet),
+    which writes new files; only the attempt that reported its files is committed."""
+    records = events(80, seed=59)
+    reference = counts_reference(tmp_path, [records], LOCALITY_MAX_RECORDS)
+    produce(None, s3_warehouse, "events", records, partitions=2)
+    driver_state = tmp_path / "driver-state"
+    logs = log_sizes(standalone_cluster)
+    proc = driver_run(
+        standalone_cluster,
+        s3_warehouse,
+        driver_state,
+        LOCALITY_MAX_RECORDS,
+        executor_fault="in_write@2",
+    )
+    ok(proc)
+    assert (driver_state / "executor-killed").exists()
+    assert executor_lost(standalone_cluster, logs)
+    assert answers(capsys, s3_warehouse.root) == answers(capsys, reference.root)

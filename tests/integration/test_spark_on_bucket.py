@@ -12,12 +12,13 @@ be added."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from engine_helpers import APPS, events, produce
+from engine_helpers import APPS, FAST_TEST_CONF, events, produce
 from lakestate import run_app
 from lakestate.cli import main
 from lakestate.warehouse import Warehouse
@@ -50,6 +51,12 @@ for query in queries:
     answers.append([code, out.getvalue()])
 print(json.dumps(answers))
 """
+
+
+def _fast_env() -> dict[str, str]:
+    """This process's environment (the bucket's ``AWS_*``) with the tests' Spark settings
+    for tiny data (``FAST_TEST_CONF``: JVM options, no code generation)."""
+    return {**os.environ, "LAKESTATE_SPARK_CONF": json.dumps(FAST_TEST_CONF)}
 
 
 def _sql(capsys, root: str, query: str) -> str:
@@ -87,6 +94,7 @@ def test_a_spark_run_and_spark_sql_on_a_bucket_give_the_in_process_run(
         capture_output=True,
         text=True,
         timeout=1200,
+        env=_fast_env(),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     *said, answers = proc.stdout.splitlines()
@@ -103,7 +111,11 @@ def test_a_spark_run_and_spark_sql_on_a_bucket_give_the_in_process_run(
     # The command alone, as typed, in a fresh process: its own Spark, with S3A.
     command = [sys.executable, "-m", "lakestate.cli", "sql", "--engine", "spark", QUERIES[1]]
     proc = subprocess.run(
-        [*command, "--warehouse", s3_warehouse.root], capture_output=True, text=True, timeout=900
+        [*command, "--warehouse", s3_warehouse.root],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_fast_env(),
     )
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert proc.stdout == _sql(capsys, reference.root, QUERIES[1])

@@ -44,7 +44,7 @@ from lakestate.runtime.executor_stores import STATE_OWNER, ExecutorStores
 from lakestate.runtime.failure import message_of
 from lakestate.runtime.inprocess import InProcessTransport
 from lakestate.runtime.plan import batch_cap, batch_max_records, plan_tasks
-from lakestate.runtime.task_executor import BatchContext
+from lakestate.runtime.task_executor import BatchContext, remember_app
 from lakestate.runtime.transport import BatchInput, BatchOutput, Transport
 from lakestate.state.base import isolation_for
 from lakestate.state.constants import (
@@ -106,6 +106,7 @@ class Runner:
     ) -> None:
         self.app = app
         self.app_path = app_path
+        remember_app(app_path, app)  # tasks run in this process run this very app
         self.state_dir = state_dir
         self.say = say
         self.master = master

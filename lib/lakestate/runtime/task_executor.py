@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import operator
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -25,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from lakestate.app import App, load_app
+from lakestate.app import KAFKA_CONFIG_ENV, App, load_app
 from lakestate.checkpoint.batch import global_key, split_global_key
 from lakestate.checkpoint.task_dir import TaskDir
 from lakestate.errors import ProcessingException, SerializationException, StreamsException
@@ -58,7 +59,7 @@ from lakestate.task_id import TaskId
 # Records a task takes at once when its processors take chunks (see Task.process_chunk).
 CHUNK_RECORDS = 50_000
 
-_apps: dict[str, App] = {}
+_apps: dict[str, tuple[tuple[int | None, int | None, str | None], App]] = {}
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,30 @@ class BatchContext:
 
 def loaded_app(path: str) -> App:
     """The app at ``path``, loaded once per process (in the worker itself: its lambdas
-    need not be picklable)."""
-    app = _apps.get(path)
-    if app is None:
-        app = _apps[path] = load_app(path)
+    need not be picklable) and again when its file or ``LAKESTATE_KAFKA_CONFIG`` changed:
+    a notebook, or a Spark Python worker kept between runs, that runs an edited app
+    processes with the edit."""
+    stamp = _stamp(path)
+    cached = _apps.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    app = load_app(path)
+    _apps[path] = (stamp, app)
     return app
+
+
+def remember_app(path: str, app: App) -> None:
+    """Make ``app`` (the one a run loaded from ``path``) the one this process's tasks run,
+    so that the driver's plan and its tasks see one app."""
+    _apps[path] = (_stamp(path), app)
+
+
+def _stamp(path: str) -> tuple[int | None, int | None, str | None]:
+    try:
+        found = os.stat(path)
+        return found.st_mtime_ns, found.st_size, os.environ.get(KAFKA_CONFIG_ENV)
+    except OSError:
+        return None, None, os.environ.get(KAFKA_CONFIG_ENV)
 
 
 def _in_order(columns: dict[str, list]) -> list[int]:

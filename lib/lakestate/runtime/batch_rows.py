@@ -49,6 +49,8 @@ INPUT_COLUMNS = tuple(INPUT_SCHEMA.names)
 #: The input columns that are the topic's record, as a topic's reader reads them.
 RECORD_COLUMNS = tuple(RECORD_SCHEMA.names)
 
+#: The ``task`` rows' column (null in the other rows).
+OUTCOME_COLUMN = "outcome"
 OUT_FIELDS = (
     ("kind", pa.string()),
     ("sub", pa.int32()),
@@ -64,7 +66,7 @@ OUT_FIELDS = (
     ("store", pa.string()),
     ("raw_key", pa.binary()),
     ("raw_value", pa.binary()),
-    ("outcome", OUTCOME_TYPE),
+    (OUTCOME_COLUMN, OUTCOME_TYPE),
 )
 
 
@@ -340,6 +342,7 @@ __all__ = [
     "INPUT_SCHEMA",
     "RECORD_COLUMNS",
     "OUT_FIELDS",
+    "OUTCOME_COLUMN",
     "Rows",
     "out_arrow_schema",
     "out_fields",

@@ -37,7 +37,8 @@ WRITES = [
 def test_staged_writes_are_committed_exactly_with_offsets_and_batch(tmp_path) -> None:
     local = TaskDir(tmp_path, "app", "0_0")
     store = _seeded(local)
-    local.stage(7, WRITES, {TP: 10}, "run-1")
+    columns = [("a", [b"gone", b"k1", b"k2"], [None, b"v1", b""]), ("b", [b"x"], [b"y"])]
+    local.stage(7, columns, {TP: 10}, "run-1")
     assert local.staged_batches() == [7] and local.staged_run_id(7) == "run-1"
     local.apply_staged(store, 7)
     assert _entries(store, "a") == {b"kept": b"old", b"k1": b"v1", b"k2": b""}

@@ -74,12 +74,13 @@ class TaskDir:
     def stage(
         self,
         batch_id: int,
-        writes: list[Write],
+        writes: list[tuple[str, list[bytes], list[bytes | None]]],
         offsets: Mapping[TopicPartition, int],
         run_id: str | None = None,
     ) -> None:
         """Durably stage the task's transaction for ``batch_id`` (write, fsync, rename), with
-        the ``run_id`` whose progress row records the batch (``staged_run_id``)."""
+        the ``run_id`` whose progress row records the batch (``staged_run_id``). ``writes``:
+        (namespace, keys, values) per namespace (``Transaction.changes_by_namespace``)."""
         path = self._staged_path(batch_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -91,7 +92,7 @@ class TaskDir:
             pickler.dump(
                 {
                     "batch_id": batch_id,
-                    "columns": _by_namespace(writes),
+                    "columns": writes,
                     "offsets": dict(offsets),
                     "run_id": run_id,
                 }

@@ -383,16 +383,18 @@ def _append_topic(
     def build(todo: dict[TaskId, int], ends: dict[int, int]) -> pa.Table:
         selected = rows if len(todo) == len(counts) else rows.filter(_task_mask(rows, set(todo)))
         bases = executor_writes.offset_bases({t: counts[t] for t in todo}, ends)
-        where = np.stack(
-            [
-                selected.column(c).to_numpy(zero_copy_only=False)
-                for c in ("sub", "task", "partition")
-            ]
-        )
-        # Each row's base, looked up once per distinct (sub, task, partition), not per row.
-        found, inverse = np.unique(where, axis=1, return_inverse=True)
-        per_found = np.array([bases[tuple(k)] for k in found.T.tolist()], dtype=np.int64)
-        base = per_found[inverse.reshape(-1)]
+        where = [
+            selected.column(c).to_numpy(zero_copy_only=False).astype(np.int64)
+            for c in ("sub", "task", "partition")
+        ]
+        # Each row's base, looked up once per distinct (sub, task, partition), not per row:
+        # the three (ints >= 0) as one int, in mixed radix (np.unique of a 1-d int array).
+        key = where[0]
+        for column in where[1:]:
+            key = key * (int(column.max(initial=0)) + 1) + column
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        per_key = [bases[tuple(int(c[i]) for c in where)] for i in first.tolist()]
+        base = np.array(per_key, dtype=np.int64)[inverse.reshape(-1)]
         offsets = base + selected.column("pseq").to_numpy(zero_copy_only=False)
         return as_records(selected, pa.array(offsets, pa.int64()))
 

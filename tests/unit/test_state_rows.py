@@ -32,9 +32,12 @@ def _batch(
     for i, key in enumerate(keys):
         task.process(topic, start + i, Record(key, {"n": i}, 1_000 + start + i))
     writes = list(task.transaction.changes())
+    columns = task.transaction.changes_by_namespace()
+    # The same writes in the same order, as columns per namespace.
+    assert [(n, k, v) for n, ks, vs in columns for k, v in zip(ks, vs, strict=True)] == writes
     task.close()
     rows = rows if rows is not None else Rows(out_fields(store_kinds(app)))
-    stores = state_rows(rows, app, writes, sub, 0)
+    stores = state_rows(rows, app, columns, sub, 0)
     with store.new_transaction() as txn:
         for namespace, key, value in writes:
             txn.put(namespace, key, value)
@@ -86,7 +89,7 @@ def test_a_delete_is_a_tombstone_row() -> None:
     _batch(app, store, _sub(app, "in"), "in", ["a"], 0)
     [(held_key, _)] = list(store.iterate("counts"))
     rows = Rows(out_fields(store_kinds(app)))
-    assert state_rows(rows, app, [("counts", held_key, None)], 0, 0) == ["counts"]
+    assert state_rows(rows, app, [("counts", [held_key], [None])], 0, 0) == ["counts"]
     table = rows.table()
     assert table.column("raw_key").to_pylist() == [held_key]
     assert table.column("raw_value").to_pylist() == [None]
@@ -109,9 +112,9 @@ def test_changelog_rows_are_stamped_with_each_tasks_batch() -> None:
         task = Task(app.topology, _sub(app, "in"), partition, store, app.config, app.name)
         for i, key in enumerate(keys):
             task.process("in", i, Record(key, 1, 5 + i))
-        writes = list(task.transaction.changes())
+        columns = task.transaction.changes_by_namespace()
         task.close()
-        state_rows(rows, app, writes, _sub(app, "in"), partition)
+        state_rows(rows, app, columns, _sub(app, "in"), partition)
     table = changelog.batch_rows(kind, rows.table(), {0: 7, 1: 3})
     assert table.schema == changelog.schema(kind)
     got = table.select(["task", "batch_id", "key", "value", "snapshot_through"]).to_pylist()

@@ -239,13 +239,13 @@ def _outputs_by_topic(
     """Each output topic some task wrote to: its ``out`` rows, and per task the records
     written to each of its partitions."""
     found = {}
-    out = rows.filter(pc.equal(rows.column("kind"), "out"))
+    out = _where(rows, pc.equal(rows.column("kind"), "out"))
     for topic in sorted(layout.outputs):
         counts = {
             r.task: r.outputs[topic] for r in results if any(r.outputs.get(topic, {}).values())
         }
         if counts:
-            found[topic] = (out.filter(pc.equal(out.column("topic"), topic)), counts)
+            found[topic] = (_where(out, pc.equal(out.column("topic"), topic)), counts)
     return found
 
 
@@ -266,10 +266,10 @@ def _table_writes(
             topic_rows, counts = outputs[topic]
             write = _bind(_append_topic, layout, topic, topic_rows, counts, batches, identity)
         writes.append((f"after_sink:{topic}", write))
-    state = rows.filter(pc.equal(rows.column("kind"), "state"))
+    state = _where(rows, pc.equal(rows.column("kind"), "state"))
     for store in sorted({s for r in results for s in r.stores}):
         store_tasks = {r.task: r.batch_id for r in results if store in r.stores}
-        store_rows = state.filter(pc.equal(state.column("store"), store))
+        store_rows = _where(state, pc.equal(state.column("store"), store))
         write = _bind(_append_changelog, layout, store, store_rows, store_tasks, identity)
         writes.append((f"after_changelog:{store}", write))
     return writes
@@ -338,6 +338,12 @@ def _not_held(table, app: str, batches: Mapping[TaskId, int]) -> dict[TaskId, in
     return {t: b for t, b in batches.items() if held[t] < b}
 
 
+def _where(rows: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+    """``rows.filter(mask)``, without the copy when every row is kept (one output topic,
+    one store: the usual batch)."""
+    return rows if pc.all(mask, skip_nulls=False).as_py() else rows.filter(mask)
+
+
 def _task_mask(rows: pa.Table, tasks: set[TaskId]) -> pa.Array:
     subs = rows.column("sub").to_numpy(zero_copy_only=False)
     parts = rows.column("task").to_numpy(zero_copy_only=False)
@@ -377,14 +383,18 @@ def _append_topic(
     def build(todo: dict[TaskId, int], ends: dict[int, int]) -> pa.Table:
         selected = rows if len(todo) == len(counts) else rows.filter(_task_mask(rows, set(todo)))
         bases = executor_writes.offset_bases({t: counts[t] for t in todo}, ends)
-        subs = selected.column("sub").to_pylist()
-        parts = selected.column("task").to_pylist()
-        targets = selected.column("partition").to_pylist()
-        base = np.fromiter(
-            (bases[k] for k in zip(subs, parts, targets, strict=True)),
-            dtype=np.int64,
-            count=len(subs),
-        )
+        where = [
+            selected.column(c).to_numpy(zero_copy_only=False).astype(np.int64)
+            for c in ("sub", "task", "partition")
+        ]
+        # Each row's base, looked up once per distinct (sub, task, partition), not per row:
+        # the three (ints >= 0) as one int, in mixed radix (np.unique of a 1-d int array).
+        key = where[0]
+        for column in where[1:]:
+            key = key * (int(column.max(initial=0)) + 1) + column
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        per_key = [bases[tuple(int(c[i]) for c in where)] for i in first.tolist()]
+        base = np.array(per_key, dtype=np.int64)[inverse.reshape(-1)]
         offsets = base + selected.column("pseq").to_numpy(zero_copy_only=False)
         return as_records(selected, pa.array(offsets, pa.int64()))
 

@@ -489,3 +489,6 @@ class Task:
         for processor in self._processors.values():
             processor.close()
         self.transaction.close()
+        # Dropped now: the task and its nodes refer to each other, so its output would
+        # otherwise wait for the cyclic collector (paused while an engine batch runs).
+        self._output = []

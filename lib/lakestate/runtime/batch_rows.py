@@ -14,8 +14,6 @@ struct column ``outcome``: ``runtime/outcome.py``). Columns a kind does not use 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -52,6 +50,8 @@ INPUT_COLUMNS = tuple(INPUT_SCHEMA.names)
 #: The input columns that are the topic's record, as a topic's reader reads them.
 RECORD_COLUMNS = tuple(RECORD_SCHEMA.names)
 
+#: The ``task`` rows' column (null in the other rows).
+OUTCOME_COLUMN = "outcome"
 OUT_FIELDS = (
     ("kind", pa.string()),
     ("sub", pa.int32()),
@@ -67,7 +67,7 @@ OUT_FIELDS = (
     ("store", pa.string()),
     ("raw_key", pa.binary()),
     ("raw_value", pa.binary()),
-    ("outcome", OUTCOME_TYPE),
+    (OUTCOME_COLUMN, OUTCOME_TYPE),
 )
 
 
@@ -283,31 +283,32 @@ def _block_rows(
     return seq + n
 
 
-def state_rows(rows: Rows, app: App, writes: list, sub: int, partition: int) -> list[str]:
+def state_rows(rows: Rows, app: App, columns: list, sub: int, partition: int) -> list[str]:
     """Add the task's changelog rows, one per changed key (a tombstone for a delete; no row
-    for a store kind's index-only entries); returns the stores that have rows. ``writes``
-    come by namespace (``Transaction.changes``): a kind with ``changelog_columns`` (the dedup
-    store) takes its namespace's writes at once, as columns."""
+    for a store kind's index-only entries); returns the stores that have rows. ``columns``:
+    the writes as (namespace, keys, values) (``Transaction.changes_by_namespace``), their
+    ``seq`` their places in ``Transaction.changes``; a kind with ``changelog_columns`` (the
+    dedup store) takes its namespace's writes at once, as columns."""
     stores: list[str] = []
     global_stores = {g.store for g in app.topology.global_tables}  # no changelog
     start = 0
-    for namespace, group in groupby(map(itemgetter(0), writes)):
-        end = start + sum(1 for _ in group)
-        if namespace not in RESERVED_NAMESPACES and namespace not in global_stores:
-            if _store_rows(rows, app, namespace, writes, start, end, (sub, partition)):
+    for namespace, keys, values in columns:
+        if keys and namespace not in RESERVED_NAMESPACES and namespace not in global_stores:
+            if _store_rows(rows, app, namespace, (keys, values), start, (sub, partition)):
                 stores.append(namespace)
-        start = end
+        start += len(keys)
     return sorted(set(stores))
 
 
 def _store_rows(
-    rows: Rows, app: App, namespace: str, writes: list, start: int, end: int, task: tuple
+    rows: Rows, app: App, namespace: str, writes: tuple[list, list], start: int, task: tuple
 ) -> bool:
-    """The changelog rows of one store's writes ``writes[start:end]``; False if none."""
+    """The changelog rows of one store's writes (keys, values), the first at ``seq``
+    ``start``; False if none."""
     store = app.topology.stores[namespace]
     kind, key_serde = view_class(store.kind), store.serdes.key
-    raw_keys = [w[1] for w in writes[start:end]]
-    raw_values = [w[2] for w in writes[start:end]]
+    raw_keys, raw_values = writes
+    end = start + len(raw_keys)
     bulk = getattr(kind, "changelog_columns", None)
     columns = None if bulk is None else bulk(raw_keys, raw_values)
     if columns is not None:
@@ -367,6 +368,7 @@ __all__ = [
     "INPUT_SCHEMA",
     "RECORD_COLUMNS",
     "OUT_FIELDS",
+    "OUTCOME_COLUMN",
     "Rows",
     "out_arrow_schema",
     "key_serdes_of",

@@ -248,7 +248,7 @@ def _hand_over(
     for offset_tp, offset in store.committed_offsets().items():
         offsets.setdefault(offset_tp, offset)
     prepared = task.prepare_commit(offsets)
-    writes = prepared.writes()
+    writes = prepared.transaction.changes_by_namespace()
     rows = Rows(out_fields(store_kinds(app)))
     # The rows first: an entry the changelog cannot hold fails the batch before it is staged.
     stores = tuple(state_rows(rows, app, writes, sub, partition))

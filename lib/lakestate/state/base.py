@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from itertools import islice, repeat
 from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
@@ -254,11 +254,15 @@ class Transaction:
 
     def changes(self) -> Iterator[Write]:
         """The buffered writes, by namespace then key: what commit will apply."""
-        for namespace in sorted(self._buffers):
-            buffer = self._buffers[namespace]
-            index = self._indexes.get(namespace)
-            for key in list(index) if index is not None else sorted(buffer):
-                yield namespace, key, buffer[key]
+        for namespace, keys, values in self.changes_by_namespace():
+            yield from zip(repeat(namespace), keys, values)
+
+    def changes_by_namespace(self) -> list[tuple[str, list[bytes], list[bytes | None]]]:
+        """``changes()`` as one (namespace, keys, values) per namespace, without a tuple a write."""
+        keys = {n: list(self._indexes.get(n) or sorted(b)) for n, b in self._buffers.items()}
+        return [
+            (n, keys[n], list(map(self._buffers[n].__getitem__, keys[n]))) for n in sorted(keys)
+        ]
 
     def approximate_num_uncommitted_entries(self) -> int:
         return self._entries

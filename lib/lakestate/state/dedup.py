@@ -27,7 +27,7 @@ other stores — so SQL can answer "has id X been seen?". The index, the count a
 are derived from the id entries: ``is_index_only`` tells the engine not to write them to
 Delta. ``restore_entry`` rebuilds the index and the count while a local store is restored
 (or caught up) from Delta rows; a restored store has no floor until its first purge sets
-it. An index entry is only a pointer: purging checks it against its id entry, so an index
+it (a store that held no id gets one from its first ``put``). An index entry is only a pointer: purging checks it against its id entry, so an index
 entry left behind by an overwritten or deleted id entry is simply dropped.
 """
 
@@ -151,9 +151,9 @@ class DedupStore:
 
     Purging keeps a *floor* in the store (``FLOOR_KEY``): a timestamp below which the time
     index holds no entry. A purge sets it to the least timestamp it leaves in the index;
-    every write of index entries lowers it (``_put``) or drops it (``ensure_index``);
-    deletes leave it. A purge whose cutoff does not pass the floor has nothing to do and
-    reads nothing but the floor; without a floor (unknown: a new or restored store) it
+    every write of index entries lowers it (``_put``; a put into a store that held no id
+    sets it) or drops it (``ensure_index``); deletes leave it. A purge whose cutoff does not pass the floor has nothing to do and
+    reads nothing but the floor; without a floor (unknown: a restored store) it
     scans from the start of the index. Being an entry of the namespace, the floor commits and rolls back
     with the writes it describes. Like the count, it is read, changed and written back, so
     it assumes what a task guarantees: one open transaction writes the namespace at a time.
@@ -257,7 +257,7 @@ class DedupStore:
         """``put_keyed`` of each (id key, ts, offset, source), the id keys all different, in
         one write; returns the number of new ids. ``held``: what ``get_by_key`` returned for
         some of these id keys, with no write to the store since; they are not read again."""
-        return _put(self._writer(), self.name, entries, held)
+        return _put(self._writer(), self.name, entries, held, sets_floor=True)
 
     def delete(self, dedup_id: Any) -> int:
         """Remove ``dedup_id``; returns the change in size (-1 if it was held, else 0)."""
@@ -427,11 +427,12 @@ def _put(
     name: str,
     entries: Iterable[tuple[bytes, int, int | None, int | None]],
     held: Mapping[bytes, DedupEntry | None] | None = None,
+    sets_floor: bool = False,
 ) -> int:
     """Set id entries (id key, ts, offset, source; the id keys all different), their index
     entries, the count and the floor they lower, in one write; returns the number of new
     ids. ``held``: the current entries of some of the id keys (None: none), known to the
-    caller (see put_many)."""
+    caller (see put_many). ``sets_floor``: a store that held no id gets its floor."""
     get = txn.get
     known = _NOTHING_HELD if held is None else held
     writes: list[tuple[bytes, bytes | None]] = []
@@ -454,15 +455,18 @@ def _put(
         writes.append((index_key, b""))
         if ts < lowest:
             lowest = ts
+    held_none = False
     if added:
         raw = get(name, COUNT_KEY)
+        held_none = sets_floor and raw is None
         count = (0 if raw is None else _decode_count(raw)) + added
         writes.append((COUNT_KEY, b"%d" % count))  # encode_value(count): the same JSON
     if writes:
         # No index entry may lie below a floor: lower it with these (read once per call).
+        # A store that held no id has no index entry: its floor is exact (no scan needed).
         floor = get(name, FLOOR_KEY)
         low = _ts_key(lowest)
-        if floor is not None and low < floor:
+        if (floor is None and held_none) or (floor is not None and low < floor):
             writes.append((FLOOR_KEY, low))
     _write(txn, name, tuple(writes))
     return added

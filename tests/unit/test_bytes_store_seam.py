@@ -165,7 +165,7 @@ def test_a_json_store_given_a_bytes_key_fails_naming_node_store_and_what_to_do()
     app = App("bytes", b.build(), {})
     task = Task(app.topology, 0, 0, in_memory_store("task"), app.config, app.name)
     task.process("in", 0, Record(b"\xff", b"v", 1_000))
-    writes = list(task.transaction.changes())
+    writes = task.transaction.changes_by_namespace()
     task.close()
     with pytest.raises(StreamsException) as info:
         state_rows(Rows(out_fields(store_kinds(app))), app, writes, 0, 0)

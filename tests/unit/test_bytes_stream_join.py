@@ -255,7 +255,7 @@ def test_a_join_store_whose_key_serde_is_json_cannot_log_a_bytes_key_and_says_wh
     app = App("bytes", b.build(), {})
     task = Task(app.topology, 0, 0, in_memory_store("task"), app.config, app.name)
     task.process("l", 0, Record(b"\xff", b"v", 1_000))
-    writes = list(task.transaction.changes())
+    writes = task.transaction.changes_by_namespace()
     task.close()
     with pytest.raises(StreamsException) as info:
         state_rows(Rows(out_fields(store_kinds(app))), app, writes, 0, 0)

@@ -62,6 +62,15 @@ def test_a_lost_executors_tasks_move_and_the_others_stay():
     assert plan[tasks[0]] == a and plan[tasks[1]] == b and plan[tasks[2]] in (a, b)
 
 
+def test_a_task_takes_a_slot_above_its_cores_share_only_after_every_share_is_filled():
+    # 5 tasks over 4 cores: one core gets 2. Task 2 must not take d's second slot on core 0
+    # while core 1 is empty, or task 3 (which ran on b) could not stay (hypothesis found it).
+    t = [TaskId(p % 2, p) for p in range(5)]
+    where = {t[0]: "b", t[1]: "d", t[2]: "d", t[3]: "b"}
+    plan = _placements(where).plan(t, {"a": 1, "b": 1, "d": 2})
+    assert all(plan[task] == e for task, e in where.items()) and plan[t[4]] == "a"
+
+
 def test_without_listed_executors_each_task_keeps_its_last_place():
     tasks = [TaskId(0, 0), TaskId(0, 1)]
     placements = _placements({tasks[0]: "executor_h_driver"})

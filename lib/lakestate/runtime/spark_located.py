@@ -67,19 +67,23 @@ class Placements:
         held = dict.fromkeys(cores, 0)
         chosen: dict[TaskId, str] = {}
 
-        def place(task: TaskId, candidates: list[tuple[str, int]]) -> None:
+        def place(task: TaskId, candidates: list[tuple[str, int]], extras: bool = True) -> None:
             nonlocal extra
-            for core in candidates:
-                if held[core] < base or (held[core] == base and extra):
-                    if held[core] == base:
-                        extra -= 1
-                    held[core] += 1
-                    chosen[task] = core[0]
-                    return
+            below = [c for c in candidates if held[c] < base]
+            spare = [c for c in candidates if held[c] == base] if extras and extra else []
+            for core in below[:1] or spare[:1]:
+                if held[core] == base:
+                    extra -= 1
+                held[core] += 1
+                chosen[task] = core[0]
 
-        for task in tasks:  # where they ran last, while that executor has room
-            if self.where.get(task) in live:
-                place(task, [c for c in cores if c[0] == self.where[task]])
+        # Where they ran last, while that executor has room: first within every core's
+        # share, then in the one-more slots (an early task taking a slot above the share
+        # while another core of its executor is below it would crowd out a later one).
+        for extras in (False, True):
+            for task in tasks:
+                if task not in chosen and self.where.get(task) in live:
+                    place(task, [c for c in cores if c[0] == self.where[task]], extras)
         for task in tasks:
             if task not in chosen:
                 fewest = min(held.values())

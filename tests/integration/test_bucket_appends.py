@@ -166,6 +166,42 @@ def test_an_append_numbered_from_a_stale_snapshot_renumbers(where, s3_warehouse,
     assert table.transaction_version(txn_ids.topic_append("t")) == table.version()
 
 
+@pytest.mark.parametrize("where", ["bucket", "folder"])
+def test_an_append_raced_right_after_its_commit_keeps_its_own_version(
+    where, s3_warehouse, tmp_path
+):
+    # Another producer (its own process, so no lock) commits just after this append's
+    # commit: the append's version, and the end offsets it remembers for it, are its own
+    # commit's, not the racer's, so that the next append numbers on after both.
+    wh = s3_warehouse if where == "bucket" else Warehouse(tmp_path / "wh")
+    topic = topics.topic(wh, "t")
+    topic.create(1)
+    topic.append([{"key": "a", "value": 0}])
+    real = delta_commits.write_deltalake
+    raced = []
+
+    def write_then_race(*args, **kwargs):
+        real(*args, **kwargs)
+        if not raced:
+            raced.append(1)
+            topic.append([{"key": "racer", "value": 1}])
+
+    try:
+        delta_commits.write_deltalake = write_then_race
+        first = topic.append([{"key": "b", "value": 2}])
+    finally:
+        delta_commits.write_deltalake = real
+    second = topic.append([{"key": "c", "value": 3}])
+    assert first.ranges == {0: (1, 2)}
+    assert first.version == 2  # the racer's commit is version 3
+    assert second.ranges == {0: (3, 4)}
+    rows = pa.concat_tables(list(topic.read_partitions()))
+    pairs = sorted(
+        zip(rows.column("offset").to_pylist(), rows.column("key").to_pylist(), strict=True)
+    )
+    assert pairs == [(0, '"a"'), (1, '"b"'), (2, '"racer"'), (3, '"c"')]
+
+
 def test_two_commits_carrying_one_txn_id_conflict_on_the_bucket(s3_warehouse):
     # What the design rests on: delta-rs fails the second of two commits from one snapshot
     # that carry the same txn app id (ConcurrentTransaction), and lets them both land when
@@ -182,3 +218,28 @@ def test_two_commits_carrying_one_txn_id_conflict_on_the_bucket(s3_warehouse):
     delta_commits.append(fourth, pa.table({"x": [4]}), "", {}, {}, extra_txns={"b": 1})
     xs = delta_commits.open_table(path).to_pyarrow_table().column("x").to_pylist()
     assert sorted(xs) == [1, 3, 4]
+
+
+def test_a_commit_of_files_gets_its_own_version_whoever_commits_around_it(tmp_path):
+    # delta-rs leaves the snapshot of a create_write_transaction where it was: the version
+    # returned is the commit carrying the txns, not a blind append before or after it.
+    path = str(tmp_path / "plain")
+    delta_commits.create_table(path, pa.schema([("x", pa.int64())]), [], "plain", "test")
+
+    def other(x: int) -> None:
+        delta_commits.append(delta_commits.open_table(path), pa.table({"x": [x]}), "", {}, {})
+
+    table = delta_commits.open_table(path)
+    other(1)  # version 1, after the snapshot: the commit lands on it as version 2
+    real = table.create_write_transaction
+
+    def commit_then_race(*args, **kwargs):
+        real(*args, **kwargs)
+        other(2)  # version 3
+
+    table.create_write_transaction = commit_then_race
+    version = delta_commits.append_files(table, [], "", {}, {}, extra_txns={"a": 1})
+    assert version == 2
+    assert table.version() == 3
+    assert delta_commits.open_table(path, 2).transaction_version("a") == 1
+    assert delta_commits.open_table(path, 1).transaction_version("a") is None

@@ -234,7 +234,9 @@ def append(
         raise
     if isinstance(table, str):
         return open_table(table).version()
-    table.update_incremental()
+    # delta-rs leaves the snapshot at the version it committed: a commit another writer
+    # makes just after is not ours (an update first would take its version, and a caller
+    # would pair that version with its own commit's end offsets).
     return table.version()
 
 
@@ -251,6 +253,7 @@ def append_files(
     returns the new table version. ConcurrentCommit as ``append``'s."""
     properties = _properties(app, batches, metadata, extra_txns)
     partition_by = table.metadata().partition_columns
+    before = table.version()
     try:
         table.create_write_transaction(
             list(files),
@@ -263,7 +266,28 @@ def append_files(
         _raise_if_concurrent(exc, table, batches)
         raise
     table.update_incremental()
-    return table.version()
+    return _own_version(table, before, properties)
+
+
+def _own_version(table: DeltaTable, before: int, properties: CommitProperties) -> int:
+    """The version of the commit with ``properties`` made on the snapshot of ``before``
+    (``table``: updated since). delta-rs leaves a ``create_write_transaction``'s snapshot
+    where it was, and other writers may have committed since, before or after it: the
+    commit is the one since ``before`` that carries its txns (read only when it is not the
+    one commit since)."""
+    newest = table.version()
+    txns = {(t.app_id, t.version) for t in properties.app_transactions or []}
+    if newest == before + 1 or not txns:
+        return newest
+    for version in range(before + 1, newest + 1):
+        commit = delta_log.commit_of(_uri_of(table), version)
+        if commit is not None and txns <= set(commit.txns):
+            return version
+    return newest
+
+
+def _uri_of(table: DeltaTable) -> str:
+    return getattr(table, "_lakestate_uri", None) or table.table_uri
 
 
 def create_with_files(

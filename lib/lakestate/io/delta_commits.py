@@ -119,15 +119,19 @@ def open_table(path: str, version: int | None = None) -> DeltaTable:
     if version is None and object_store.is_s3(uri):
         with _released_guard:
             kept = _released.pop(uri, None)
-        if kept is not None:
-            try:
-                kept.update_incremental()
-                return kept
-            except Exception:  # noqa: BLE001 - e.g. the table was removed: open it anew, which says so
-                pass
+        if kept is not None and _brought_up_to_date(kept):
+            return kept
     table = _Table(uri, version=version)
     table._lakestate_uri = uri  # type: ignore[attr-defined]
     return table
+
+
+def _brought_up_to_date(table: DeltaTable) -> bool:
+    try:
+        table.update_incremental()
+    except Exception:  # noqa: BLE001 - e.g. the table was removed: open it anew, which says so
+        return False
+    return True
 
 
 def release(table: DeltaTable) -> None:

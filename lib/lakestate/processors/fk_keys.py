@@ -18,15 +18,14 @@ as ``BINARY`` (the layout records the serde as ``Serdes.Bytes()``, which it is i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
 from typing import Any
 
 from lakestate.errors import SerializationException
-from lakestate.serdes import DEFAULT_SERDES, JSON, Serde, TopicSerdes
+from lakestate.serdes import DEFAULT_SERDES, JSON, BytesSerde, Serde, TopicSerdes
 
 _LENGTH = struct.Struct(">i")
+_BYTES = BytesSerde()  # the combined key's JSON form is its bytes' base64, as a Bytes key's
 
 
 class CombinedKeySerde(Serde):
@@ -72,18 +71,10 @@ class CombinedKeySerde(Serde):
         return self.foreign.deserialize(data[4:end]), self.primary.deserialize(data[end:])
 
     def to_json(self, value: Any) -> Any:
-        data = self.serialize(value)
-        return None if data is None else base64.b64encode(data).decode("ascii")
+        return _BYTES.to_json(self.serialize(value))
 
     def from_json(self, value: Any) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise SerializationException(f"{self!r} reads a base64 string, got {value!r}")
-        try:
-            return self.deserialize(base64.b64decode(value, validate=True))
-        except binascii.Error as exc:
-            raise SerializationException(f"{self!r}: not base64: {exc}") from None
+        return self.deserialize(_BYTES.from_json(value))
 
 
 def subscription_store_serdes(foreign: Serde, primary: Serde) -> TopicSerdes:
